@@ -1,0 +1,236 @@
+//! Judging whether a lock holder is alive, strongest evidence first. Staleness alone never
+//! proves death: only an opt-in lease that the holder itself asked for can be forfeited by time.
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::clock::{Clock, parse_timestamp};
+use crate::identity::{ProcessIdentity, ProcessTable};
+use crate::liveness::{LivenessDir, Probe};
+use crate::row::HolderRecord;
+
+/// Why a holder is known to be dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeathReason {
+    /// Its liveness file was not locked by anyone: the instance has exited.
+    LivenessFileUnlocked,
+    /// It was recorded under another boot of this host.
+    BootIdChanged {
+        /// The holder's boot id.
+        holder: String,
+    },
+    /// Its pid does not exist in our (shared) pid namespace.
+    NoSuchProcess {
+        /// The recorded pid.
+        pid: i64,
+    },
+    /// Its pid exists but belongs to a later process: the pid was reused.
+    PidReused {
+        /// The recorded pid.
+        pid: i64,
+        /// The recorded start time.
+        recorded_start: i64,
+        /// The start time of the process that has the pid now.
+        current_start: i64,
+    },
+    /// Its process has exited and waits to be reaped.
+    Zombie {
+        /// The recorded pid.
+        pid: i64,
+    },
+    /// It opted into a lease and did not heartbeat in time; it forfeits the lock even if alive.
+    LeaseExpired {
+        /// The last heartbeat.
+        heartbeat_at: String,
+        /// The lease length.
+        lease_ms: i64,
+    },
+}
+
+impl fmt::Display for DeathReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LivenessFileUnlocked => write!(f, "its liveness file is no longer locked"),
+            Self::BootIdChanged { holder } => {
+                write!(
+                    f,
+                    "it ran under boot {holder}, and this host has rebooted since"
+                )
+            }
+            Self::NoSuchProcess { pid } => write!(f, "pid {pid} no longer exists"),
+            Self::PidReused {
+                pid,
+                recorded_start,
+                current_start,
+            } => write!(
+                f,
+                "pid {pid} was reused (recorded start time {recorded_start}, now {current_start})"
+            ),
+            Self::Zombie { pid } => write!(f, "pid {pid} has exited (zombie)"),
+            Self::LeaseExpired {
+                heartbeat_at,
+                lease_ms,
+            } => write!(
+                f,
+                "its {lease_ms} ms lease expired (last heartbeat {heartbeat_at})"
+            ),
+        }
+    }
+}
+
+/// The verdict on one holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// The holder is alive, with the evidence.
+    Alive(String),
+    /// The holder is dead, with the reason; its lock may be taken over.
+    Dead(DeathReason),
+    /// The holder cannot be judged (another host or pid namespace, a damaged record). It counts
+    /// as alive: its lock is never taken over.
+    Unknown(String),
+}
+
+impl Judgement {
+    /// Whether the holder's lock may be taken over.
+    pub fn is_dead(&self) -> bool {
+        matches!(self, Self::Dead(_))
+    }
+}
+
+impl fmt::Display for Judgement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Alive(reason) => write!(f, "alive: {reason}"),
+            Self::Dead(reason) => write!(f, "dead: {reason}"),
+            Self::Unknown(reason) => write!(f, "cannot be judged, counted alive: {reason}"),
+        }
+    }
+}
+
+/// Judges lock holders from this process's point of view.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    own: ProcessIdentity,
+    liveness: LivenessDir,
+    processes: Arc<dyn ProcessTable>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Judge {
+    /// A judge that sees the world as `own` sees it.
+    pub fn new(
+        own: ProcessIdentity,
+        liveness: LivenessDir,
+        processes: Arc<dyn ProcessTable>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            own,
+            liveness,
+            processes,
+            clock,
+        }
+    }
+
+    /// Judges `holder`. Evidence of death from the process tests comes first; an expired
+    /// opt-in lease then overrides "alive" and "unknown", because the holder promised to
+    /// heartbeat and fencing makes a late holder harmless.
+    pub fn judge(&self, holder: &HolderRecord) -> Judgement {
+        let verdict = self.judge_process(holder);
+        if verdict.is_dead() {
+            return verdict;
+        }
+        match self.lease_expiry(holder) {
+            Some(reason) => Judgement::Dead(reason),
+            None => verdict,
+        }
+    }
+
+    fn judge_process(&self, holder: &HolderRecord) -> Judgement {
+        let Ok(instance_id) = Uuid::parse_str(&holder.instance_id) else {
+            return Judgement::Unknown(format!(
+                "instance id {:?} is not a UUID",
+                holder.instance_id
+            ));
+        };
+        match self.liveness.probe(&instance_id) {
+            Probe::Free => return Judgement::Dead(DeathReason::LivenessFileUnlocked),
+            Probe::Held => return Judgement::Alive("its liveness file is locked".to_owned()),
+            Probe::Missing | Probe::Unreadable(_) => {}
+        }
+        if Uuid::parse_str(&holder.boot_id).is_err() {
+            return Judgement::Unknown(format!("boot id {:?} is not a UUID", holder.boot_id));
+        }
+        if holder.boot_id != self.own.boot_id {
+            if holder.hostname != self.own.hostname {
+                return Judgement::Unknown(format!(
+                    "it runs on another host ({:?}) or a renamed one; other hosts are not judged",
+                    holder.hostname
+                ));
+            }
+            return Judgement::Dead(DeathReason::BootIdChanged {
+                holder: holder.boot_id.clone(),
+            });
+        }
+        if holder.pid_ns != self.own.pid_ns {
+            return Judgement::Unknown(format!(
+                "it runs in another pid namespace ({}) and has no liveness file here",
+                holder.pid_ns
+            ));
+        }
+        self.judge_pid(holder)
+    }
+
+    fn judge_pid(&self, holder: &HolderRecord) -> Judgement {
+        let pid = holder.pid;
+        if pid <= 0 || pid > i64::from(i32::MAX) {
+            return Judgement::Unknown(format!("pid {pid} is not a valid pid"));
+        }
+        match self.processes.stat(pid) {
+            Ok(None) => Judgement::Dead(DeathReason::NoSuchProcess { pid }),
+            Ok(Some(stat)) if stat.start_time != holder.start_time => {
+                Judgement::Dead(DeathReason::PidReused {
+                    pid,
+                    recorded_start: holder.start_time,
+                    current_start: stat.start_time,
+                })
+            }
+            Ok(Some(stat)) if stat.has_exited() => Judgement::Dead(DeathReason::Zombie { pid }),
+            Ok(Some(_)) => Judgement::Alive(format!("pid {pid} runs with the recorded start time")),
+            Err(error) => Judgement::Unknown(format!("cannot read pid {pid}: {error}")),
+        }
+    }
+
+    fn lease_expiry(&self, holder: &HolderRecord) -> Option<DeathReason> {
+        let lease_ms = holder.lease_ms.filter(|lease| *lease > 0)?;
+        let heartbeat = parse_timestamp(&holder.heartbeat_at)?;
+        let deadline = heartbeat.checked_add_signed(chrono::Duration::milliseconds(lease_ms))?;
+        (self.now() > deadline).then(|| DeathReason::LeaseExpired {
+            heartbeat_at: holder.heartbeat_at.clone(),
+            lease_ms,
+        })
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// This process's identity, as the judge uses it.
+    pub fn own_identity(&self) -> &ProcessIdentity {
+        &self.own
+    }
+
+    /// The liveness directory the judge probes.
+    pub fn liveness_dir(&self) -> &LivenessDir {
+        &self.liveness
+    }
+
+    /// The clock the judge reads lease deadlines from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}

@@ -1,0 +1,1 @@
+//! Cross-crate and multi-process tests for durably.
