@@ -1,1 +1,72 @@
-//! Placeholder.
+//! Durable executions and steps on one SQLite file.
+//!
+//! An [`Execution`] is opened exclusively (a [`durably_lock`] lock plus its row, in one
+//! transaction) and driven step by step. Each step is journaled: a pure or idempotent step's
+//! result in one commit; a guarded step's intent before its closure runs and its result after.
+//! On a later run, recorded steps return their recorded outcome without running anything, and a
+//! guarded step found with an intent but no result is handled by its [`Policy`].
+//!
+//! Every write goes through one group-commit writer thread: requests queued while a commit is
+//! in flight share the next `BEGIN IMMEDIATE ... COMMIT`, and each is acknowledged only after
+//! that commit has returned.
+//!
+//! ```
+//! use durably_journal::{Guarded, Journal, Opened, Policy, StepError};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let journal = Journal::open(dir.path().join("journal.db"))?;
+//! let id = uuid::Uuid::new_v4();
+//!
+//! let Opened::Running(mut execution) =
+//!     journal.open_execution(id, "refund", "refund order 42", &42).await?
+//! else {
+//!     unreachable!("a new execution is never finished");
+//! };
+//! let amount: u32 = execution.pure("look up", || async { Ok(1250) }).await?;
+//! let charged = execution
+//!     .guarded("refund", Policy::Fail, |key| async move {
+//!         // Hand `key` to the payment provider so it can deduplicate.
+//!         Ok::<_, StepError>(format!("refund {amount} with key {key}"))
+//!     })
+//!     .await?;
+//! let Guarded::Done(receipt) = charged else { unreachable!("nothing crashed") };
+//! execution.complete(&receipt).await?;
+//!
+//! // Opening it again runs nothing: the outcome is recorded.
+//! assert!(matches!(journal.open_execution(id, "refund", "", &42).await?, Opened::Finished(_)));
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod error;
+mod events;
+mod execution;
+mod executions;
+mod journal;
+mod payload;
+mod records;
+mod replay;
+mod step;
+mod storage;
+mod sweep;
+mod writer;
+
+pub use config::{
+    BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability, FAILED_RETENTION_DEFAULT,
+    JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
+};
+pub use error::{Error, Result};
+pub use execution::Execution;
+pub use executions::{Finished, Opened, Resolution};
+pub use journal::Journal;
+pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};
+pub use step::{Effect, Guarded, IdempotencyKey, Policy, Probe, ProbeFuture, Skipped, StepError};
+pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
+pub use sweep::{GC_BATCH_EXECUTIONS_DEFAULT, GcOptions, GcReport, Reclaimed, SweepReport};
+pub use writer::WriterStats;
+
+/// Re-exported so users of [`Journal::write`] and [`Journal::read`] name the same rusqlite.
+pub use rusqlite;

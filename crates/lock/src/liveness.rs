@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 
 const LIVE_SUFFIX: &str = ".live";
 const PENDING_PREFIX: &str = "pending-";
+/// How many times [`LivenessDir::hold`] makes its file again after a cleaner removed it.
+const HOLD_ATTEMPTS_MAX: u32 = 16;
 
 /// The directory of liveness files that belongs to one database: `<database>.durably-live/`.
 #[derive(Debug, Clone)]
@@ -70,35 +72,81 @@ impl LivenessDir {
     /// Creates (mode 0700) the directory and this instance's file, and locks it.
     ///
     /// The file is created and locked under a pending name and only then renamed, so a cleaner
-    /// never sees an unlocked file under a live instance's name.
+    /// never sees an unlocked file under a live instance's name. A cleaner may still lock and
+    /// remove the pending file between its creation and our lock; the rename then fails (or the
+    /// lock would block), and the file is made again under a fresh pending name, so that no
+    /// path is ever created twice and a late cleaner cannot remove the new one.
     ///
     /// # Errors
     /// [`Error::LivenessDir`] when the directory or the file cannot be created or locked.
     pub fn hold(&self, instance_id: &Uuid) -> Result<LivenessFile> {
-        let fail = |path: &Path| {
-            let path = path.to_owned();
-            move |source| Error::LivenessDir { path, source }
-        };
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.path)
-            .map_err(fail(&self.path))?;
-        let pending = self.path.join(format!("{PENDING_PREFIX}{instance_id}"));
+            .map_err(|source| Error::LivenessDir {
+                path: self.path.clone(),
+                source,
+            })?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_hold(instance_id, attempt) {
+                Ok(Some(file)) => return Ok(file),
+                Ok(None) if attempt < HOLD_ATTEMPTS_MAX => {}
+                Ok(None) => {
+                    return Err(Error::LivenessDir {
+                        path: self.file_of(instance_id),
+                        source: std::io::Error::other(format!(
+                            "cleaners removed the new liveness file {attempt} times in a row"
+                        )),
+                    });
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// One attempt of [`Self::hold`]: `None` when a cleaner removed the pending file first.
+    fn try_hold(&self, instance_id: &Uuid, attempt: u32) -> Result<Option<LivenessFile>> {
+        let fail = |path: &Path| {
+            let path = path.to_owned();
+            move |source| Error::LivenessDir { path, source }
+        };
+        let pending = self
+            .path
+            .join(format!("{PENDING_PREFIX}{instance_id}-{attempt}"));
+        // `create_new`: this name is ours alone, so whatever the rename below moves is our file.
         let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .write(true)
             .mode(0o600)
             .open(&pending)
             .map_err(fail(&pending))?;
-        file.try_lock().map_err(|error| Error::LivenessDir {
-            path: pending.clone(),
-            source: error.into(),
-        })?;
+        match file.try_lock() {
+            Ok(()) => {}
+            // A cleaner holds it for the moment it takes to remove it.
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(source)) => {
+                let _ = std::fs::remove_file(&pending);
+                return Err(Error::LivenessDir {
+                    path: pending,
+                    source,
+                });
+            }
+        }
+        // Whoever else locks a liveness file removes it before unlocking, so if the pending
+        // name still exists now that we hold the lock, nobody else ever locked it, and nobody
+        // can until this file closes.
         let path = self.file_of(instance_id);
-        std::fs::rename(&pending, &path).map_err(fail(&path))?;
-        Ok(LivenessFile { path, _file: file })
+        match std::fs::rename(&pending, &path) {
+            Ok(()) => Ok(Some(LivenessFile { path, _file: file })),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => {
+                let _ = std::fs::remove_file(&pending);
+                Err(Error::LivenessDir { path, source })
+            }
+        }
     }
 
     /// Probes the liveness file of `instance_id` by trying to lock it. A file found free is

@@ -150,12 +150,25 @@ pub(crate) fn claim_free(
              acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,
              lease_ms = excluded.lease_ms, released_at = NULL
          WHERE locks.instance_id IS NULL
+           -- A foreign or damaged row (the table is STRICT, so only a non-STRICT foreign one)
+           -- is left alone, and the read that follows reports it as corrupt.
+           AND typeof(locks.epoch) = 'integer' AND locks.epoch >= 1
          RETURNING epoch",
     )?;
     let epoch: Option<i64> = statement
         .query_row(&*new.named_params(&resource, None), |row| row.get(0))
         .optional()?;
-    Ok(epoch.map(|epoch| epoch as Epoch))
+    epoch
+        .map(|epoch| checked_epoch(resource, epoch))
+        .transpose()
+}
+
+/// An epoch read back from SQLite; never negative in a `locks` table this crate made.
+fn checked_epoch(resource: &str, epoch: i64) -> Result<Epoch> {
+    Epoch::try_from(epoch).map_err(|_| Error::Corrupt {
+        resource: resource.to_owned(),
+        reason: format!("negative epoch {epoch}"),
+    })
 }
 
 /// Compare-and-swap takeover: succeeds only while the row still has `expected` as its epoch.
@@ -180,7 +193,9 @@ pub(crate) fn swap_holder(
             row.get(0)
         })
         .optional()?;
-    Ok(epoch.map(|epoch| epoch as Epoch))
+    epoch
+        .map(|epoch| checked_epoch(resource, epoch))
+        .transpose()
 }
 
 impl NewHolder<'_> {

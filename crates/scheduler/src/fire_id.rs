@@ -62,7 +62,11 @@ mod tests {
     use super::*;
 
     fn id(job: &str, millis: i64) -> String {
-        fire_id(&JobId::new(job).unwrap(), Slot::from_millis(millis).unwrap()).to_string()
+        fire_id(
+            &JobId::new(job).unwrap(),
+            Slot::from_millis(millis).unwrap(),
+        )
+        .to_string()
     }
 
     #[test]
@@ -70,7 +74,10 @@ mod tests {
         // 2026-01-01T00:00:00Z is 1_767_225_600_000 ms after the epoch.
         let slot = Slot::from_millis(1_767_225_600_000).unwrap();
         assert_eq!(slot.to_rfc3339(), "2026-01-01T00:00:00.000Z");
-        assert_eq!(id("nightly-report", 1_767_225_600_000), "b536f2cf-7f95-8a51-8745-e481d1e20d41");
+        assert_eq!(
+            id("nightly-report", 1_767_225_600_000),
+            "b536f2cf-7f95-8a51-8745-e481d1e20d41"
+        );
     }
 
     #[test]
@@ -106,12 +113,18 @@ mod tests {
     #[test]
     fn version_is_8_and_variant_is_rfc_9562() {
         for (job, millis) in [("nightly-report", 1_767_225_600_000), ("a", 0), ("z", 1)] {
-            let id = fire_id(&JobId::new(job).unwrap(), Slot::from_millis(millis).unwrap());
+            let id = fire_id(
+                &JobId::new(job).unwrap(),
+                Slot::from_millis(millis).unwrap(),
+            );
             assert_eq!(id.get_version_num(), 8);
             assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
             let text = id.to_string();
             assert_eq!(text.as_bytes()[14], b'8', "{text}");
-            assert!(matches!(text.as_bytes()[19], b'8' | b'9' | b'a' | b'b'), "{text}");
+            assert!(
+                matches!(text.as_bytes()[19], b'8' | b'9' | b'a' | b'b'),
+                "{text}"
+            );
             assert_eq!(text, text.to_lowercase());
         }
     }

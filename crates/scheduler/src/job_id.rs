@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn accepts_printable_ids_up_to_the_byte_limit() {
-        assert_eq!(JobId::new("nightly-report").unwrap().as_str(), "nightly-report");
+        assert_eq!(
+            JobId::new("nightly-report").unwrap().as_str(),
+            "nightly-report"
+        );
         assert!(JobId::new(&"x".repeat(JOB_ID_BYTES_MAX)).is_ok());
         // Multi-byte characters count by bytes: 100 two-byte characters is exactly the limit.
         assert!(JobId::new(&"é".repeat(100)).is_ok());
@@ -108,13 +111,18 @@ mod tests {
             "tab\there".to_owned(),
         ] {
             let error = JobId::new(&bad).unwrap_err();
-            assert!(matches!(error, Error::InvalidJobId { .. }), "{bad:?} gave {error:?}");
+            assert!(
+                matches!(error, Error::InvalidJobId { .. }),
+                "{bad:?} gave {error:?}"
+            );
         }
     }
 
     #[test]
     fn error_message_is_bounded_and_escaped() {
-        let message = JobId::new(&format!("{}\n", "y".repeat(500))).unwrap_err().to_string();
+        let message = JobId::new(&format!("{}\n", "y".repeat(500)))
+            .unwrap_err()
+            .to_string();
         assert!(message.len() < 300, "{message}");
         assert!(!message.contains('\n'));
     }

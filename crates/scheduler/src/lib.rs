@@ -1,1 +1,62 @@
-//! Scheduler (in progress).
+//! The pure half of durably's scheduler adapter: deterministic fire ids, schedules, and the
+//! catch-up and overlap policies. Nothing here touches a database or reads the clock; the fire
+//! loop builds on these pieces.
+//!
+//! - A **fire** is a (job, slot) pair. Its execution id, [`fire_id`], is derived from the job id
+//!   and the slot alone, so every process and every restart agrees on it and the journal runs
+//!   each fire once.
+//! - A **slot** ([`Slot`]) is the nominal time on the schedule's grid, never the time a fire
+//!   happened to start.
+//! - A [`Schedule`] is a fixed interval through an anchor, or a cron expression in an IANA time
+//!   zone.
+//! - [`due_slots`] decides, under a [`CatchUp`] policy, which slots to fire after downtime.
+//!
+//! ```
+//! use durably_scheduler::{CatchUp, JobId, Schedule, Slot, due_slots, fire_id};
+//!
+//! # fn main() -> durably_scheduler::Result<()> {
+//! let job = JobId::new("nightly-report")?;
+//! let schedule = Schedule::cron("0 2 * * *", "Europe/Berlin")?;
+//!
+//! // 2026-01-01T00:00:00.000Z
+//! let now = Slot::from_millis(1_767_225_600_000)?;
+//! let slots = schedule.slots_between(now, Slot::MAX, 2)?;
+//! let slots: Vec<String> = slots.iter().map(|slot| slot.to_rfc3339()).collect();
+//! // 02:00 in Berlin in winter is 01:00 UTC.
+//! assert_eq!(slots, ["2026-01-01T01:00:00.000Z", "2026-01-02T01:00:00.000Z"]);
+//!
+//! // The fire id depends only on the job and the slot.
+//! let id = fire_id(&job, now);
+//! assert_eq!(id.to_string(), "b536f2cf-7f95-8a51-8745-e481d1e20d41");
+//!
+//! // Back after three days down, firing only the latest missed slot.
+//! let last_handled = Schedule::cron("0 2 * * *", "Europe/Berlin")?
+//!     .latest_at_or_before(now)?;
+//! let later = Slot::from_millis(now.as_millis() + 3 * 86_400_000)?;
+//! let due = due_slots(&schedule, last_handled, later, &CatchUp::Latest)?;
+//! assert_eq!(due.fire.len(), 1);
+//! assert_eq!(due.fire[0].to_rfc3339(), "2026-01-03T01:00:00.000Z");
+//! assert_eq!(due.skipped.map(|skipped| skipped.first.to_rfc3339()),
+//!     Some("2026-01-01T01:00:00.000Z".to_owned()));
+//! # Ok(())
+//! # }
+//! ```
+
+mod catch_up;
+mod error;
+mod fire_id;
+mod job_id;
+mod schedule;
+mod slot;
+
+pub use catch_up::{
+    CATCH_UP_SLOTS_MAX, CatchUp, DueSlots, Overlap, SKIP_LATENESS_MS_MAX,
+    SKIPPED_SLOTS_COUNTED_MAX, SkippedSlots, SlotCount, due_slots,
+};
+pub use error::{Error, Result};
+pub use fire_id::fire_id;
+pub use job_id::{JOB_ID_BYTES_MAX, JobId};
+pub use schedule::{
+    CRON_EXPR_BYTES_MAX, CronSchedule, INTERVAL_MILLIS_MAX, IntervalSchedule, Schedule,
+};
+pub use slot::{SLOT_MILLIS_MAX, SLOT_MILLIS_MIN, Slot};

@@ -52,7 +52,8 @@ pub struct CronSchedule {
     /// The expression as given, with runs of whitespace collapsed to one space.
     expr: String,
     tz: Tz,
-    cron: croner::Cron,
+    /// Boxed because a parsed pattern is large and a `Schedule` is passed around by value.
+    cron: Box<croner::Cron>,
 }
 
 impl CronSchedule {
@@ -70,7 +71,11 @@ impl CronSchedule {
             expr: expr.clone(),
             reason: error.to_string(),
         })?;
-        let schedule = Self { expr, tz, cron };
+        let schedule = Self {
+            expr,
+            tz,
+            cron: Box::new(cron),
+        };
         // An expression with no slot at all (31 February) would make every later call search
         // thousands of years; refuse it once, here.
         if schedule.next_after(Slot::MIN)?.is_none() {

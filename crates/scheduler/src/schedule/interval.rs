@@ -28,10 +28,12 @@ impl IntervalSchedule {
     pub(crate) fn new(every: Duration, anchor: Slot) -> Result<Self> {
         let reason = if every.is_zero() {
             Some("it is zero".to_owned())
-        } else if every.subsec_nanos() % 1_000_000 != 0 {
+        } else if !every.subsec_nanos().is_multiple_of(1_000_000) {
             Some(format!("{every:?} is not a whole number of milliseconds"))
         } else if every.as_millis() > INTERVAL_MILLIS_MAX as u128 {
-            Some(format!("{every:?} is longer than the slot range (years 1970 to 9999)"))
+            Some(format!(
+                "{every:?} is longer than the slot range (years 1970 to 9999)"
+            ))
         } else {
             None
         };
@@ -86,8 +88,8 @@ impl IntervalSchedule {
         if until_inclusive <= after_exclusive {
             return 0;
         }
-        let count = self.index_at_or_before(until_inclusive)
-            - self.index_at_or_before(after_exclusive);
+        let count =
+            self.index_at_or_before(until_inclusive) - self.index_at_or_before(after_exclusive);
         // Both slots are in range, so the count is at most the range length in milliseconds.
         u64::try_from(count).unwrap_or(0)
     }
@@ -117,22 +119,37 @@ mod tests {
             assert!(matches!(error, Error::InvalidInterval { .. }), "{every:?}");
         }
         assert!(IntervalSchedule::new(Duration::from_millis(1), slot(0)).is_ok());
-        assert!(IntervalSchedule::new(Duration::from_millis(INTERVAL_MILLIS_MAX as u64), slot(0))
-            .is_ok());
+        assert!(
+            IntervalSchedule::new(Duration::from_millis(INTERVAL_MILLIS_MAX as u64), slot(0))
+                .is_ok()
+        );
     }
 
     #[test]
     fn matches_brute_force_model_on_both_sides_of_the_anchor() {
         let schedule = IntervalSchedule::new(Duration::from_millis(7), slot(50)).unwrap();
-        let grid: Vec<i64> = (0..200).filter(|m| (m - 50_i64).rem_euclid(7) == 0).collect();
+        let grid: Vec<i64> = (0..200)
+            .filter(|m| (m - 50_i64).rem_euclid(7) == 0)
+            .collect();
         for t in 0..190 {
             let next = grid.iter().copied().find(|&g| g > t);
             let latest = grid.iter().copied().rev().find(|&g| g <= t);
-            assert_eq!(schedule.next_after(slot(t)).map(Slot::as_millis), next, "t={t}");
-            assert_eq!(schedule.latest_at_or_before(slot(t)).map(Slot::as_millis), latest);
+            assert_eq!(
+                schedule.next_after(slot(t)).map(Slot::as_millis),
+                next,
+                "t={t}"
+            );
+            assert_eq!(
+                schedule.latest_at_or_before(slot(t)).map(Slot::as_millis),
+                latest
+            );
             for u in t..190 {
                 let model = grid.iter().filter(|&&g| g > t && g <= u).count() as u64;
-                assert_eq!(schedule.count_between(slot(t), slot(u)), model, "t={t} u={u}");
+                assert_eq!(
+                    schedule.count_between(slot(t), slot(u)),
+                    model,
+                    "t={t} u={u}"
+                );
             }
         }
     }
@@ -141,8 +158,9 @@ mod tests {
     fn range_edges_give_none_instead_of_overflow() {
         let schedule = IntervalSchedule::new(Duration::from_millis(10), slot(5)).unwrap();
         assert_eq!(schedule.latest_at_or_before(slot(3)), None);
-        let huge = IntervalSchedule::new(Duration::from_millis(INTERVAL_MILLIS_MAX as u64), Slot::MAX)
-            .unwrap();
+        let huge =
+            IntervalSchedule::new(Duration::from_millis(INTERVAL_MILLIS_MAX as u64), Slot::MAX)
+                .unwrap();
         assert_eq!(huge.next_after(Slot::MAX), None);
         assert_eq!(huge.next_after(Slot::MIN), Some(Slot::MAX));
         // The grid point one step before the anchor is the epoch itself.

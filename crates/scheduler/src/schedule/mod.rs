@@ -169,6 +169,8 @@ impl Schedule {
     /// The blake3 hash of [`Schedule::definition`], as 64 lowercase hex digits. Store it with a
     /// job to notice when the job's schedule has been changed.
     pub fn definition_hash(&self) -> String {
-        blake3::hash(self.definition().as_bytes()).to_hex().to_string()
+        blake3::hash(self.definition().as_bytes())
+            .to_hex()
+            .to_string()
     }
 }

@@ -1,0 +1,210 @@
+//! [`JournalBuilder`]: every setting of a journal, with its bound and its default.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use durably_lock::{Clock, ProcFs, ProcessTable, SystemClock};
+
+use crate::error::Result;
+use crate::journal::Journal;
+
+/// How much a crash may take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: an acknowledged commit survives power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: an acknowledged commit survives `kill -9` of the process but may
+    /// be lost on power loss or an OS crash. If a lost commit was a guarded step's intent whose
+    /// effect already ran, the replay cannot see the intent and runs the effect again: use this
+    /// only for idempotent work.
+    ProcessCrash,
+}
+
+impl Durability {
+    /// The name used by the CLI and the benchmark (`full`, `process-crash`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::ProcessCrash => "process-crash",
+        }
+    }
+}
+
+/// Bounded retries of a step whose closure returned a retryable [`crate::StepError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (at least 1).
+    pub attempts_max: u32,
+    /// The wait before the second attempt; doubled before each later one.
+    pub backoff_initial: Duration,
+    /// The longest wait between two attempts.
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts_max: 3,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempt` (2 for the first retry).
+    pub(crate) fn backoff_before(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(20);
+        self.backoff_initial
+            .saturating_mul(1_u32 << doublings)
+            .min(self.backoff_max)
+    }
+}
+
+/// Default busy timeout: how long a write waits for another process's writer.
+pub const BUSY_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Default payload cap: the largest input, output, result or error, in bytes of JSON.
+pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// Default retention of completed executions.
+pub const COMPLETED_RETENTION_DEFAULT: Duration = Duration::from_hours(7 * 24);
+/// Default retention of failed and cancelled executions.
+pub const FAILED_RETENTION_DEFAULT: Duration = Duration::from_hours(30 * 24);
+/// Default number of read connections.
+pub const READERS_MAX_DEFAULT: u32 = 4;
+
+/// Opens a journal: `Journal::builder(path).durability(...).open()`.
+#[derive(Debug, Clone)]
+pub struct JournalBuilder {
+    pub(crate) path: PathBuf,
+    pub(crate) durability: Durability,
+    pub(crate) busy_timeout_ms: u64,
+    pub(crate) ack_timeout: Duration,
+    pub(crate) payload_bytes_max: usize,
+    pub(crate) sweep_on_open: bool,
+    pub(crate) completed_retention: Duration,
+    pub(crate) failed_retention: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) lease_ms: Option<u64>,
+    pub(crate) readers_max: u32,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) processes: Arc<dyn ProcessTable>,
+}
+
+impl JournalBuilder {
+    pub(crate) fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+            durability: Durability::Full,
+            busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
+            ack_timeout: Duration::from_millis(BUSY_TIMEOUT_MS_DEFAULT * 6),
+            payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
+            sweep_on_open: true,
+            completed_retention: COMPLETED_RETENTION_DEFAULT,
+            failed_retention: FAILED_RETENTION_DEFAULT,
+            retry: RetryPolicy::default(),
+            lease_ms: None,
+            readers_max: READERS_MAX_DEFAULT,
+            clock: Arc::new(SystemClock),
+            processes: Arc::new(ProcFs::default()),
+        }
+    }
+
+    /// `Full` (default) or `ProcessCrash`; see [`Durability`].
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// How long a write waits for another process's writer before [`crate::Error::Busy`].
+    #[must_use]
+    pub fn busy_timeout_ms(mut self, busy_timeout_ms: u64) -> Self {
+        self.busy_timeout_ms = busy_timeout_ms;
+        self
+    }
+
+    /// How long a caller waits for the writer's acknowledgement before
+    /// [`crate::Error::AckTimeout`]. Default: six busy timeouts.
+    #[must_use]
+    pub fn ack_timeout(mut self, ack_timeout: Duration) -> Self {
+        self.ack_timeout = ack_timeout;
+        self
+    }
+
+    /// The largest payload (JSON bytes) written or read. Default 1 MiB.
+    #[must_use]
+    pub fn payload_bytes_max(mut self, payload_bytes_max: usize) -> Self {
+        self.payload_bytes_max = payload_bytes_max;
+        self
+    }
+
+    /// Whether opening runs the crash-orphan sweep. Default on.
+    #[must_use]
+    pub fn sweep_on_open(mut self, sweep_on_open: bool) -> Self {
+        self.sweep_on_open = sweep_on_open;
+        self
+    }
+
+    /// Retention of completed executions for [`Journal::collect_garbage`]. Default 7 days.
+    #[must_use]
+    pub fn completed_retention(mut self, age: Duration) -> Self {
+        self.completed_retention = age;
+        self
+    }
+
+    /// Retention of failed and cancelled executions. Default 30 days.
+    #[must_use]
+    pub fn failed_retention(mut self, age: Duration) -> Self {
+        self.failed_retention = age;
+        self
+    }
+
+    /// Retries of steps that fail with a retryable error.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Opt-in lease: locks taken by this journal may be taken over once their heartbeat
+    /// ([`crate::Execution::heartbeat`]) is older than this, even if this process is alive.
+    #[must_use]
+    pub fn lease_ms(mut self, lease_ms: u64) -> Self {
+        self.lease_ms = Some(lease_ms);
+        self
+    }
+
+    /// How many read connections the pool keeps at most. Default 4.
+    #[must_use]
+    pub fn readers_max(mut self, readers_max: u32) -> Self {
+        self.readers_max = readers_max.max(1);
+        self
+    }
+
+    /// The clock (tests inject one they can move).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Where process facts come from (tests inject a fake).
+    #[must_use]
+    pub fn process_table(mut self, processes: Arc<dyn ProcessTable>) -> Self {
+        self.processes = processes;
+        self
+    }
+
+    /// Opens (creating if needed) the journal. Blocks on file I/O: call it at start-up, or
+    /// inside `spawn_blocking`.
+    ///
+    /// # Errors
+    /// [`crate::Error::SchemaTooNew`], [`crate::Error::ForeignDatabase`],
+    /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::Busy`],
+    /// [`crate::Error::Pragma`], or a lock or storage error.
+    pub fn open(self) -> Result<Journal> {
+        Journal::open_with(self)
+    }
+}

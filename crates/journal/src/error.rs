@@ -1,0 +1,302 @@
+use std::path::PathBuf;
+
+use crate::step::StepError;
+
+/// Everything that can go wrong in `durably-journal`.
+///
+/// [`Error::is_retryable`] tells a transient condition (busy, a lock held by a live process)
+/// from one that needs a person or a code change.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A live process holds the execution.
+    #[error(
+        "execution {execution_id} is held by live process pid {pid} since {since}; wait for it \
+         to finish, or stop that process"
+    )]
+    Locked {
+        /// The execution.
+        execution_id: String,
+        /// The holder's pid.
+        pid: i64,
+        /// When the holder took it (RFC 3339 UTC).
+        since: String,
+    },
+    /// This handle's lock was taken over; nothing was written.
+    #[error("{0}")]
+    LockLost(durably_lock::Error),
+    /// A guarded step is in the ambiguous window and its policy is `Fail`.
+    #[error(
+        "step {seq} ({name:?}) of execution {execution_id} is ambiguous: its intent was recorded \
+         but not its result, so the effect may or may not have happened; check the outside \
+         world, then run `durably resolve {execution_id} {seq} --completed JSON` or `--not-done`"
+    )]
+    Ambiguous {
+        /// The execution.
+        execution_id: String,
+        /// The step's sequence number.
+        seq: u32,
+        /// The step's name.
+        name: String,
+    },
+    /// Replay met a step that differs from the journal.
+    #[error(
+        "non-determinism in execution {execution_id} at step {seq}: the journal recorded \
+         {recorded:?} but the code now calls {called:?}; steps must be called in the same order \
+         with the same names on every run"
+    )]
+    NonDeterminism {
+        /// The execution.
+        execution_id: String,
+        /// The step's sequence number.
+        seq: u32,
+        /// What the journal recorded (name and kind).
+        recorded: String,
+        /// What the code called (name and kind).
+        called: String,
+    },
+    /// A step's closure failed, now or on a previous run (replayed from the journal).
+    #[error("step {seq} ({name:?}) failed: {error}")]
+    StepFailed {
+        /// The step's sequence number.
+        seq: u32,
+        /// The step's name.
+        name: String,
+        /// The error the closure returned.
+        error: StepError,
+    },
+    /// A payload is larger than the configured cap; nothing was written.
+    #[error(
+        "{what} is {bytes} bytes, over the {max} byte cap; store large data elsewhere and \
+         journal a reference, or raise `payload_bytes_max`"
+    )]
+    PayloadTooLarge {
+        /// Which payload.
+        what: String,
+        /// Its size.
+        bytes: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A value could not be turned into JSON, or a journaled value into the caller's type.
+    #[error("cannot convert {what} to or from JSON: {source}")]
+    Json {
+        /// Which value.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file was written by a newer durably.
+    #[error(
+        "{path} has schema version {found}, but this durably knows only up to {supported}; \
+         upgrade durably to open it"
+    )]
+    SchemaTooNew {
+        /// The database.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// The file is an SQLite database of another application.
+    #[error(
+        "{path} is an SQLite database of another application ({reason}); durably will not \
+         touch it: point --db at a new or durably file"
+    )]
+    ForeignDatabase {
+        /// The database.
+        path: PathBuf,
+        /// What gave it away.
+        reason: String,
+    },
+    /// The file is not an SQLite database at all, or is damaged.
+    #[error("{path} is not a usable SQLite database ({reason}); it was left untouched")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        reason: String,
+    },
+    /// Another connection held the write lock past the busy timeout.
+    #[error(
+        "the database stayed locked by another writer for over {busy_timeout_ms} ms; retry, or \
+         find the process holding a long write transaction"
+    )]
+    Busy {
+        /// The busy timeout that expired.
+        busy_timeout_ms: u64,
+    },
+    /// The disk (or `max_page_count`) is full; the batch was rolled back.
+    #[error("the database or disk is full; free space and retry (nothing was written)")]
+    DiskFull,
+    /// The file or its directory is read-only.
+    #[error(
+        "the database is read-only: {reason}; check the permissions of the file and its directory"
+    )]
+    ReadOnly {
+        /// What SQLite said.
+        reason: String,
+    },
+    /// A pragma did not take the value durably needs.
+    #[error(
+        "PRAGMA {pragma} is {actual:?} but durably needs {wanted:?}; the file system may not support it"
+    )]
+    Pragma {
+        /// The pragma.
+        pragma: &'static str,
+        /// The value asked for.
+        wanted: String,
+        /// The value read back.
+        actual: String,
+    },
+    /// The journal contradicts itself (a gap in step numbers, a result of the wrong kind).
+    #[error("the journal is inconsistent: {0}; inspect it with `durably show` and report a bug")]
+    Inconsistent(String),
+    /// A reconcile probe failed; the step stays ambiguous.
+    #[error(
+        "the reconcile probe of step {seq} ({name:?}) failed: {error}; the step stays ambiguous"
+    )]
+    ProbeFailed {
+        /// The step's sequence number.
+        seq: u32,
+        /// The step's name.
+        name: String,
+        /// The probe's error.
+        error: StepError,
+    },
+    /// The execution does not exist.
+    #[error("no execution {0} in this journal; `durably ls` lists them")]
+    NotFound(String),
+    /// The execution was cancelled and never reopens.
+    #[error("execution {0} was cancelled and cannot be reopened; start a new execution")]
+    Cancelled(String),
+    /// An operator action does not apply to the state it found.
+    #[error("{0}")]
+    Refused(String),
+    /// A handle was used after a step error that stops the execution.
+    #[error(
+        "execution {execution_id} stopped at step {seq} after an earlier error; drop this \
+         handle and reopen the execution"
+    )]
+    Halted {
+        /// The execution.
+        execution_id: String,
+        /// Where it stopped.
+        seq: u32,
+    },
+    /// The writer's acknowledgement did not arrive in time. The write may still commit: a
+    /// guarded step that hits this has not run its effect, and its replay is decided by policy.
+    #[error(
+        "the journal writer did not acknowledge within {timeout_ms} ms; the write may or may not \
+         have committed, and no effect was run"
+    )]
+    AckTimeout {
+        /// The acknowledgement timeout.
+        timeout_ms: u64,
+    },
+    /// The batch this request was part of failed to commit; nothing of it was written.
+    #[error("the journal's commit failed ({reason}); nothing was written, retry")]
+    CommitFailed {
+        /// Why the commit failed.
+        reason: String,
+    },
+    /// The writer thread has stopped (the journal is closing or the writer failed).
+    #[error("the journal writer has stopped; reopen the journal")]
+    WriterStopped,
+    /// A file-system operation on the database's directory failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Lock bookkeeping failed (identity, liveness directory, a damaged lock row).
+    #[error(transparent)]
+    Lock(durably_lock::Error),
+    /// SQLite failed in a way not listed above.
+    #[error("SQLite error: {0}")]
+    Storage(#[source] rusqlite::Error),
+    /// The read pool could not hand out a connection.
+    #[error("cannot get a read connection: {0}")]
+    Pool(#[from] r2d2::Error),
+}
+
+impl Error {
+    /// Whether retrying the same call later can succeed without anyone changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Locked { .. } | Self::Busy { .. } | Self::AckTimeout { .. } | Self::Pool(_)
+        )
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        classify(&error).unwrap_or(Self::Storage(error))
+    }
+}
+
+impl From<durably_lock::Error> for Error {
+    fn from(error: durably_lock::Error) -> Self {
+        match error {
+            durably_lock::Error::LockLost { .. } => Self::LockLost(error),
+            durably_lock::Error::Storage(inner) => inner.into(),
+            other => Self::Lock(other),
+        }
+    }
+}
+
+/// Maps the SQLite conditions a caller can act on to their own variants. Kept separate from
+/// `From` so a commit failure can be reported to every request of a batch.
+pub(crate) fn classify(error: &rusqlite::Error) -> Option<Error> {
+    let rusqlite::Error::SqliteFailure(failure, message) = error else {
+        return None;
+    };
+    let reason = message.clone().unwrap_or_else(|| failure.to_string());
+    match failure.code {
+        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
+            Some(Error::Busy { busy_timeout_ms: 0 })
+        }
+        rusqlite::ErrorCode::DiskFull => Some(Error::DiskFull),
+        rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen => {
+            Some(Error::ReadOnly { reason })
+        }
+        rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt => {
+            Some(Error::Corrupt {
+                path: PathBuf::new(),
+                reason,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A copy of a batch-wide failure for each request of the batch.
+pub(crate) fn replicate(error: &Error) -> Error {
+    match error {
+        Error::Busy { busy_timeout_ms } => Error::Busy {
+            busy_timeout_ms: *busy_timeout_ms,
+        },
+        Error::DiskFull => Error::DiskFull,
+        Error::ReadOnly { reason } => Error::ReadOnly {
+            reason: reason.clone(),
+        },
+        Error::Corrupt { path, reason } => Error::Corrupt {
+            path: path.clone(),
+            reason: reason.clone(),
+        },
+        other => Error::CommitFailed {
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

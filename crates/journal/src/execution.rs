@@ -1,0 +1,659 @@
+//! [`Execution`]: the handle that drives one execution, and the step protocol.
+//!
+//! Invariant: a guarded step's intent row is durable (acknowledged after COMMIT) before its
+//! closure is called. Every step write checks, in its own transaction, that this handle's
+//! epoch is still the lock's epoch, so a handle whose lock was taken over writes nothing.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::events;
+use crate::journal::Journal;
+use crate::payload;
+use crate::records::{Status, event_kind};
+use crate::replay::RecordedStep;
+pub(crate) use crate::replay::Replay;
+use crate::step::{Effect, Guarded, IdempotencyKey, Policy, Skipped, StepError};
+
+/// The handle that drives one open execution. Steps are numbered in call order; on a resumed
+/// execution, steps already recorded return their recorded outcome without calling the closure.
+///
+/// Dropping it without [`Execution::complete`] or [`Execution::fail`] releases the lock and
+/// leaves the execution `running`, to be resumed.
+#[derive(Debug)]
+pub struct Execution {
+    journal: Journal,
+    id: Uuid,
+    resource: Arc<str>,
+    epoch: u64,
+    is_resume: bool,
+    input: String,
+    replay: Replay,
+    next_seq: u32,
+    halted_at: Option<u32>,
+    finalized: bool,
+}
+
+/// A step being run: its place and identity.
+struct StepCall<'a> {
+    seq: u32,
+    name: &'a str,
+    effect: Effect,
+    policy: Option<&'a Policy>,
+    key: IdempotencyKey,
+}
+
+type StepOutcome<T> = std::result::Result<T, StepError>;
+
+impl Execution {
+    pub(crate) fn new(
+        journal: Journal,
+        id: Uuid,
+        epoch: u64,
+        is_resume: bool,
+        input: String,
+        replay: Replay,
+    ) -> Self {
+        Self {
+            journal,
+            id,
+            resource: Arc::from(id.to_string()),
+            epoch,
+            is_resume,
+            input,
+            replay,
+            next_seq: 0,
+            halted_at: None,
+            finalized: false,
+        }
+    }
+
+    /// The execution id.
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// Whether this open resumed an execution that had been opened before.
+    pub fn is_resume(&self) -> bool {
+        self.is_resume
+    }
+
+    /// The fencing epoch of this handle's lock.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The sequence number the next step will get.
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// The execution's input, as recorded when it was first opened.
+    ///
+    /// # Errors
+    /// [`Error::Json`] when it does not decode as `T`.
+    pub fn input<T: DeserializeOwned>(&self) -> Result<T> {
+        payload::decode(
+            &self.input,
+            "the execution input",
+            self.journal.payload_bytes_max(),
+        )
+    }
+
+    /// Runs a pure step (a computation or a read). Its result is journaled in one commit; a
+    /// crash inside it runs it again.
+    ///
+    /// # Errors
+    /// [`Error::StepFailed`] when the closure failed (now or on an earlier run),
+    /// [`Error::NonDeterminism`], [`Error::LockLost`], [`Error::PayloadTooLarge`], or a storage
+    /// error.
+    pub async fn pure<T, F, Fut>(&mut self, name: &str, mut f: F) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let outcome = self.step(name, Effect::Pure, None, |_| f()).await?;
+        self.never_skipped(outcome)
+    }
+
+    /// Runs an idempotent step, handing the closure its idempotency key. Its result is journaled
+    /// in one commit; a crash inside it runs it again with the same key.
+    ///
+    /// # Errors
+    /// As [`Execution::pure`].
+    pub async fn idempotent<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let outcome = self.step(name, Effect::Idempotent, None, f).await?;
+        self.never_skipped(outcome)
+    }
+
+    /// Runs a guarded step: its intent is committed before the closure runs and its result after.
+    /// If a crash left the intent without a result, `policy` decides (see [`Policy`]).
+    ///
+    /// # Errors
+    /// As [`Execution::pure`], plus [`Error::Ambiguous`] under [`Policy::Fail`] and
+    /// [`Error::ProbeFailed`] under [`Policy::Reconcile`].
+    pub async fn guarded<T, F, Fut>(
+        &mut self,
+        name: &str,
+        policy: Policy,
+        f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        self.step(name, Effect::Guarded, Some(&policy), f).await
+    }
+
+    fn never_skipped<T>(&self, outcome: Guarded<T>) -> Result<T> {
+        match outcome {
+            Guarded::Done(value) => Ok(value),
+            Guarded::Skipped(skipped) => Err(Error::Inconsistent(format!(
+                "step {} of execution {} is recorded as skipped but is not guarded",
+                skipped.seq, self.id
+            ))),
+        }
+    }
+
+    async fn step<T, F, Fut>(
+        &mut self,
+        name: &str,
+        effect: Effect,
+        policy: Option<&Policy>,
+        f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if let Some(seq) = self.halted_at {
+            return Err(Error::Halted {
+                execution_id: self.resource.to_string(),
+                seq,
+            });
+        }
+        let seq = self.next_seq;
+        let call = StepCall {
+            seq,
+            name,
+            effect,
+            policy,
+            key: IdempotencyKey::derive(self.id, seq, name),
+        };
+        let span = tracing::info_span!(
+            "durably.step",
+            execution_id = %self.id,
+            seq,
+            name,
+            effect = effect.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        let result = match self.replay.get(seq).cloned() {
+            Some(recorded) => {
+                self.replay_step(&call, recorded, f)
+                    .instrument(span.clone())
+                    .await
+            }
+            None => self.run_fresh(&call, f).instrument(span.clone()).await,
+        };
+        span.record("outcome", outcome_word(&result));
+        match &result {
+            Ok(_) | Err(Error::StepFailed { .. }) => self.next_seq += 1,
+            Err(_) => self.halted_at = Some(seq),
+        }
+        result
+    }
+
+    async fn run_fresh<T, F, Fut>(&self, call: &StepCall<'_>, mut f: F) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if let Some(policy) = call.policy {
+            self.write_intent(call, policy).await?;
+            fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
+        }
+        let (outcome, attempts) = self.call_with_retries(call, 1, &mut f).await?;
+        fail::fail_point!("journal::after-effect", |_| std::process::abort());
+        self.write_result(call, &outcome, attempts).await?;
+        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        Self::guarded_outcome(call, outcome)
+    }
+
+    async fn replay_step<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        recorded: RecordedStep,
+        mut f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if recorded.name != call.name || recorded.effect != call.effect.as_str() {
+            return Err(Error::NonDeterminism {
+                execution_id: self.resource.to_string(),
+                seq: call.seq,
+                recorded: format!("{} step {:?}", recorded.effect, recorded.name),
+                called: format!("{} step {:?}", call.effect.as_str(), call.name),
+            });
+        }
+        let cap = self.journal.payload_bytes_max();
+        match (recorded.state.as_str(), call.policy) {
+            ("completed", _) => {
+                let text = recorded.result.as_deref().unwrap_or("null");
+                Ok(Guarded::Done(payload::decode(
+                    text,
+                    "a recorded step result",
+                    cap,
+                )?))
+            }
+            ("failed", _) => {
+                let text = recorded.error.as_deref().unwrap_or("null");
+                Err(Error::StepFailed {
+                    seq: call.seq,
+                    name: call.name.to_owned(),
+                    error: payload::decode(text, "a recorded step error", cap)?,
+                })
+            }
+            ("skipped", Some(_)) => Ok(Guarded::Skipped(skipped(call))),
+            ("intent", Some(policy)) => {
+                self.resolve_ambiguity(call, policy, recorded.attempts, &mut f)
+                    .await
+            }
+            (state, _) => Err(Error::Inconsistent(format!(
+                "step {} of execution {} is a {} step in state {state:?}",
+                call.seq, self.resource, recorded.effect
+            ))),
+        }
+    }
+
+    /// Applies the step's policy to an intent without a result: the effect may or may not have
+    /// happened, and only the caller's chosen policy may decide which.
+    async fn resolve_ambiguity<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        policy: &Policy,
+        attempts: u32,
+        f: &mut F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        tracing::info!(
+            policy = policy.as_str(),
+            "ambiguous step found after a crash"
+        );
+        match policy {
+            Policy::Skip => {
+                self.write_skipped(call).await?;
+                Ok(Guarded::Skipped(skipped(call)))
+            }
+            Policy::Fail => Err(Error::Ambiguous {
+                execution_id: self.resource.to_string(),
+                seq: call.seq,
+                name: call.name.to_owned(),
+            }),
+            Policy::Retry => {
+                let detail = json!({ "policy": "retry", "attempt": attempts + 1 });
+                self.write_attempt(call, attempts + 1, event_kind::AMBIGUITY_RETRIED, detail)
+                    .await?;
+                self.finish_rerun(call, attempts + 1, f).await
+            }
+            Policy::Reconcile(probe) => {
+                let answer = probe(call.key).await.map_err(|error| Error::ProbeFailed {
+                    seq: call.seq,
+                    name: call.name.to_owned(),
+                    error,
+                })?;
+                if let Some(value) = answer {
+                    let cap = self.journal.payload_bytes_max();
+                    let decoded: T =
+                        payload::decode(&value.to_string(), "a reconciled result", cap)?;
+                    self.write_reconciled(call, &decoded).await?;
+                    return Ok(Guarded::Done(decoded));
+                }
+                let detail =
+                    json!({ "policy": "reconcile", "found": false, "attempt": attempts + 1 });
+                self.write_attempt(call, attempts + 1, event_kind::AMBIGUITY_RECONCILED, detail)
+                    .await?;
+                self.finish_rerun(call, attempts + 1, f).await
+            }
+        }
+    }
+
+    async fn finish_rerun<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        first_attempt: u32,
+        f: &mut F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
+        fail::fail_point!("journal::after-effect", |_| std::process::abort());
+        self.write_result(call, &outcome, attempts).await?;
+        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        Self::guarded_outcome(call, outcome)
+    }
+
+    /// Calls the closure, retrying errors marked retryable with backoff, at most
+    /// `retry.attempts_max` times in this run. Every failed attempt is recorded before the next.
+    async fn call_with_retries<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        first_attempt: u32,
+        f: &mut F,
+    ) -> Result<(StepOutcome<T>, u32)>
+    where
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let retry = self.journal.inner.retry;
+        let mut attempt = first_attempt;
+        for tries in 1..=retry.attempts_max.max(1) {
+            match f(call.key).await {
+                Err(error) if error.retryable && tries < retry.attempts_max => {
+                    let detail = json!({ "attempt": attempt, "error": error.message });
+                    self.write_attempt(call, attempt + 1, event_kind::ATTEMPT_FAILED, detail)
+                        .await?;
+                    tokio::time::sleep(retry.backoff_before(tries + 1)).await;
+                    attempt += 1;
+                }
+                outcome => return Ok((outcome, attempt)),
+            }
+        }
+        Err(Error::Inconsistent(
+            "the retry loop ended without an outcome".to_owned(),
+        ))
+    }
+
+    fn guarded_outcome<T>(call: &StepCall<'_>, outcome: StepOutcome<T>) -> Result<Guarded<T>> {
+        outcome
+            .map(Guarded::Done)
+            .map_err(|error| Error::StepFailed {
+                seq: call.seq,
+                name: call.name.to_owned(),
+                error,
+            })
+    }
+
+    async fn write_intent(&self, call: &StepCall<'_>, policy: &Policy) -> Result<()> {
+        let (seq, name, policy, key) = (
+            call.seq,
+            call.name.to_owned(),
+            policy.as_str(),
+            call.key.to_string(),
+        );
+        self.write_fenced(move |conn, resource, now| {
+            conn.prepare_cached(
+                "INSERT INTO steps (execution_id, seq, name, effect, policy, state,
+                                    idempotency_key, attempts, intent_at)
+                 VALUES (?1, ?2, ?3, 'guarded', ?4, 'intent', ?5, 1, ?6)",
+            )?
+            .execute(params![resource, seq, name, policy, key, now])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn write_result<T: Serialize>(
+        &self,
+        call: &StepCall<'_>,
+        outcome: &StepOutcome<T>,
+        attempts: u32,
+    ) -> Result<()> {
+        let cap = self.journal.payload_bytes_max();
+        let (state, result, error) = match outcome {
+            Ok(value) => (
+                "completed",
+                Some(payload::encode(value, "the step result", cap)?),
+                None,
+            ),
+            Err(error) => (
+                "failed",
+                None,
+                Some(payload::encode(error, "the step error", cap)?),
+            ),
+        };
+        let (seq, name, effect, key) = (
+            call.seq,
+            call.name.to_owned(),
+            call.effect.as_str(),
+            call.key.to_string(),
+        );
+        self.write_fenced(move |conn, resource, now| {
+            if effect == Effect::Guarded.as_str() {
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE steps SET state = ?3, result = ?4, error = ?5, attempts = ?6,
+                                          result_at = ?7
+                         WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
+                    )?
+                    .execute(params![resource, seq, state, result, error, attempts, now])?;
+                return expect_one_row(changed, resource, seq);
+            }
+            conn.prepare_cached(
+                "INSERT INTO steps (execution_id, seq, name, effect, state, idempotency_key,
+                                    result, error, attempts, result_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                resource, seq, name, effect, state, key, result, error, attempts, now
+            ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn write_skipped(&self, call: &StepCall<'_>) -> Result<()> {
+        let seq = call.seq;
+        self.write_fenced(move |conn, resource, now| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE steps SET state = 'skipped', result_at = ?3
+                     WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
+                )?
+                .execute(params![resource, seq, now])?;
+            expect_one_row(changed, resource, seq)?;
+            events::record(
+                conn,
+                now,
+                Some(resource),
+                Some(seq),
+                event_kind::AMBIGUITY_SKIPPED,
+                &json!({ "policy": "skip" }),
+            )
+        })
+        .await
+    }
+
+    async fn write_reconciled<T: Serialize>(&self, call: &StepCall<'_>, value: &T) -> Result<()> {
+        let result = payload::encode(
+            value,
+            "the reconciled result",
+            self.journal.payload_bytes_max(),
+        )?;
+        let seq = call.seq;
+        self.write_fenced(move |conn, resource, now| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE steps SET state = 'completed', result = ?3, result_at = ?4
+                     WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
+                )?
+                .execute(params![resource, seq, result, now])?;
+            expect_one_row(changed, resource, seq)?;
+            events::record(
+                conn,
+                now,
+                Some(resource),
+                Some(seq),
+                event_kind::AMBIGUITY_RECONCILED,
+                &json!({ "policy": "reconcile", "found": true }),
+            )
+        })
+        .await
+    }
+
+    /// Records that attempt `attempts` is about to start, with an audit event. Guarded steps
+    /// have a row to update; pure and idempotent steps get their count with their result.
+    async fn write_attempt(
+        &self,
+        call: &StepCall<'_>,
+        attempts: u32,
+        kind: &'static str,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let (seq, guarded) = (call.seq, call.effect == Effect::Guarded);
+        self.write_fenced(move |conn, resource, now| {
+            if guarded {
+                conn.prepare_cached(
+                    "UPDATE steps SET attempts = ?3 WHERE execution_id = ?1 AND seq = ?2",
+                )?
+                .execute(params![resource, seq, attempts])?;
+            }
+            events::record(conn, now, Some(resource), Some(seq), kind, &detail)
+        })
+        .await
+    }
+
+    /// Runs `work` in the writer after the fence check, in the same transaction.
+    async fn write_fenced<T, W>(&self, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
+    {
+        let locker = Arc::clone(&self.journal.inner.locker);
+        let (resource, epoch, now) = (Arc::clone(&self.resource), self.epoch, self.journal.now());
+        self.journal
+            .write(move |conn| {
+                locker.fence(conn, &resource, epoch)?;
+                work(conn, &resource, &now)
+            })
+            .await
+    }
+
+    /// Refreshes this handle's lease heartbeat (for journals opened with a lease).
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when the lock was taken over.
+    pub async fn heartbeat(&self) -> Result<()> {
+        let locker = Arc::clone(&self.journal.inner.locker);
+        let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
+        self.journal
+            .write(move |conn| Ok(locker.heartbeat(conn, &resource, epoch)?))
+            .await
+    }
+
+    /// Finalizes the execution as completed with `output`, and releases its lock, in one
+    /// transaction.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`], [`Error::PayloadTooLarge`], or a storage error.
+    pub async fn complete(self, output: &impl Serialize) -> Result<()> {
+        let output = payload::encode(
+            output,
+            "the execution output",
+            self.journal.payload_bytes_max(),
+        )?;
+        self.finalize(Status::Completed, output).await
+    }
+
+    /// Finalizes the execution as failed with `error`, and releases its lock, in one transaction.
+    ///
+    /// # Errors
+    /// As [`Execution::complete`].
+    pub async fn fail(self, error: &impl Serialize) -> Result<()> {
+        let error = payload::encode(
+            error,
+            "the execution error",
+            self.journal.payload_bytes_max(),
+        )?;
+        self.finalize(Status::Failed, error).await
+    }
+
+    async fn finalize(mut self, status: Status, payload: String) -> Result<()> {
+        let locker = Arc::clone(&self.journal.inner.locker);
+        let epoch = self.epoch;
+        self.write_fenced(move |conn, resource, now| {
+            let column = if status == Status::Completed {
+                "output"
+            } else {
+                "error"
+            };
+            conn.prepare_cached(&format!(
+                "UPDATE executions SET status = ?2, {column} = ?3, updated_at = ?4,
+                                       finalized_at = ?4
+                 WHERE execution_id = ?1"
+            ))?
+            .execute(params![resource, status.as_str(), payload, now])?;
+            locker.release(conn, resource, epoch)?;
+            Ok(())
+        })
+        .await?;
+        self.finalized = true;
+        tracing::info!(execution_id = %self.id, status = status.as_str(), "finalized");
+        Ok(())
+    }
+}
+
+impl Drop for Execution {
+    fn drop(&mut self) {
+        if !self.finalized {
+            self.journal.release_detached(self.id, self.epoch);
+        }
+    }
+}
+
+fn skipped(call: &StepCall<'_>) -> Skipped {
+    Skipped {
+        seq: call.seq,
+        name: call.name.to_owned(),
+        idempotency_key: call.key,
+    }
+}
+
+fn expect_one_row(changed: usize, resource: &str, seq: u32) -> Result<()> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(Error::Inconsistent(format!(
+            "step {seq} of execution {resource} was expected in the intent state"
+        )))
+    }
+}
+
+fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
+    match result {
+        Ok(Guarded::Done(_)) => "done",
+        Ok(Guarded::Skipped(_)) => "skipped",
+        Err(Error::StepFailed { .. }) => "failed",
+        Err(Error::Ambiguous { .. }) => "ambiguous",
+        Err(Error::LockLost(_)) => "lock_lost",
+        Err(Error::NonDeterminism { .. }) => "non_determinism",
+        Err(_) => "error",
+    }
+}

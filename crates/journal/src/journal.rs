@@ -1,0 +1,182 @@
+//! [`Journal`]: an open journal file, its writer, its read pool and its lock instance.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use durably_lock::{
+    Clock, Judgement, LivenessDir, LockRow, Locker, LockerConfig, format_timestamp,
+};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::config::{Durability, JournalBuilder, RetryPolicy};
+use crate::error::{Error, Result};
+use crate::storage;
+use crate::writer::{Writer, WriterStats};
+
+/// An open journal. Cheap to clone; all clones share one writer thread, one read pool and one
+/// lock instance (one liveness file).
+#[derive(Debug, Clone)]
+pub struct Journal {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) path: PathBuf,
+    pub(crate) writer: Writer,
+    pub(crate) readers: r2d2::Pool<SqliteConnectionManager>,
+    pub(crate) locker: Arc<Locker>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) durability: Durability,
+    pub(crate) payload_bytes_max: usize,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) completed_retention: Duration,
+    pub(crate) failed_retention: Duration,
+}
+
+impl Journal {
+    /// Starts configuring a journal at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> JournalBuilder {
+        JournalBuilder::new(path.as_ref())
+    }
+
+    /// Opens the journal at `path` with the default settings.
+    ///
+    /// # Errors
+    /// As [`JournalBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(path).open()
+    }
+
+    pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
+        let path = absolute(&config.path)?;
+        let conn = storage::open_writer(&path, config.durability, config.busy_timeout_ms)?;
+        storage::migrate(&conn, &path)?;
+        let locker = Arc::new(Locker::new(LockerConfig {
+            liveness: LivenessDir::beside(&path),
+            lease_ms: config.lease_ms,
+            processes: Arc::clone(&config.processes),
+            clock: Arc::clone(&config.clock),
+        })?);
+        if config.sweep_on_open {
+            crate::sweep::reclaim_orphans(&conn, &locker)?;
+        }
+        let busy_timeout_ms = config.busy_timeout_ms;
+        let manager = SqliteConnectionManager::file(&path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(move |conn| storage::configure_reader(conn, busy_timeout_ms));
+        let readers = r2d2::Pool::builder()
+            .max_size(config.readers_max)
+            .min_idle(Some(0))
+            .connection_timeout(Duration::from_millis(busy_timeout_ms.max(1000)))
+            .build(manager)?;
+        let writer = Writer::start(conn, busy_timeout_ms, config.ack_timeout)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                writer,
+                readers,
+                locker,
+                clock: config.clock,
+                durability: config.durability,
+                payload_bytes_max: config.payload_bytes_max,
+                retry: config.retry,
+                completed_retention: config.completed_retention,
+                failed_retention: config.failed_retention,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The durability this journal commits with.
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
+    /// The largest payload, in bytes of JSON, this journal writes or reads.
+    pub fn payload_bytes_max(&self) -> usize {
+        self.inner.payload_bytes_max
+    }
+
+    /// This journal's lock instance (its id is stamped on every lock it holds).
+    pub fn locker(&self) -> &Locker {
+        &self.inner.locker
+    }
+
+    /// The writer's counters: commits and requests so far.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.inner.writer.stats()
+    }
+
+    /// Runs `work` on the write connection inside a group-commit transaction and waits until
+    /// it has committed. For crates built on the journal (the scheduler keeps its ledger this
+    /// way); `work` must not call back into the journal.
+    ///
+    /// # Errors
+    /// `work`'s own error, or the batch's commit error.
+    pub async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        self.inner.writer.write(work).await
+    }
+
+    /// Runs `work` on a read-only pooled connection, inside one short read transaction.
+    ///
+    /// # Errors
+    /// `work`'s own error, or a pool or storage error.
+    pub fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.inner.readers.get()?;
+        let transaction = conn.transaction()?;
+        let value = work(&transaction)?;
+        transaction.finish()?;
+        Ok(value)
+    }
+
+    /// Every held lock with this instance's judgement of its holder.
+    ///
+    /// # Errors
+    /// A storage error or a damaged lock row.
+    pub fn lock_holders(&self) -> Result<Vec<(LockRow, Judgement)>> {
+        let rows = self.read(|conn| Ok(durably_lock::held(conn)?))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| {
+                let judgement = self.inner.locker.judge().judge(row.holder.as_ref()?);
+                Some((row, judgement))
+            })
+            .collect())
+    }
+
+    pub(crate) fn now(&self) -> String {
+        format_timestamp(self.inner.clock.now())
+    }
+}
+
+/// Makes `path` absolute and resolves links in its directory, so every process names the same
+/// liveness directory for the same database.
+fn absolute(path: &Path) -> Result<PathBuf> {
+    if let Ok(canonical) = path.canonicalize() {
+        return Ok(canonical);
+    }
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let directory = parent.canonicalize().map_err(|source| Error::Io {
+        action: "find the directory of",
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(match path.file_name() {
+        Some(name) => directory.join(name),
+        None => directory,
+    })
+}

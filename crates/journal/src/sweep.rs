@@ -1,0 +1,321 @@
+//! The crash-orphan sweep and the retention sweep.
+
+use std::time::Duration;
+
+use durably_lock::{DeathReason, LockRow, Locker, format_timestamp};
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::events;
+use crate::journal::Journal;
+use crate::records::event_kind;
+
+/// Executions deleted per retention batch: small enough that one batch holds the write lock
+/// for milliseconds, not seconds.
+pub const GC_BATCH_EXECUTIONS_DEFAULT: u32 = 200;
+
+/// What the crash-orphan sweep found (and, unless a dry run, reclaimed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    /// Locks of dead holders.
+    pub reclaimed: Vec<Reclaimed>,
+    /// Running executions that had no lock holder at all, marked interrupted.
+    pub unlocked: Vec<String>,
+}
+
+/// One lock reclaimed from a dead holder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reclaimed {
+    /// The locked resource (the execution id, for executions).
+    pub resource: String,
+    /// The dead holder's pid.
+    pub pid: i64,
+    /// Why it was judged dead.
+    pub reason: String,
+}
+
+/// Settings of one retention sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcOptions {
+    /// Delete completed executions finalized longer ago than this.
+    pub completed_older_than: Duration,
+    /// Delete failed and cancelled executions finalized longer ago than this.
+    pub failed_older_than: Duration,
+    /// Count only; delete nothing.
+    pub dry_run: bool,
+    /// Executions deleted per transaction.
+    pub batch_executions_max: u32,
+}
+
+/// What a retention sweep deleted (or would delete, in a dry run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    /// Completed executions.
+    pub completed: u64,
+    /// Failed and cancelled executions.
+    pub failed: u64,
+    /// Transactions used.
+    pub batches: u64,
+}
+
+impl Journal {
+    /// The crash-orphan sweep: takes over every lock whose holder is dead, marks its execution
+    /// interrupted with an audit event, and releases the lock; then marks running executions
+    /// with no lock holder interrupted. A live holder's lock is never touched.
+    ///
+    /// # Errors
+    /// A storage error; what was reclaimed before it stays reclaimed.
+    pub async fn sweep(&self, dry_run: bool) -> Result<SweepReport> {
+        let dead = self.read(|conn| Ok(self.inner.locker.dead_holders(conn)?))?;
+        let mut report = SweepReport::default();
+        for (row, reason) in dead {
+            if !dry_run {
+                fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
+                let locker = self.inner.locker.clone();
+                let (row, reason, now) = (row.clone(), reason.clone(), self.now());
+                let done = self
+                    .write(move |conn| reclaim_one(conn, &locker, &row, &reason, &now))
+                    .await?;
+                if !done {
+                    continue;
+                }
+                fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
+            }
+            report.reclaimed.push(reclaimed(&row, &reason));
+        }
+        report.unlocked = if dry_run {
+            self.read(unlocked_running)?
+        } else {
+            let now = self.now();
+            self.write(move |conn| interrupt_unlocked(conn, &now))
+                .await?
+        };
+        Ok(report)
+    }
+
+    /// The retention sweep: deletes finalized executions (with their steps, events and lock
+    /// rows) older than the given ages, in small batches so other writers wait at most one
+    /// batch. `progress` is called after each batch with the running totals.
+    ///
+    /// # Errors
+    /// A storage error; batches already committed stay deleted.
+    pub async fn collect_garbage(
+        &self,
+        options: GcOptions,
+        mut progress: impl FnMut(&GcReport),
+    ) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        let now = self.inner.clock.now();
+        for (statuses, age) in [
+            (("completed", "completed"), options.completed_older_than),
+            (("failed", "cancelled"), options.failed_older_than),
+        ] {
+            let cutoff = now
+                .checked_sub_signed(
+                    chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX),
+                )
+                .map_or_else(|| "0000".to_owned(), format_timestamp);
+            let due = self.read(|conn| count_due(conn, statuses, &cutoff))?;
+            let deleted = if options.dry_run {
+                due
+            } else {
+                self.delete_in_batches(statuses, &cutoff, due, options, &mut report, &mut progress)
+                    .await?
+            };
+            if statuses.0 == "completed" {
+                report.completed = deleted;
+            } else {
+                report.failed = deleted;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Default retention ages of this journal, as a dry-run-off [`GcOptions`].
+    pub fn default_gc_options(&self) -> GcOptions {
+        GcOptions {
+            completed_older_than: self.inner.completed_retention,
+            failed_older_than: self.inner.failed_retention,
+            dry_run: false,
+            batch_executions_max: GC_BATCH_EXECUTIONS_DEFAULT,
+        }
+    }
+
+    async fn delete_in_batches(
+        &self,
+        statuses: (&'static str, &'static str),
+        cutoff: &str,
+        due: u64,
+        options: GcOptions,
+        report: &mut GcReport,
+        progress: &mut impl FnMut(&GcReport),
+    ) -> Result<u64> {
+        let batch = options.batch_executions_max.max(1);
+        // Bounded: the rows due now, plus one pass that finds nothing left.
+        let passes = due / u64::from(batch) + 1;
+        let mut deleted = 0;
+        for _ in 0..passes {
+            let cutoff = cutoff.to_owned();
+            let count = self
+                .write(move |conn| delete_batch(conn, statuses, &cutoff, batch))
+                .await?;
+            if count == 0 {
+                break;
+            }
+            deleted += count;
+            report.batches += 1;
+            if statuses.0 == "completed" {
+                report.completed = deleted;
+            } else {
+                report.failed = deleted;
+            }
+            progress(report);
+            fail::fail_point!("journal::gc-between-batches", |_| std::process::abort());
+        }
+        Ok(deleted)
+    }
+}
+
+/// Reclaims one dead holder's lock in one transaction. `false` when another sweeper won.
+pub(crate) fn reclaim_one(
+    conn: &Connection,
+    locker: &Locker,
+    row: &LockRow,
+    reason: &DeathReason,
+    now: &str,
+) -> Result<bool> {
+    let Some(holder) = &row.holder else {
+        return Ok(false);
+    };
+    let Some(epoch) = locker.take_over(conn, &row.resource, row.epoch)? else {
+        return Ok(false);
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET status = 'interrupted', updated_at = ?2
+             WHERE execution_id = ?1 AND status = 'running'",
+        )?
+        .execute(params![row.resource, now])?;
+    let is_execution = changed == 1
+        || conn
+            .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
+            .exists(params![row.resource])?;
+    events::record(
+        conn,
+        now,
+        is_execution.then_some(row.resource.as_str()),
+        None,
+        event_kind::ORPHAN_RECLAIMED,
+        &json!({
+            "resource": row.resource,
+            "pid": holder.pid,
+            "epoch": row.epoch,
+            "reason": reason.to_string(),
+        }),
+    )?;
+    locker.release(conn, &row.resource, epoch)?;
+    Ok(true)
+}
+
+/// Reclaims every dead holder at journal open, before the writer thread starts, one
+/// transaction each.
+pub(crate) fn reclaim_orphans(conn: &Connection, locker: &Locker) -> Result<()> {
+    let now = format_timestamp(locker.judge().clock().now());
+    for (row, reason) in locker.dead_holders(conn)? {
+        fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
+        in_transaction(conn, |conn| reclaim_one(conn, locker, &row, &reason, &now))?;
+        fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
+    }
+    in_transaction(conn, |conn| interrupt_unlocked(conn, &now))?;
+    Ok(())
+}
+
+fn in_transaction<T>(conn: &Connection, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    match work(conn) {
+        Ok(value) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(value)
+        }
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
+fn reclaimed(row: &LockRow, reason: &DeathReason) -> Reclaimed {
+    Reclaimed {
+        resource: row.resource.clone(),
+        pid: row.holder.as_ref().map_or(0, |holder| holder.pid),
+        reason: reason.to_string(),
+    }
+}
+
+const UNLOCKED_RUNNING: &str = "SELECT execution_id FROM executions
+     WHERE status = 'running'
+       AND NOT EXISTS (SELECT 1 FROM locks
+                       WHERE resource = execution_id AND instance_id IS NOT NULL)";
+
+fn unlocked_running(conn: &Connection) -> Result<Vec<String>> {
+    let mut statement = conn.prepare_cached(UNLOCKED_RUNNING)?;
+    let rows = statement.query_map([], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+}
+
+fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<String>> {
+    let ids = unlocked_running(conn)?;
+    for id in &ids {
+        conn.prepare_cached(
+            "UPDATE executions SET status = 'interrupted', updated_at = ?2 WHERE execution_id = ?1",
+        )?
+        .execute(params![id, now])?;
+        events::record(
+            conn,
+            now,
+            Some(id),
+            None,
+            event_kind::UNLOCKED_INTERRUPTED,
+            &json!({}),
+        )?;
+    }
+    Ok(ids)
+}
+
+fn count_due(conn: &Connection, statuses: (&str, &str), cutoff: &str) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM executions WHERE status IN (?1, ?2) AND finalized_at < ?3",
+        )?
+        .query_row(params![statuses.0, statuses.1, cutoff], |row| row.get(0))?;
+    Ok(count.max(0) as u64)
+}
+
+fn delete_batch(
+    conn: &Connection,
+    statuses: (&str, &str),
+    cutoff: &str,
+    batch: u32,
+) -> Result<u64> {
+    const DOOMED: &str = "SELECT execution_id FROM executions
+         WHERE status IN (?1, ?2) AND finalized_at < ?3
+         ORDER BY finalized_at, execution_id LIMIT ?4";
+    conn.prepare_cached(&format!(
+        "DELETE FROM locks WHERE instance_id IS NULL AND resource IN ({DOOMED})"
+    ))?
+    .execute(params![statuses.0, statuses.1, cutoff, batch])?;
+    let deleted = conn
+        .prepare_cached(&format!(
+            "DELETE FROM executions WHERE execution_id IN ({DOOMED})"
+        ))?
+        .execute(params![statuses.0, statuses.1, cutoff, batch])?;
+    Ok(deleted as u64)
+}
+
+impl From<std::convert::Infallible> for Error {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}

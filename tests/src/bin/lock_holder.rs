@@ -1,0 +1,109 @@
+//! Test helper for the `lock_*` integration tests: one lock instance in its own process, driven
+//! by commands on stdin, answering one line per command on stdout.
+//!
+//! Usage: `lock_holder <database> <resource> [--lease-ms <ms>]`. At start it prints
+//! `ready <instance-id> <pid>`. Commands:
+//!
+//! - `acquire`: `try_acquire` in its own `BEGIN IMMEDIATE` transaction; prints
+//!   `acquired <epoch> <took-over-reason or none>` or `held <epoch> <judgement>`.
+//! - `fence <epoch>`: a fenced write: in one `BEGIN IMMEDIATE` transaction, the fence check and
+//!   then an insert into `fenced_writes`; prints `fenced <epoch>` or `lost <error>`.
+//! - `release <epoch>`: prints `released <epoch>` or `lost <error>`.
+//! - `exit`, or the end of stdin: exits.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use durably_lock::{Acquire, Error, LivenessDir, Locker, LockerConfig};
+use rusqlite::{Connection, TransactionBehavior, params};
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+fn main() -> Outcome {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(database), Some(resource)) = (args.get(1), args.get(2)) else {
+        return Err("usage: lock_holder <database> <resource> [--lease-ms <ms>]".into());
+    };
+    let database = PathBuf::from(database);
+    let mut config = LockerConfig::new(LivenessDir::beside(&database));
+    if args.get(3).map(String::as_str) == Some("--lease-ms") {
+        config.lease_ms = Some(args.get(4).ok_or("--lease-ms needs a value")?.parse()?);
+    }
+    let locker = Locker::new(config)?;
+    let mut conn = Connection::open(&database)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {} {}", locker.instance_id(), std::process::id())?;
+    out.flush()?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let mut words = line.split_whitespace();
+        let answer = match (words.next(), words.next().map(str::parse::<u64>)) {
+            (Some("acquire"), None) => acquire(&locker, &mut conn, resource)?,
+            (Some("fence"), Some(Ok(epoch))) => fenced_write(&locker, &mut conn, resource, epoch)?,
+            (Some("release"), Some(Ok(epoch))) => release(&locker, &mut conn, resource, epoch)?,
+            (Some("exit"), None) => break,
+            _ => return Err(format!("unknown command {line:?}").into()),
+        };
+        writeln!(out, "{answer}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn acquire(
+    locker: &Locker,
+    conn: &mut Connection,
+    resource: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let answer = match locker.try_acquire(&transaction, resource)? {
+        Acquire::Acquired { epoch, took_over } => match took_over {
+            Some(takeover) => format!("acquired {epoch} {:?}", takeover.reason),
+            None => format!("acquired {epoch} none"),
+        },
+        Acquire::Held {
+            epoch, judgement, ..
+        } => format!("held {epoch} {judgement}"),
+    };
+    transaction.commit()?;
+    Ok(answer)
+}
+
+fn fenced_write(
+    locker: &Locker,
+    conn: &mut Connection,
+    resource: &str,
+    epoch: u64,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    match locker.fence(&transaction, resource, epoch) {
+        Ok(()) => {}
+        // Dropping the transaction rolls it back: nothing is written under a stale epoch.
+        Err(error @ Error::LockLost { .. }) => return Ok(format!("lost {error}")),
+        Err(error) => return Err(error.into()),
+    }
+    transaction.execute(
+        "INSERT INTO fenced_writes (resource, epoch, pid) VALUES (?1, ?2, ?3)",
+        params![resource, epoch as i64, std::process::id()],
+    )?;
+    transaction.commit()?;
+    Ok(format!("fenced {epoch}"))
+}
+
+fn release(
+    locker: &Locker,
+    conn: &mut Connection,
+    resource: &str,
+    epoch: u64,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    match locker.release(&transaction, resource, epoch) {
+        Ok(()) => {}
+        Err(error @ Error::LockLost { .. }) => return Ok(format!("lost {error}")),
+        Err(error) => return Err(error.into()),
+    }
+    transaction.commit()?;
+    Ok(format!("released {epoch}"))
+}
