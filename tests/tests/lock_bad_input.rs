@@ -10,6 +10,9 @@
 //! `ProcFs::at(dir)` over an empty or hand-made tree, and the liveness directory by a path that
 //! cannot be a directory.
 
+// Helpers outside the #[test] functions fail the test by panicking, as the tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod lock_support;
 
 use std::os::unix::fs::PermissionsExt;

@@ -11,6 +11,9 @@
 //! once and no epoch is ever handed out twice. It also checks that the lock really changed hands
 //! often, so the race was a race.
 
+// Helpers outside the #[test] functions fail the test by panicking, as the tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod lock_support;
 
 use durably_lock::read;

@@ -11,6 +11,9 @@
 //! then continued, asked over its stdin to make a fenced write at its old epoch, and reports
 //! the `LockLost` on stdout; the `fenced_writes` table shows nothing got through.
 
+// Helpers outside the #[test] functions fail the test by panicking, as the tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod lock_support;
 
 use std::sync::Arc;

@@ -9,12 +9,15 @@
 //! saw; then both call `try_acquire` outside any explicit transaction, so their reads, judgements
 //! and swaps interleave freely. Finally two `lock_holder` processes are told to acquire at once.
 
+// Helpers outside the #[test] functions fail the test by panicking, as the tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod lock_support;
 
 use std::sync::{Arc, Barrier};
 
 use durably_lock::{Acquire, DeathReason, Judgement, Locker, read};
-use lock_support::{Scratch, immediate, insert_holder, reused_pid_holder, spawn_holder};
+use lock_support::{Driven, Scratch, immediate, insert_holder, reused_pid_holder, spawn_holder};
 use uuid::Uuid;
 
 const ROUNDS: usize = 100;
@@ -126,7 +129,7 @@ fn two_processes_acquiring_one_dead_holder_have_one_winner() {
         for child in &mut children {
             child.send("acquire");
         }
-        let answers = children.each_mut().map(|child| child.line());
+        let answers = children.each_mut().map(Driven::line);
         let won = answers
             .iter()
             .filter(|answer| answer.starts_with("acquired 8 PidReused"));

@@ -1,1 +1,77 @@
-//! Placeholder.
+//! Durable execution on one SQLite file.
+//!
+//! A program that links `durably` (an agent, a daemon, a scheduler) survives crashes without
+//! silently repeating or silently dropping a side effect. Every step of an execution is
+//! journaled; after a crash the program reopens the execution, committed steps return their
+//! recorded results without running again, and a guarded step caught between its intent and
+//! its result is handled by the [`Policy`] its author chose.
+//!
+//! This crate re-exports the public API of `durably-journal` at its root and the lock crate as
+//! [`lock`].
+//!
+//! # An agent that crashes and resumes
+//!
+//! The first run below stops inside the third step, after its intent committed: it is the
+//! crash. (A real crash would be a killed process; dropping the handle mid-step leaves the same
+//! journal behind.) The second run replays the first two steps without calling their closures,
+//! finds the third step ambiguous, and its `Retry` policy runs it once more with the same
+//! idempotency key.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//!
+//! use durably::{Guarded, Journal, Opened, Policy, StepError};
+//!
+//! static PLANS: AtomicU32 = AtomicU32::new(0);
+//! static EMAILS: AtomicU32 = AtomicU32::new(0);
+//!
+//! async fn agent(journal: &Journal, id: uuid::Uuid, crash: bool) -> durably::Result<()> {
+//!     let Opened::Running(mut run) = journal.open_execution(id, "agent", "triage", &"ticket 7").await?
+//!     else {
+//!         return Ok(()); // Already finished: nothing runs.
+//!     };
+//!     let plan: String = run.pure("plan", || async {
+//!         PLANS.fetch_add(1, Ordering::SeqCst);
+//!         Ok("reply to the customer".to_owned())
+//!     }).await?;
+//!     let ticket: u32 = run.idempotent("fetch ticket", |_key| async { Ok(7) }).await?;
+//!     let plan = &plan; // Closures may run more than once, so they borrow rather than move.
+//!     let sent = run.guarded("send email", Policy::Retry, |key| async move {
+//!         if crash {
+//!             // Simulated crash: the intent is durable, the effect never reports back.
+//!             std::future::pending::<()>().await;
+//!         }
+//!         EMAILS.fetch_add(1, Ordering::SeqCst);
+//!         Ok::<_, StepError>(format!("ticket {ticket}: {plan} (key {key})"))
+//!     });
+//!     if crash {
+//!         // Give the step long enough to commit its intent, then "crash".
+//!         let _ = tokio::time::timeout(std::time::Duration::from_millis(200), sent).await;
+//!         return Ok(());
+//!     }
+//!     match sent.await? {
+//!         Guarded::Done(receipt) => run.complete(&receipt).await,
+//!         Guarded::Skipped(skipped) => run.fail(&skipped.to_string()).await,
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let journal = Journal::open(dir.path().join("agent.db"))?;
+//! let id = uuid::Uuid::new_v4();
+//!
+//! agent(&journal, id, true).await?; // crashes inside "send email"
+//! assert_eq!(journal.steps(id)?[2].state, "intent");
+//!
+//! agent(&journal, id, false).await?; // resumes
+//! assert_eq!(PLANS.load(Ordering::SeqCst), 1, "the plan was replayed, not recomputed");
+//! assert_eq!(EMAILS.load(Ordering::SeqCst), 1, "the email was sent once");
+//! assert_eq!(journal.get(id)?.map(|record| record.status), Some("completed".to_owned()));
+//! # Ok(())
+//! # }
+//! ```
+
+pub use durably_journal::*;
+/// Exclusive-open locks, liveness judgement and fencing epochs.
+pub use durably_lock as lock;

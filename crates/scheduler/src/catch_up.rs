@@ -15,7 +15,7 @@ pub const CATCH_UP_SLOTS_MAX: usize = 1_000;
 
 /// How many skipped cron slots [`due_slots`] counts one by one before it reports
 /// [`SlotCount::AtLeast`]. Interval slots are counted exactly by arithmetic at any number.
-pub const SKIPPED_SLOTS_COUNTED_MAX: u64 = 100_000;
+pub const SKIPPED_SLOTS_COUNTED_MAX: u64 = 10_000;
 
 /// What to do with slots whose time passed while no scheduler ran them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

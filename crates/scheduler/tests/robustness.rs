@@ -84,8 +84,9 @@ fn generated_cron_expressions_never_panic() {
                 .all(|&slot| slot > Slot::MIN && slot <= time)
         );
     }
+    eprintln!("accepted {accepted} of 600");
     assert!(
-        accepted > 5,
+        accepted > 30,
         "the generator must produce some valid expressions"
     );
 }

@@ -27,7 +27,7 @@ const BUSY_RETRIES_MAX: i32 = 500_000;
 const AFTER_RELEASE_PAUSE: Duration = Duration::from_micros(100);
 
 /// A racer that has not finished by then is starved or stuck; it fails instead of hanging.
-const RUN_MAX: Duration = Duration::from_secs(60);
+const RUN_MAX: Duration = Duration::from_mins(1);
 
 fn main() -> Outcome {
     let args: Vec<String> = std::env::args().collect();

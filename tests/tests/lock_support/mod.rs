@@ -2,8 +2,14 @@
 //! up, child processes driven over pipes with bounded waits, crafted lock rows, and an injected
 //! clock and process table.
 
-// Each test file uses a different subset of these helpers.
-#![allow(dead_code)]
+// Each test file uses a different subset of these helpers, and like the tests themselves they
+// fail the test by panicking.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::missing_panics_doc
+)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
