@@ -292,6 +292,9 @@ pub(crate) fn replicate(error: &Error) -> Error {
             path: path.clone(),
             reason: reason.clone(),
         },
+        Error::CommitFailed { reason } => Error::CommitFailed {
+            reason: reason.clone(),
+        },
         other => Error::CommitFailed {
             reason: other.to_string(),
         },

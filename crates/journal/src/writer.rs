@@ -213,6 +213,17 @@ fn commit_batch(
         if !run_in_savepoint(conn, job.as_mut()) {
             failed += 1;
         }
+        // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction
+        // on its own. Running the rest of the batch would then write in autocommit mode,
+        // outside any batch: stop, and report the batch failed to every request in it.
+        if conn.is_autocommit() {
+            let error = Error::CommitFailed {
+                reason: "SQLite rolled the batch back after an error in one of its requests"
+                    .to_owned(),
+            };
+            fail_all(batch, &error, counters);
+            return;
+        }
     }
     if let Err(error) = conn.execute_batch("COMMIT") {
         // A failed COMMIT may leave the transaction open; roll it back so the next batch starts
