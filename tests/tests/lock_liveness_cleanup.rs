@@ -3,11 +3,13 @@
 //!
 //! Method: `lock_holder` children register (each creates and locks `<instance>.live` beside the
 //! database) and are SIGKILLed. The kernel drops their `flock`s but leaves the files. The test
-//! then shows that the next `Locker::new` removes every file whose lock is free, and that
-//! judging a dead holder removes its file too, while files of live instances (a child that is
-//! still running, and this process's own) stay. A separate test registers and drops instances
-//! from many threads at once, each with its own descriptor (a `flock` is per open file, so
-//! threads contend exactly like processes), and requires every registration to succeed.
+//! then shows that the cleanup the orphan sweep runs (`remove_dead_liveness_files`) removes
+//! every free file that no held lock row names, while files of live instances (a child that is
+//! still running, and this process's own) stay; and that judging a dead holder leaves its file
+//! in place as evidence until its lock is reclaimed, after which the cleanup removes it. A
+//! separate test registers and drops instances from many threads at once, each with its own
+//! descriptor (a `flock` is per open file, so threads contend exactly like processes), racing
+//! with cleanups, and requires every registration to succeed.
 
 mod lock_support;
 
@@ -17,9 +19,8 @@ use durably_lock::{DeathReason, Judgement, LivenessDir, Locker, LockerConfig, re
 use lock_support::{Scratch, immediate, spawn_holder};
 
 #[test]
-fn the_next_locker_removes_the_liveness_files_of_killed_instances() {
+fn the_cleanup_removes_the_liveness_files_of_killed_instances() {
     let scratch = Scratch::new();
-    // All register before any dies: each registration cleans up the files of dead instances.
     let children: Vec<_> = (0..5)
         .map(|_| spawn_holder(&scratch.database, "unused", &[]))
         .collect();
@@ -40,6 +41,10 @@ fn the_next_locker_removes_the_liveness_files_of_killed_instances() {
     }
 
     let locker = scratch.locker();
+    assert_eq!(
+        locker.remove_dead_liveness_files(&scratch.conn()).unwrap(),
+        6
+    );
     let mut expected = vec![
         format!("{survivor_instance}.live"),
         format!("{}.live", locker.instance_id()),
@@ -60,9 +65,8 @@ fn the_next_locker_removes_the_liveness_files_of_killed_instances() {
 }
 
 #[test]
-fn judging_a_killed_holder_removes_its_liveness_file() {
+fn a_killed_holders_liveness_file_stays_until_its_lock_is_reclaimed() {
     let scratch = Scratch::new();
-    // Registered first, so its own cleanup has already run when the child dies.
     let locker = scratch.locker();
     let (mut child, instance) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
@@ -77,14 +81,13 @@ fn judging_a_killed_holder_removes_its_liveness_file() {
         locker.judge().judge(&holder),
         Judgement::Dead(DeathReason::LivenessFileUnlocked)
     );
-    assert!(
-        !scratch.liveness_files().contains(&file),
-        "the judge removed the free file"
-    );
-    // With the file gone the judgement falls back to the pid, which is gone too.
     assert_eq!(
-        locker.judge().judge(&holder),
-        Judgement::Dead(DeathReason::NoSuchProcess { pid: holder.pid })
+        locker.remove_dead_liveness_files(&scratch.conn()).unwrap(),
+        0
+    );
+    assert!(
+        scratch.liveness_files().contains(&file),
+        "a free file that a held lock still names is kept as evidence"
     );
     let mut conn = scratch.conn();
     let acquired = immediate(&mut conn, |conn| locker.try_acquire(conn, "resource")).unwrap();
@@ -95,6 +98,11 @@ fn judging_a_killed_holder_removes_its_liveness_file() {
             took_over: Some(_)
         }
     ));
+    assert_eq!(
+        locker.remove_dead_liveness_files(&scratch.conn()).unwrap(),
+        1
+    );
+    assert!(!scratch.liveness_files().contains(&file));
 }
 
 #[test]
@@ -113,6 +121,10 @@ fn instances_registering_at_once_all_succeed() {
                 for round in 0..ROUNDS {
                     let locker = Locker::new(LockerConfig::new(liveness.clone()))
                         .unwrap_or_else(|error| panic!("round {round}: {error}"));
+                    // Every registration races with the other threads' cleanups.
+                    liveness
+                        .remove_dead(&std::collections::HashSet::new())
+                        .unwrap();
                     // A live instance's file must survive every other thread's cleanup.
                     let file = liveness
                         .path()

@@ -16,6 +16,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0002_journal",
         include_str!("../../../schema/0002_journal.sql"),
     ),
+    (
+        "0003_scheduler",
+        include_str!("../../../schema/0003_scheduler.sql"),
+    ),
 ];
 
 /// The schema version this build writes and understands.

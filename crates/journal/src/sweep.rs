@@ -89,8 +89,11 @@ impl Journal {
             self.read(unlocked_running)?
         } else {
             let now = self.now();
-            self.write(move |conn| interrupt_unlocked(conn, &now))
-                .await?
+            let unlocked = self
+                .write(move |conn| interrupt_unlocked(conn, &now))
+                .await?;
+            self.read(|conn| Ok(self.inner.locker.remove_dead_liveness_files(conn)?))?;
+            unlocked
         };
         Ok(report)
     }
@@ -229,6 +232,7 @@ pub(crate) fn reclaim_orphans(conn: &Connection, locker: &Locker) -> Result<()> 
         fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
     }
     in_transaction(conn, |conn| interrupt_unlocked(conn, &now))?;
+    locker.remove_dead_liveness_files(conn)?;
     Ok(())
 }
 

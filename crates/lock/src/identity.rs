@@ -55,12 +55,15 @@ pub trait ProcessTable: Send + Sync + Debug {
 #[derive(Debug, Clone)]
 pub struct ProcFs {
     root: PathBuf,
+    // Whether `root` is this host's real /proc, whose pids `kill(pid, 0)` can confirm.
+    real: bool,
 }
 
 impl Default for ProcFs {
     fn default() -> Self {
         Self {
             root: PathBuf::from("/proc"),
+            real: true,
         }
     }
 }
@@ -68,7 +71,10 @@ impl Default for ProcFs {
 impl ProcFs {
     /// A `/proc` mounted somewhere else (tests point this at a fake tree).
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            real: false,
+        }
     }
 
     fn read(&self, relative: &str) -> Result<String> {
@@ -102,12 +108,34 @@ impl ProcessTable for ProcFs {
         let path = self.root.join(format!("{pid}/stat"));
         match std::fs::read_to_string(&path) {
             Ok(text) => parse_stat(&path, &text).map(Some),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if self.real && process_exists(pid) {
+                    // /proc mounted with `hidepid` hides other users' processes: the pid
+                    // exists, but its start time cannot be read, so it must not count as dead.
+                    return Err(Error::Identity {
+                        path,
+                        source: error,
+                    });
+                }
+                Ok(None)
+            }
             // A process that exits between open and read leaves ESRCH behind.
             Err(error) if error.raw_os_error() == Some(3) => Ok(None),
             Err(source) => Err(Error::Identity { path, source }),
         }
     }
+}
+
+/// Whether a process with `pid` exists, asked of the kernel with the null signal: `EPERM`
+/// means it exists but belongs to another user.
+fn process_exists(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists and may be
+    // signalled. It has no memory-safety preconditions.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may itself hold

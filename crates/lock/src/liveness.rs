@@ -4,6 +4,7 @@
 //! which happens at process exit however the process died. So a liveness file that someone else
 //! can lock proves its instance is gone, with no guessing from timestamps.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ pub struct LivenessDir {
 pub enum Probe {
     /// Someone holds the lock: the instance (or a process it forked) is alive.
     Held,
-    /// The lock could be taken: the instance is gone. The file has been removed.
+    /// The lock could be taken: the instance is gone.
     Free,
     /// No file: the instance used another directory, or its file was already cleaned up.
     Missing,
@@ -135,9 +136,9 @@ impl LivenessDir {
                 });
             }
         }
-        // Whoever else locks a liveness file removes it before unlocking, so if the pending
-        // name still exists now that we hold the lock, nobody else ever locked it, and nobody
-        // can until this file closes.
+        // Only the cleaner ([`Self::remove_dead`]) ever locks another instance's pending file,
+        // and it removes the file before unlocking, so if the pending name still exists now that
+        // we hold the lock, nobody else ever locked it, and nobody can until this file closes.
         let path = self.file_of(instance_id);
         match std::fs::rename(&pending, &path) {
             Ok(()) => Ok(Some(LivenessFile { path, _file: file })),
@@ -149,17 +150,20 @@ impl LivenessDir {
         }
     }
 
-    /// Probes the liveness file of `instance_id` by trying to lock it. A file found free is
-    /// removed, so files of dead instances do not pile up.
+    /// Probes the liveness file of `instance_id` by trying to lock it. The file is left in
+    /// place: while a lock row still names the instance, the free file is the evidence of its
+    /// death (the only evidence for a holder in another pid namespace).
     pub fn probe(&self, instance_id: &Uuid) -> Probe {
-        probe_path(&self.file_of(instance_id))
+        probe_path(&self.file_of(instance_id), Removal::Keep)
     }
 
-    /// Removes every liveness file whose instance is gone. Returns how many were removed.
+    /// Removes every liveness file whose instance is gone, except those of instances in
+    /// `still_named` (instances that lock rows still name: their file is the evidence a later
+    /// judgement needs). Returns how many were removed.
     ///
     /// # Errors
     /// [`Error::LivenessDir`] when the directory cannot be listed.
-    pub fn remove_dead(&self) -> Result<usize> {
+    pub fn remove_dead(&self, still_named: &HashSet<Uuid>) -> Result<usize> {
         let entries = match std::fs::read_dir(&self.path) {
             Ok(entries) => entries,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -176,8 +180,13 @@ impl LivenessDir {
             let name = name.to_string_lossy();
             // Pending files belong to instances between create and rename; a crash there leaves
             // one behind, which is free and so removed like any other.
-            if (name.ends_with(LIVE_SUFFIX) || name.starts_with(PENDING_PREFIX))
-                && matches!(probe_path(&entry.path()), Probe::Free)
+            let named = name
+                .strip_suffix(LIVE_SUFFIX)
+                .and_then(|stem| Uuid::parse_str(stem).ok())
+                .is_some_and(|instance| still_named.contains(&instance));
+            if !named
+                && (name.ends_with(LIVE_SUFFIX) || name.starts_with(PENDING_PREFIX))
+                && matches!(probe_path(&entry.path(), Removal::Remove), Probe::Free)
             {
                 removed += 1;
             }
@@ -186,7 +195,14 @@ impl LivenessDir {
     }
 }
 
-fn probe_path(path: &Path) -> Probe {
+/// Whether a probe that finds a file free removes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Keep,
+    Remove,
+}
+
+fn probe_path(path: &Path, removal: Removal) -> Probe {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
@@ -196,7 +212,9 @@ fn probe_path(path: &Path) -> Probe {
         Ok(()) => {
             // Unlinking while holding the lock: a concurrent prober either saw the file before
             // (and will also find it free) or finds it missing.
-            let _ = std::fs::remove_file(path);
+            if removal == Removal::Remove {
+                let _ = std::fs::remove_file(path);
+            }
             Probe::Free
         }
         Err(TryLockError::WouldBlock) => Probe::Held,
@@ -242,8 +260,18 @@ mod tests {
         std::fs::write(dir.path().join(format!("{id}.live")), b"").unwrap();
         std::fs::write(dir.path().join("pending-x"), b"").unwrap();
         let keep = liveness.hold(&Uuid::new_v4()).unwrap();
-        assert_eq!(liveness.remove_dead().unwrap(), 2);
+        let named = Uuid::new_v4();
+        std::fs::write(dir.path().join(format!("{named}.live")), b"").unwrap();
+        assert!(
+            matches!(liveness.probe(&id), Probe::Free),
+            "a probe leaves the file"
+        );
+        assert_eq!(liveness.remove_dead(&HashSet::from([named])).unwrap(), 2);
         assert!(matches!(liveness.probe(&id), Probe::Missing));
+        assert!(
+            matches!(liveness.probe(&named), Probe::Free),
+            "a file a lock row still names is kept as evidence"
+        );
         assert!(keep.path().exists());
     }
 

@@ -1,5 +1,6 @@
 //! [`Locker`]: one instance's view of the lock table.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -88,15 +89,14 @@ pub struct Locker {
 }
 
 impl Locker {
-    /// Registers a new instance: reads this process's identity, removes liveness files of dead
-    /// instances, and creates and locks this instance's own.
+    /// Registers a new instance: reads this process's identity, and creates and locks this
+    /// instance's liveness file.
     ///
     /// # Errors
     /// [`Error::Identity`] when `/proc` cannot be read, [`Error::LivenessDir`] when the
     /// liveness directory cannot be used.
     pub fn new(config: LockerConfig) -> Result<Self> {
         let own = config.processes.own_identity()?;
-        config.liveness.remove_dead()?;
         let instance_id = Uuid::new_v4();
         let liveness = config.liveness.hold(&instance_id)?;
         let lease_ms = config
@@ -279,6 +279,22 @@ impl Locker {
             }
         }
         Ok(dead)
+    }
+
+    /// Removes the liveness files of dead instances that no held lock row names any more
+    /// (files still named are the evidence of their holder's death, kept until the lock is
+    /// reclaimed). The crash-orphan sweep calls this after reclaiming, so files do not pile up.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] or [`Error::Storage`] reading the lock rows, [`Error::LivenessDir`]
+    /// when the directory cannot be listed.
+    pub fn remove_dead_liveness_files(&self, conn: &Connection) -> Result<usize> {
+        let still_named: HashSet<Uuid> = row::held(conn)?
+            .iter()
+            .filter_map(|lock| lock.holder.as_ref())
+            .filter_map(|holder| Uuid::parse_str(&holder.instance_id).ok())
+            .collect();
+        self.judge.liveness_dir().remove_dead(&still_named)
     }
 
     fn lost(conn: &Connection, resource: &str, epoch: Epoch) -> Error {
