@@ -204,7 +204,7 @@ impl Execution {
             effect = effect.as_str(),
             outcome = tracing::field::Empty,
         );
-        let result = match self.replay.get(seq).cloned() {
+        let result = match self.replay.take(seq) {
             Some(recorded) => {
                 self.replay_step(&call, recorded, f)
                     .instrument(span.clone())

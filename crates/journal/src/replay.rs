@@ -19,7 +19,7 @@ pub(crate) struct RecordedStep {
 /// The recorded steps of one execution, indexed by seq.
 #[derive(Debug, Default)]
 pub(crate) struct Replay {
-    steps: Vec<RecordedStep>,
+    steps: Vec<Option<RecordedStep>>,
 }
 
 impl Replay {
@@ -61,14 +61,15 @@ impl Replay {
                     });
                 }
             }
-            steps.push(step);
+            steps.push(Some(step));
         }
         Ok(Self { steps })
     }
 
-    /// The recorded step `seq`, if any.
-    pub(crate) fn get(&self, seq: u32) -> Option<&RecordedStep> {
-        self.steps.get(seq as usize)
+    /// Takes the recorded step `seq`, if any. Each step is replayed once, in order, so its
+    /// record is moved out rather than copied.
+    pub(crate) fn take(&mut self, seq: u32) -> Option<RecordedStep> {
+        self.steps.get_mut(seq as usize).and_then(Option::take)
     }
 
     /// How many steps are recorded.
