@@ -1,20 +1,26 @@
 -- durably-scheduler: the job registry and the slot ledger, in the journal's own database.
 --
 -- A fire is one (job, slot) pair. Its execution id is derived from the pair (see
--- docs/design.md, "Fire ids"), so every scheduler process that reaches the same slot names the
+-- docs/design.md, "Scheduler"), so every scheduler process that reaches the same slot names the
 -- same execution, and the journal's exclusive open lets exactly one of them run it.
+--
+-- Slots are stored twice: as RFC 3339 UTC text for people at the sqlite3 prompt, and as Unix
+-- epoch milliseconds for comparisons. Both always name the same instant.
 CREATE TABLE jobs (
     job             TEXT    PRIMARY KEY,
-    -- The job's definition as JSON: schedule, catch-up, overlap, ambiguity policy, retries.
+    -- The job's definition as canonical JSON: schedule, catch-up, overlap, ambiguity policy,
+    -- retry bound and backoff.
     definition      TEXT    NOT NULL CHECK (json_valid(definition)),
-    -- blake3 of the canonical definition; a change is detected on registration.
+    -- blake3 of `definition`, 64 hex digits; a change is detected on registration.
     definition_hash TEXT    NOT NULL,
     registered_at   TEXT    NOT NULL,
     updated_at      TEXT    NOT NULL,
-    -- The newest slot any scheduler process has registered for this job (the high-water
-    -- mark that stops a clock jumped backward from firing a slot twice).
+    -- The high-water mark: the newest slot any scheduler process has registered as a fire or
+    -- recorded as skipped. The loop fires only slots after it, so a clock jumped backward
+    -- never fires a slot twice. It only ever grows. NULL until the first slot is handled.
     last_slot       TEXT,
-    last_slot_ms    INTEGER
+    last_slot_ms    INTEGER,
+    CHECK ((last_slot IS NULL) = (last_slot_ms IS NULL))
 ) STRICT;
 
 CREATE TABLE fires (
@@ -22,7 +28,10 @@ CREATE TABLE fires (
     -- The nominal slot on the schedule's grid, RFC 3339 UTC, and as epoch milliseconds.
     slot          TEXT    NOT NULL,
     slot_ms       INTEGER NOT NULL,
+    -- The fire id: the journal execution that runs this fire.
     execution_id  TEXT    NOT NULL UNIQUE,
+    -- pending: registered, not yet opened; running: opened and driven (or abandoned by a
+    -- crashed process, until it is resumed); completed, failed, skipped: final.
     state         TEXT    NOT NULL
                   CHECK (state IN ('pending', 'running', 'completed', 'failed', 'skipped')),
     -- Why a fire was skipped or failed, in words.
@@ -32,8 +41,30 @@ CREATE TABLE fires (
     registered_at TEXT    NOT NULL,
     started_at    TEXT,
     finished_at   TEXT,
-    PRIMARY KEY (job, slot_ms)
+    PRIMARY KEY (job, slot_ms),
+    CHECK ((state IN ('completed', 'failed', 'skipped')) = (finished_at IS NOT NULL))
 ) STRICT;
 
--- Serves the overlap check ("is a fire of this job still running?") and `durably fires`.
+-- Serves the overlap check and the crash-recovery scan, both
+-- `SELECT ... FROM fires WHERE job = ? AND state IN ('pending', 'running')`, and
+-- `durably fires --state`.
 CREATE INDEX fires_by_job_state ON fires (job, state);
+
+-- Missed slots that were not fired (catch-up policy after downtime or a clock jumped forward),
+-- one row per run of consecutive slots, so years of downtime take one row, not millions.
+CREATE TABLE skipped_slots (
+    job           TEXT    NOT NULL REFERENCES jobs (job) ON DELETE CASCADE,
+    first_slot    TEXT    NOT NULL,
+    first_slot_ms INTEGER NOT NULL,
+    last_slot     TEXT    NOT NULL,
+    last_slot_ms  INTEGER NOT NULL CHECK (last_slot_ms >= first_slot_ms),
+    -- How many slots from first to last, both included; a lower bound when count_exact = 0
+    -- (cron slots are counted one by one up to a bound).
+    slot_count    INTEGER NOT NULL CHECK (slot_count >= 1),
+    count_exact   INTEGER NOT NULL CHECK (count_exact IN (0, 1)),
+    -- The catch-up policy that skipped them, in words.
+    reason        TEXT    NOT NULL,
+    recorded_at   TEXT    NOT NULL,
+    -- Two processes that see the same downtime record it once.
+    PRIMARY KEY (job, first_slot_ms)
+) STRICT;

@@ -170,7 +170,7 @@ pub fn due_slots(
     })
 }
 
-fn check_policy(policy: &CatchUp) -> Result<()> {
+pub(crate) fn check_policy(policy: &CatchUp) -> Result<()> {
     if let CatchUp::All { window, max } = *policy {
         if window.is_zero() {
             return Err(Error::InvalidCatchUp {

@@ -1,11 +1,12 @@
 //! The one error type of this crate.
 //!
-//! Every variant here comes from input the caller supplied (a job id, a time, a schedule, a
-//! policy), so none of them is retryable: the same input fails the same way. The message of each
+//! Most variants come from input the caller supplied (a job id, a time, a schedule, a policy),
+//! so they are not retryable: the same input fails the same way. [`Error::Journal`] wraps the
+//! journal's storage errors, some of which are ([`Error::is_retryable`]). The message of each
 //! variant says what was wrong and what to change.
 
-/// What went wrong in the scheduler's pure computations.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// What went wrong in the scheduler.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A job id was empty, too long or held a control character.
@@ -73,6 +74,56 @@ pub enum Error {
         /// What the cron engine reported.
         reason: String,
     },
+
+    /// A job definition was incomplete or out of bounds (no schedule, no body, a retry bound
+    /// of zero or above the maximum).
+    #[error("invalid job {job:?}: {reason}")]
+    InvalidJob {
+        /// The job id as given.
+        job: String,
+        /// What is wrong and the allowed range.
+        reason: String,
+    },
+
+    /// A fire was asked for a job this scheduler has not registered.
+    #[error("job {job:?} is not registered with this scheduler; call `register` first")]
+    UnknownJob {
+        /// The job id.
+        job: String,
+    },
+
+    /// A fire was asked for a time that is not a slot of the job's schedule.
+    #[error(
+        "{slot} is not a slot of job {job:?}'s schedule; fire only nominal grid times \
+         (`Schedule::latest_at_or_before` finds the slot at or before a time)"
+    )]
+    NotASlot {
+        /// The job id.
+        job: String,
+        /// The rejected time, RFC 3339.
+        slot: String,
+    },
+
+    /// The slot ledger holds something this build cannot read (an unknown fire state).
+    #[error(
+        "the scheduler ledger is inconsistent: {0}; inspect the `fires` table and report a bug"
+    )]
+    Ledger(String),
+
+    /// The journal failed: storage, a lock, an ambiguous fire body under `Policy::Fail`.
+    #[error(transparent)]
+    Journal(#[from] durably_journal::Error),
+}
+
+impl Error {
+    /// Whether retrying the same call later can succeed without anyone changing anything (the
+    /// database was busy, say). Input errors are never retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Journal(error) => error.is_retryable(),
+            _ => false,
+        }
+    }
 }
 
 /// The result type of this crate.

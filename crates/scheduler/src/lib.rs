@@ -1,6 +1,5 @@
-//! The pure half of durably's scheduler adapter: deterministic fire ids, schedules, and the
-//! catch-up and overlap policies. Nothing here touches a database or reads the clock; the fire
-//! loop builds on these pieces.
+//! durably's scheduler adapter: scheduled jobs whose every fire runs exactly once, across
+//! restarts and across scheduler processes sharing one journal file.
 //!
 //! - A **fire** is a (job, slot) pair. Its execution id, [`fire_id`], is derived from the job id
 //!   and the slot alone, so every process and every restart agrees on it and the journal runs
@@ -10,6 +9,42 @@
 //! - A [`Schedule`] is a fixed interval through an anchor, or a cron expression in an IANA time
 //!   zone.
 //! - [`due_slots`] decides, under a [`CatchUp`] policy, which slots to fire after downtime.
+//! - A [`Job`] adds the policies and the body; a [`Scheduler`] registers jobs, fires one slot
+//!   ([`Scheduler::fire`]) and runs the loop ([`Scheduler::run`]). The slot ledger (tables
+//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database.
+//!
+//! Firing a slot runs the body once; firing it again replays the recorded outcome:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use durably_scheduler::{FireOutcome, FireState, Job, Journal, Scheduler, Slot};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let scheduler = Scheduler::new(Journal::open(dir.path().join("journal.db"))?);
+//! let job = Job::builder("hourly-sync")
+//!     .interval(Duration::from_hours(1), 0)
+//!     .body(|fire| async move {
+//!         // Hand `fire.execution_id` (the fire id) to the remote side to deduplicate on.
+//!         Ok(serde_json::json!({ "synced_slot": fire.slot.to_rfc3339() }))
+//!     })
+//!     .build()?;
+//! let id = job.id().clone();
+//! let _ = scheduler.register(job).await?;
+//!
+//! let slot = Slot::from_millis(1_767_225_600_000)?; // 2026-01-01T00:00:00.000Z
+//! let first = scheduler.fire(&id, slot).await?;
+//! assert!(matches!(first, FireOutcome::Ran { attempts: 1, .. }));
+//! let second = scheduler.fire(&id, slot).await?;
+//! assert!(matches!(second, FireOutcome::Replayed { state: FireState::Completed, .. }));
+//! assert_eq!(first.execution_id(), second.execution_id());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The pure pieces work on their own:
 //!
 //! ```
 //! use durably_scheduler::{CatchUp, JobId, Schedule, Slot, SlotCount, due_slots, fire_id};
@@ -45,8 +80,13 @@
 mod catch_up;
 mod error;
 mod fire_id;
+mod job;
 mod job_id;
+mod ledger;
+mod outcome;
+mod run;
 mod schedule;
+mod scheduler;
 mod slot;
 
 pub use catch_up::{
@@ -55,8 +95,20 @@ pub use catch_up::{
 };
 pub use error::{Error, Result};
 pub use fire_id::fire_id;
+pub use job::{
+    Backoff, FIRE_ATTEMPTS_MAX, FIRE_BACKOFF_MAX, FireBody, FireContext, FireFuture, Job,
+    JobBuilder,
+};
 pub use job_id::{JOB_ID_BYTES_MAX, JobId};
+pub use outcome::{FireOutcome, FireReport, FireState, PassReport, Registration};
 pub use schedule::{
     CRON_EXPR_BYTES_MAX, CronSchedule, INTERVAL_MILLIS_MAX, IntervalSchedule, Schedule,
 };
+pub use scheduler::{
+    EXECUTION_KIND, FIRE_STEP_NAME, SHUTDOWN_GRACE_DEFAULT, Scheduler, SchedulerBuilder,
+    TICK_MAX_DEFAULT,
+};
 pub use slot::{SLOT_MILLIS_MAX, SLOT_MILLIS_MIN, Slot};
+
+/// Re-exported so a job's ambiguity policy and body errors name the journal's types.
+pub use durably_journal::{Journal, Policy, StepError};

@@ -1,0 +1,339 @@
+//! A scheduled job: its schedule, its policies and its body.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use durably_journal::{IdempotencyKey, Policy, StepError};
+use uuid::Uuid;
+
+use crate::catch_up::{CatchUp, Overlap};
+use crate::error::{Error, Result};
+use crate::job_id::JobId;
+use crate::schedule::Schedule;
+use crate::slot::Slot;
+
+/// The most attempts one fire may make: a bound on [`JobBuilder::attempts_max`].
+pub const FIRE_ATTEMPTS_MAX: u32 = 100;
+
+/// The longest backoff between two attempts of a fire: a bound on [`JobBuilder::backoff`].
+pub const FIRE_BACKOFF_MAX: Duration = Duration::from_hours(1);
+
+/// What a fire body is handed: which fire this is and the keys to deduplicate its effect with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FireContext {
+    /// The job.
+    pub job: JobId,
+    /// The slot being fired (a nominal grid time, never "now").
+    pub slot: Slot,
+    /// The fire id: the execution id of this fire. The same on every attempt, every restart
+    /// and every scheduler process, so it is the key to hand a remote side that must see the
+    /// fire at most once.
+    pub execution_id: Uuid,
+    /// The idempotency key of this attempt's guarded step: the same when the attempt is re-run
+    /// after a crash under [`Policy::Retry`]; a new attempt after a recorded failure gets a
+    /// new key.
+    pub idempotency_key: IdempotencyKey,
+    /// The attempt, from 1.
+    pub attempt: u32,
+}
+
+/// The future a fire body returns.
+pub type FireFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, StepError>> + Send>>;
+
+/// A fire body: called once per attempt of a fire.
+pub type FireBody = Arc<dyn Fn(FireContext) -> FireFuture + Send + Sync>;
+
+/// Waits between the attempts of a failing fire: `initial` before the second attempt, doubled
+/// before each later one, never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait before the second attempt.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The wait before attempt `attempt` (2 for the first retry).
+    pub fn before(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(20);
+        self.initial
+            .saturating_mul(1_u32 << doublings)
+            .min(self.max)
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A validated job, ready for [`Scheduler::register`](crate::Scheduler::register). Build one
+/// with [`Job::builder`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Job {
+    pub(crate) id: JobId,
+    pub(crate) schedule: Schedule,
+    pub(crate) catch_up: CatchUp,
+    pub(crate) overlap: Overlap,
+    pub(crate) policy: Policy,
+    pub(crate) attempts_max: u32,
+    pub(crate) backoff: Backoff,
+    pub(crate) body: FireBody,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("schedule", &self.schedule.definition())
+            .field("catch_up", &self.catch_up)
+            .field("overlap", &self.overlap)
+            .field("policy", &self.policy)
+            .field("attempts_max", &self.attempts_max)
+            .field("backoff", &self.backoff)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Job {
+    /// Starts a job named `job_id`. Nothing is checked until [`JobBuilder::build`].
+    pub fn builder(job_id: &str) -> JobBuilder {
+        JobBuilder {
+            id: job_id.to_owned(),
+            schedule: None,
+            catch_up: CatchUp::Skip,
+            overlap: Overlap::Skip,
+            policy: Policy::Skip,
+            attempts_max: 3,
+            backoff: Backoff::default(),
+            body: None,
+        }
+    }
+
+    /// The job id.
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// The schedule.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The catch-up policy.
+    pub fn catch_up(&self) -> CatchUp {
+        self.catch_up
+    }
+
+    /// The overlap policy.
+    pub fn overlap(&self) -> Overlap {
+        self.overlap
+    }
+
+    /// The most attempts one fire makes.
+    pub fn attempts_max(&self) -> u32 {
+        self.attempts_max
+    }
+
+    /// The canonical JSON definition stored in `jobs.definition`: everything but the body.
+    /// Two jobs with the same definition fire the same slots the same way.
+    pub fn definition(&self) -> String {
+        let catch_up = match self.catch_up {
+            CatchUp::Skip => r#"{"kind":"skip"}"#.to_owned(),
+            CatchUp::Latest => r#"{"kind":"latest"}"#.to_owned(),
+            CatchUp::All { window, max } => format!(
+                r#"{{"kind":"all","window_ms":{},"max":{max}}}"#,
+                window.as_millis()
+            ),
+        };
+        let overlap = match self.overlap {
+            Overlap::Skip => "skip",
+            Overlap::Allow => "allow",
+        };
+        format!(
+            r#"{{"version":1,"schedule":{},"catch_up":{catch_up},"overlap":"{overlap}","policy":"{}","attempts_max":{},"backoff_initial_ms":{},"backoff_max_ms":{}}}"#,
+            self.schedule.definition(),
+            self.policy.as_str(),
+            self.attempts_max,
+            self.backoff.initial.as_millis(),
+            self.backoff.max.as_millis(),
+        )
+    }
+
+    /// The blake3 hash of [`Job::definition`], 64 lowercase hex digits.
+    pub fn definition_hash(&self) -> String {
+        blake3::hash(self.definition().as_bytes())
+            .to_hex()
+            .to_string()
+    }
+}
+
+/// The schedule a builder was given, checked in [`JobBuilder::build`].
+enum ScheduleInput {
+    Ready(Schedule),
+    Interval { every: Duration, anchor_ms: i64 },
+    Cron { expr: String, tz: String },
+}
+
+/// Configures a [`Job`]. Defaults: catch-up [`CatchUp::Skip`], overlap [`Overlap::Skip`],
+/// ambiguity policy [`Policy::Skip`], 3 attempts, backoff 0.5 s doubling up to 30 s.
+pub struct JobBuilder {
+    id: String,
+    schedule: Option<ScheduleInput>,
+    catch_up: CatchUp,
+    overlap: Overlap,
+    policy: Policy,
+    attempts_max: u32,
+    backoff: Backoff,
+    body: Option<FireBody>,
+}
+
+impl fmt::Debug for JobBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobBuilder")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobBuilder {
+    /// Fires on an already built schedule.
+    #[must_use]
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(ScheduleInput::Ready(schedule));
+        self
+    }
+
+    /// Fires every `every`, on the grid through `anchor_ms` (Unix epoch milliseconds, UTC).
+    /// See [`Schedule::interval`].
+    #[must_use]
+    pub fn interval(mut self, every: Duration, anchor_ms: i64) -> Self {
+        self.schedule = Some(ScheduleInput::Interval { every, anchor_ms });
+        self
+    }
+
+    /// Fires where the 5-field cron `expr` matches the wall clock of the IANA zone `tz`. See
+    /// [`Schedule::cron`].
+    #[must_use]
+    pub fn cron(mut self, expr: &str, tz: &str) -> Self {
+        self.schedule = Some(ScheduleInput::Cron {
+            expr: expr.to_owned(),
+            tz: tz.to_owned(),
+        });
+        self
+    }
+
+    /// What to do with slots missed while no scheduler ran.
+    #[must_use]
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// What to do when a slot comes due while the previous fire still runs.
+    #[must_use]
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// What to do when a crash left the fire body in the ambiguous window (see [`Policy`]).
+    #[must_use]
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Attempts in all, the first included, for a fire whose body returns an error; from 1 to
+    /// [`FIRE_ATTEMPTS_MAX`].
+    #[must_use]
+    pub fn attempts_max(mut self, attempts_max: u32) -> Self {
+        self.attempts_max = attempts_max;
+        self
+    }
+
+    /// The waits between attempts; `max` at most [`FIRE_BACKOFF_MAX`].
+    #[must_use]
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff = Backoff { initial, max };
+        self
+    }
+
+    /// The body each fire runs, as one guarded step per attempt.
+    #[must_use]
+    pub fn body<F, Fut>(mut self, body: F) -> Self
+    where
+        F: Fn(FireContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<serde_json::Value, StepError>> + Send + 'static,
+    {
+        self.body = Some(Arc::new(move |context| Box::pin(body(context))));
+        self
+    }
+
+    /// Checks everything and builds the job.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidJobId`] for an empty, over-long or control-character id.
+    /// - [`Error::InvalidCron`], [`Error::UnknownTimeZone`], [`Error::InvalidInterval`] or
+    ///   [`Error::SlotOutOfRange`] (an interval anchor outside years 1970 to 9999) for the
+    ///   schedule.
+    /// - [`Error::InvalidCatchUp`] for a catch-up window of zero or a cap out of range.
+    /// - [`Error::InvalidJob`] when the schedule or the body is missing, or the attempts or
+    ///   backoff are out of bounds.
+    pub fn build(self) -> Result<Job> {
+        let id = JobId::new(&self.id)?;
+        let invalid = |reason: String| Error::InvalidJob {
+            job: id.to_string(),
+            reason,
+        };
+        let schedule = match self.schedule {
+            None => {
+                return Err(invalid(
+                    "it has no schedule; call `interval` or `cron`".into(),
+                ));
+            }
+            Some(ScheduleInput::Ready(schedule)) => schedule,
+            Some(ScheduleInput::Interval { every, anchor_ms }) => {
+                Schedule::interval(every, Slot::from_millis(anchor_ms)?)?
+            }
+            Some(ScheduleInput::Cron { expr, tz }) => Schedule::cron(&expr, &tz)?,
+        };
+        // The same check `due_slots` makes, made once here so a bad policy fails at
+        // registration rather than in the loop.
+        crate::catch_up::check_policy(&self.catch_up)?;
+        if !(1..=FIRE_ATTEMPTS_MAX).contains(&self.attempts_max) {
+            return Err(invalid(format!(
+                "attempts_max is {}; use 1 to {FIRE_ATTEMPTS_MAX}",
+                self.attempts_max
+            )));
+        }
+        if self.backoff.max > FIRE_BACKOFF_MAX || self.backoff.initial > self.backoff.max {
+            return Err(invalid(format!(
+                "backoff {:?} up to {:?} is out of bounds; use initial <= max <= {:?}",
+                self.backoff.initial, self.backoff.max, FIRE_BACKOFF_MAX
+            )));
+        }
+        let Some(body) = self.body else {
+            return Err(invalid("it has no body; call `body`".into()));
+        };
+        Ok(Job {
+            id,
+            schedule,
+            catch_up: self.catch_up,
+            overlap: self.overlap,
+            policy: self.policy,
+            attempts_max: self.attempts_max,
+            backoff: self.backoff,
+            body,
+        })
+    }
+}

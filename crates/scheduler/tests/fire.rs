@@ -1,0 +1,249 @@
+//! Guarantee: `Scheduler::fire` runs a fire's body once and only once per (job, slot): a second
+//! fire of the slot, from this scheduler or from another one on the same file, replays the
+//! recorded outcome without calling the body; a fire held by another live scheduler is reported
+//! as `LockedBy` and runs nothing; a failing body is retried up to the job's bound, each attempt
+//! recorded as its own guarded step and in the ledger's `attempts`; a changed job definition is
+//! detected from its stored hash and keeps the high-water mark.
+//!
+//! Method: real journals on a scratch file and a hand-moved clock; the body counts its calls,
+//! and the `fires`, `steps` and `events` tables are read back with plain SQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use durably_scheduler::{FireOutcome, FireState, Job, JobId, Registration, StepError};
+use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
+use tokio::sync::Notify;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_runs_once_then_replays_everywhere() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let scheduler = scratch.scheduler(&clock);
+    let registration = scheduler.register(counting_job("report", &calls).build().unwrap());
+    assert_eq!(registration.await.unwrap(), Registration::New);
+    let job = JobId::new("report").unwrap();
+
+    let first = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(
+            first,
+            FireOutcome::Ran {
+                attempts: 1,
+                resumed: false,
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    let again = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(matches!(
+        again,
+        FireOutcome::Replayed {
+            state: FireState::Completed,
+            ..
+        }
+    ));
+
+    // Another scheduler (its own journal handle and lock instance) on the same file.
+    let other = scratch.scheduler(&clock);
+    let calls_elsewhere = Calls::default();
+    let registration = other.register(counting_job("report", &calls_elsewhere).build().unwrap());
+    assert!(matches!(
+        registration.await.unwrap(),
+        Registration::Unchanged { .. }
+    ));
+    let elsewhere = other.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(elsewhere, FireOutcome::Replayed { .. }),
+        "{elsewhere:?}"
+    );
+    assert!(!elsewhere.ran_here());
+
+    assert_eq!(calls.total() + calls_elsewhere.total(), 1);
+    assert_eq!(
+        scratch.count("SELECT count(*) FROM fires WHERE state = 'completed'"),
+        1
+    );
+    assert_eq!(
+        scratch.count(
+            "SELECT count(*) FROM executions WHERE kind = 'scheduled' AND status = 'completed'"
+        ),
+        1
+    );
+    assert_eq!(scheduler.high_water_mark(&job).unwrap(), Some(slot(T0_MS)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (started_in_body, release_in_body) = (started.clone(), release.clone());
+    let blocking = Job::builder("slow")
+        .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
+        .body(move |_| {
+            let (started, release) = (started_in_body.clone(), release_in_body.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, StepError>(serde_json::Value::Null)
+            }
+        })
+        .build()
+        .unwrap();
+    let first = scratch.scheduler(&clock);
+    let _ = first.register(blocking).await.unwrap();
+    let job = JobId::new("slow").unwrap();
+    let running = tokio::spawn({
+        let (first, job) = (first.clone(), job.clone());
+        async move { first.fire(&job, slot(T0_MS)).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .unwrap();
+
+    let calls = Calls::default();
+    let second = scratch.scheduler(&clock);
+    let _ = second
+        .register(counting_job("slow", &calls).build().unwrap())
+        .await
+        .unwrap();
+    let locked = second.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(locked, FireOutcome::LockedBy { pid, .. } if pid == i64::from(std::process::id())),
+        "{locked:?}"
+    );
+    release.notify_one();
+    let done = running.await.unwrap().unwrap();
+    assert!(matches!(done, FireOutcome::Ran { .. }), "{done:?}");
+    assert_eq!(calls.total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let flaky = {
+        let calls = calls.clone();
+        Job::builder("flaky")
+            .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
+            .attempts_max(3)
+            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .body(move |context| {
+                let calls = calls.clone();
+                async move {
+                    calls.record(&context);
+                    // Attempts 1 and 2 fail at slot T0; every attempt fails at later slots.
+                    if context.slot.as_millis() == T0_MS && context.attempt == 3 {
+                        Ok(serde_json::json!("third time lucky"))
+                    } else {
+                        Err(StepError::retryable(format!(
+                            "attempt {} failed",
+                            context.attempt
+                        )))
+                    }
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let scheduler = scratch.scheduler(&clock);
+    let _ = scheduler.register(flaky).await.unwrap();
+    let job = JobId::new("flaky").unwrap();
+
+    let lucky = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    let FireOutcome::Ran {
+        attempts: 3,
+        execution_id,
+        ..
+    } = lucky
+    else {
+        panic!("{lucky:?}");
+    };
+    let steps = scheduler.journal().steps(execution_id).unwrap();
+    let states: Vec<&str> = steps.iter().map(|step| step.state.as_str()).collect();
+    assert_eq!(states, ["failed", "failed", "completed"]);
+    assert!(
+        steps
+            .iter()
+            .all(|step| step.name == "fire" && step.effect == "guarded")
+    );
+    assert_eq!(
+        scheduler.fire_state(&job, slot(T0_MS)).unwrap(),
+        Some((FireState::Completed, 3))
+    );
+
+    let later = slot(T0_MS + MINUTE_MS);
+    let failed = scheduler.fire(&job, later).await.unwrap();
+    let FireOutcome::Failed {
+        attempts: 3, error, ..
+    } = failed
+    else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(error.message, "attempt 3 failed");
+    assert_eq!(
+        scheduler.fire_state(&job, later).unwrap(),
+        Some((FireState::Failed, 3))
+    );
+    // A failed fire is final: firing it again replays the failure and calls nothing.
+    let replay = scheduler.fire(&job, later).await.unwrap();
+    assert!(matches!(
+        replay,
+        FireOutcome::Replayed {
+            state: FireState::Failed,
+            ..
+        }
+    ));
+    assert_eq!(
+        calls.per_slot().values().copied().collect::<Vec<_>>(),
+        [3, 3]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let scheduler = scratch.scheduler(&clock);
+    let _ = scheduler
+        .register(counting_job("report", &calls).build().unwrap())
+        .await
+        .unwrap();
+    let job = JobId::new("report").unwrap();
+    let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+
+    let changed = counting_job("report", &calls)
+        .attempts_max(5)
+        .build()
+        .unwrap();
+    let registration = scheduler.register(changed).await.unwrap();
+    let Registration::Changed {
+        previous_definition,
+        last_handled,
+    } = registration
+    else {
+        panic!("{registration:?}");
+    };
+    assert!(
+        previous_definition.contains(r#""attempts_max":3"#),
+        "{previous_definition}"
+    );
+    assert_eq!(last_handled, Some(slot(T0_MS)));
+    assert_eq!(
+        scratch.count("SELECT count(*) FROM events WHERE kind = 'scheduler_job_redefined'"),
+        1
+    );
+    // The already fired slot still replays under the new definition.
+    let replay = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(matches!(replay, FireOutcome::Replayed { .. }));
+    assert_eq!(calls.total(), 1);
+}
