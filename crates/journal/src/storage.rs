@@ -20,6 +20,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0003_scheduler",
         include_str!("../../../schema/0003_scheduler.sql"),
     ),
+    ("0004_views", include_str!("../../../schema/0004_views.sql")),
 ];
 
 /// The schema version this build writes and understands.
@@ -44,7 +45,7 @@ pub(crate) fn configure_writer(
     busy_timeout_ms: u64,
 ) -> Result<()> {
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
-    set_and_verify(conn, "journal_mode", "WAL", "wal")?;
+    set_wal(conn, busy_timeout_ms)?;
     let synchronous = match durability {
         Durability::Full => "2",
         Durability::ProcessCrash => "1",
@@ -53,6 +54,29 @@ pub(crate) fn configure_writer(
     set_and_verify(conn, "foreign_keys", "ON", "1")?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
+}
+
+/// How long to wait between two tries of switching a new file to WAL.
+const WAL_SWITCH_RETRY_MS: u64 = 5;
+
+/// Switches the file to WAL, waiting up to the busy timeout for other processes doing the same.
+///
+/// On a new file, the switch upgrades the statement's read lock to a write lock. When another
+/// process is switching the same new file at that moment, SQLite answers BUSY at once, without
+/// calling the busy handler (waiting there could deadlock), so two processes opening a new file
+/// together would see a spurious `Busy`. Each retry starts from no lock, so it cannot deadlock;
+/// the retries stop at the busy timeout.
+fn set_wal(conn: &Connection, busy_timeout_ms: u64) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(busy_timeout_ms);
+    loop {
+        match set_and_verify(conn, "journal_mode", "WAL", "wal") {
+            Err(Error::Busy { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(WAL_SWITCH_RETRY_MS));
+            }
+            Err(Error::Busy { .. }) => return Err(Error::Busy { busy_timeout_ms }),
+            other => return other,
+        }
+    }
 }
 
 /// Settings of a read-only pool connection.
@@ -124,24 +148,46 @@ pub(crate) fn open_writer(
             },
         )?;
     }
+    // The header check reads the file, and another process may be creating it right now: wait
+    // for its lock as every later statement does. Setting the timeout does not touch the file.
+    conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     check_header(&conn, path)?;
     configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| with_path(error, path))?;
     Ok(conn)
 }
 
 /// Refuses files that are not SQLite, or belong to another application, before anything is
-/// written to them.
+/// written to them: the pragmas set next (`journal_mode=WAL`) would already change the file.
+///
+/// A file is ours when it carries our application id; with no application id it must be new:
+/// schema version 0 and no tables. All three are read by one statement, so in one snapshot: a
+/// process migrating the same new file at this moment is seen either before its first
+/// migration committed or after, never half way.
 fn check_header(conn: &Connection, path: &Path) -> Result<()> {
-    let application_id: i64 = conn
-        .query_row("PRAGMA application_id", [], |row| row.get(0))
+    let (application_id, version, objects): (i64, i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id()),
+                    (SELECT user_version FROM pragma_user_version()),
+                    (SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%')",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
         .map_err(|error| at_path(error, path))?;
-    if application_id != 0 && application_id != APPLICATION_ID {
-        return Err(Error::ForeignDatabase {
-            path: path.to_owned(),
-            reason: format!("its application_id is {application_id:#x}"),
-        });
-    }
-    Ok(())
+    let reason = if application_id == APPLICATION_ID {
+        return Ok(());
+    } else if application_id != 0 {
+        format!("its application_id is {application_id:#x}")
+    } else if version != 0 {
+        format!("it has schema version {version} but no durably application_id")
+    } else if objects > 0 {
+        format!("it already holds {objects} tables or indexes but no durably schema")
+    } else {
+        return Ok(());
+    };
+    Err(Error::ForeignDatabase {
+        path: path.to_owned(),
+        reason,
+    })
 }
 
 /// Applies the migrations this file lacks, each in its own transaction. Safe to run from two

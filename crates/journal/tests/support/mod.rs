@@ -1,0 +1,98 @@
+//! Shared helpers for the journal's in-process tests: scratch journals, a clock the test moves,
+//! a write barrier, and the checks every fault test ends with.
+
+// Each test file uses a different subset of these helpers, and like the tests themselves they
+// fail the test by panicking.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::missing_panics_doc
+)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use durably_journal::{Journal, Opened};
+use durably_lock::Clock;
+use uuid::Uuid;
+
+/// A scratch directory holding one journal file path (not created until opened).
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        Self { dir, path }
+    }
+
+    pub fn open(&self) -> Journal {
+        Journal::open(&self.path).unwrap()
+    }
+}
+
+/// A clock that stands still until the test moves it.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn at(time: DateTime<Utc>) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(time)))
+    }
+
+    pub fn advance(&self, by: TimeDelta) {
+        let mut now = self.0.lock().unwrap();
+        *now += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// Opens a new execution, which must not be finished.
+pub async fn start(journal: &Journal, id: Uuid) -> durably_journal::Execution {
+    match journal
+        .open_execution(id, "test", "a test", &"input")
+        .await
+        .unwrap()
+    {
+        Opened::Running(execution) => execution,
+        Opened::Finished(finished) => panic!("{id} is unexpectedly finished: {finished:?}"),
+    }
+}
+
+/// Waits until every write queued before it has committed: the writer is first in, first out,
+/// so once this empty write is acknowledged, a detached release queued by `Drop` is durable.
+pub async fn barrier(journal: &Journal) {
+    journal.write(|_| Ok(())).await.unwrap();
+}
+
+/// `PRAGMA integrity_check` on a fresh connection of its own.
+pub fn integrity(path: &Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// How many step rows execution `id` has, read on a fresh connection of its own.
+pub fn step_rows(path: &Path, id: Uuid) -> i64 {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM steps WHERE execution_id = ?1",
+        [id.to_string()],
+        |row| row.get(0),
+    )
+    .unwrap()
+}

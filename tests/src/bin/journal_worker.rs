@@ -1,0 +1,206 @@
+//! Test helper for the `journal_*` integration tests: drives a journal in its own process, so
+//! the tests can crash it (at a failpoint, or with SIGKILL), run it as another user, or race
+//! several of it against one file. It prints one JSON line per result on stdout.
+//!
+//! Usage, one command per run:
+//!
+//! - `guarded <db> <ledger> <execution-id> <policy>`: opens the execution, runs the pure step
+//!   `prepare` and then the guarded step `charge` under `<policy>` (`skip`, `retry`, `fail`,
+//!   `reconcile-some`, `reconcile-none`), and finalizes: completed with the value when done,
+//!   failed when skipped. Every call of a closure appends `<step> <execution-id> <key>` to the
+//!   ledger (`O_APPEND`, one write per line), a record the engine never writes. Built with the
+//!   `failpoints` feature, `FAILPOINTS=journal::after-intent-commit=return` aborts the process
+//!   right after the intent of `charge` commits.
+//! - `race <db>`: waits for a line on stdin, then opens the journal (creating it if needed),
+//!   runs a new execution with one guarded step and completes it.
+//! - `hold <db> <execution-id>`: opens the execution, runs the pure step `held`, prints
+//!   `{"held":<pid>}` and keeps the execution until stdin closes; then drops the handle
+//!   without finalizing and exits.
+//! - `hold-write <db>`: takes SQLite's write lock with `BEGIN IMMEDIATE` on a plain connection,
+//!   prints `{"locked":<pid>}` and holds it until stdin closes.
+//! - `open <db>`: only opens the journal, and reports the error if that fails.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use durably_journal::{Error, Guarded, Journal, Opened, Policy, StepError};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+type Outcome<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Outcome {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let answer = match words.as_slice() {
+        ["guarded", db, ledger, id, policy] => {
+            guarded(Path::new(db), Path::new(ledger), id.parse()?, policy).await?
+        }
+        ["race", db] => race(Path::new(db)).await?,
+        ["hold", db, id] => hold(Path::new(db), id.parse()?).await?,
+        ["hold-write", db] => hold_write(Path::new(db))?,
+        ["open", db] => match Journal::open(db) {
+            Ok(_) => json!({ "outcome": "opened" }),
+            Err(error) => error_json(&error),
+        },
+        _ => return Err(format!("unknown command {args:?}").into()),
+    };
+    say(&answer)
+}
+
+fn say(value: &Value) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{value}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A short name for each error the tests tell apart.
+fn kind(error: &Error) -> &'static str {
+    match error {
+        Error::Ambiguous { .. } => "ambiguous",
+        Error::Locked { .. } => "locked",
+        Error::LockLost(_) => "lock_lost",
+        Error::ReadOnly { .. } => "read_only",
+        Error::Busy { .. } => "busy",
+        Error::Corrupt { .. } => "corrupt",
+        Error::ForeignDatabase { .. } => "foreign_database",
+        Error::StepFailed { .. } => "step_failed",
+        _ => "other",
+    }
+}
+
+fn error_json(error: &Error) -> Value {
+    json!({ "outcome": "error", "kind": kind(error), "message": error.to_string() })
+}
+
+/// Appends one line to the ledger in a single `write` on an `O_APPEND` file, so lines from
+/// successive processes never interleave, and a crash right after it keeps it.
+fn append(ledger: &Path, line: &str) -> Result<(), StepError> {
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(ledger)
+        .map_err(|error| StepError::fatal(format!("cannot open the ledger: {error}")))?;
+    file.write_all(format!("{line}\n").as_bytes())
+        .and_then(|()| file.flush())
+        .map_err(|error| StepError::fatal(format!("cannot append to the ledger: {error}")))
+}
+
+fn policy_of(word: &str) -> Outcome<Policy> {
+    Ok(match word {
+        "skip" => Policy::Skip,
+        "retry" => Policy::Retry,
+        "fail" => Policy::Fail,
+        "reconcile-some" => Policy::reconcile(|key| async move {
+            Ok(Some(json!(format!("found by the probe with key {key}"))))
+        }),
+        "reconcile-none" => Policy::reconcile(|_key| async { Ok(None) }),
+        other => return Err(format!("unknown policy {other:?}").into()),
+    })
+}
+
+async fn guarded(db: &Path, ledger: &Path, id: Uuid, policy: &str) -> Outcome<Value> {
+    let policy = policy_of(policy)?;
+    let journal = Journal::open(db)?;
+    let mut execution = match journal
+        .open_execution(id, "worker", "guarded", &"input")
+        .await
+    {
+        Ok(Opened::Running(execution)) => execution,
+        Ok(Opened::Finished(finished)) => {
+            return Ok(json!({
+                "outcome": "finished",
+                "status": finished.status.as_str(),
+                "output": finished.output,
+                "error": finished.error,
+            }));
+        }
+        Err(error) => return Ok(error_json(&error)),
+    };
+    let prepared = execution
+        .pure("prepare", || async {
+            append(ledger, &format!("prepare {id} -"))?;
+            Ok(42_u32)
+        })
+        .await;
+    if let Err(error) = prepared {
+        return Ok(error_json(&error));
+    }
+    let charged = execution
+        .guarded("charge", policy, |key| async move {
+            append(ledger, &format!("charge {id} {key}"))?;
+            Ok::<_, StepError>(format!("charged with key {key}"))
+        })
+        .await;
+    match charged {
+        Ok(Guarded::Done(value)) => {
+            execution.complete(&value).await?;
+            Ok(json!({ "outcome": "done", "value": value }))
+        }
+        Ok(Guarded::Skipped(skipped)) => {
+            execution.fail(&skipped.to_string()).await?;
+            Ok(
+                json!({ "outcome": "skipped", "seq": skipped.seq, "key": skipped.idempotency_key.to_string() }),
+            )
+        }
+        Err(error) => Ok(error_json(&error)),
+    }
+}
+
+async fn race(db: &Path) -> Outcome<Value> {
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let journal = match Journal::open(db) {
+        Ok(journal) => journal,
+        Err(error) => return Ok(error_json(&error)),
+    };
+    let id = Uuid::new_v4();
+    let mut execution = match journal.open_execution(id, "worker", "race", &"input").await {
+        Ok(Opened::Running(execution)) => execution,
+        Ok(Opened::Finished(_)) => return Err("a new execution was finished".into()),
+        Err(error) => return Ok(error_json(&error)),
+    };
+    let step = execution
+        .guarded("step", Policy::Fail, |_key| async {
+            Ok::<_, StepError>(std::process::id())
+        })
+        .await;
+    match step {
+        Ok(Guarded::Done(pid)) => {
+            execution.complete(&pid).await?;
+            Ok(json!({ "outcome": "done", "execution": id.to_string() }))
+        }
+        Ok(Guarded::Skipped(_)) => Err("a fresh step was skipped".into()),
+        Err(error) => Ok(error_json(&error)),
+    }
+}
+
+async fn hold(db: &Path, id: Uuid) -> Outcome<Value> {
+    let journal = Journal::open(db)?;
+    let Opened::Running(mut execution) = journal
+        .open_execution(id, "worker", "held", &"input")
+        .await?
+    else {
+        return Err("the execution is already finished".into());
+    };
+    let pid = std::process::id();
+    let _: u32 = execution.pure("held", || async move { Ok(pid) }).await?;
+    say(&json!({ "held": pid }))?;
+    // Until the test closes stdin (or kills this process).
+    std::io::stdin().lock().lines().for_each(drop);
+    drop(execution);
+    Ok(json!({ "outcome": "dropped" }))
+}
+
+fn hold_write(db: &Path) -> Outcome<Value> {
+    let conn = rusqlite::Connection::open(PathBuf::from(db))?;
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    say(&json!({ "locked": std::process::id() }))?;
+    std::io::stdin().lock().lines().for_each(drop);
+    conn.execute_batch("ROLLBACK")?;
+    Ok(json!({ "outcome": "released" }))
+}
