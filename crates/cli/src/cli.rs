@@ -1,0 +1,196 @@
+//! The command line, as clap sees it. Parsing of values (ids, JSON, durations, times) happens
+//! here, so a bad value is a usage error (exit code 2) with clap's message.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use uuid::Uuid;
+
+use crate::demo::scheduled::SchedulerArgs;
+use crate::demo::worker::WorkerArgs;
+
+/// The most rows `ls` and `fires` print in one call.
+pub const LIST_LIMIT_MAX: u32 = 10_000;
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 ok, 1 the command failed (missing or foreign database, refused operator action, \
+storage error), 2 the command line is wrong (unknown flag, bad id, bad JSON, bad duration).
+
+Reading commands (ls, show, locks, fires) never create a database: a missing file is an error. \
+Every reading command takes --json; its fields are listed in docs/cli.md and are stable. \
+Text from the database is printed with control characters escaped (ESC prints as \\e).";
+
+/// Inspect and operate a durably journal, or watch the demo.
+#[derive(Debug, Parser)]
+#[command(name = "durably", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The journal database file.
+    #[arg(long, global = true, env = "DURABLY_DB", value_name = "PATH")]
+    pub db: Option<PathBuf>,
+
+    /// Print JSON instead of tables (fields documented in docs/cli.md).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List executions, newest first.
+    Ls(LsArgs),
+    /// Show one execution: its row, its steps and its audit events.
+    Show {
+        /// The execution id (a UUID).
+        id: Uuid,
+    },
+    /// List held locks, their holders, and whether each holder is alive.
+    Locks,
+    /// Run the crash-orphan sweep: reclaim executions whose process died.
+    Sweep {
+        /// Report what would be reclaimed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Run the retention sweep: delete old finalized executions.
+    Gc(GcArgs),
+    /// Answer for a step stuck in the ambiguous window (intent recorded, no result).
+    Resolve(ResolveArgs),
+    /// Cancel an execution that no live process holds. It never runs again.
+    Cancel {
+        /// The execution id (a UUID).
+        id: Uuid,
+        /// Why, recorded in the execution's error and the audit trail.
+        #[arg(long, default_value = "cancelled by an operator with `durably cancel`")]
+        reason: String,
+    },
+    /// List scheduler fires (the slot ledger), newest slot first.
+    Fires {
+        /// Only this job.
+        #[arg(long)]
+        job: Option<String>,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
+        limit: u32,
+    },
+    /// Print the execution id of a scheduler fire (job, slot).
+    FireId {
+        /// The job id.
+        job: String,
+        /// The slot, RFC 3339 (`2026-01-01T02:00:00Z`).
+        slot: String,
+    },
+    /// Run the demo: a workflow killed mid-effect and resumed under each ambiguity policy.
+    Demo,
+    /// The demo's child process (internal).
+    #[command(hide = true)]
+    DemoWorker(WorkerArgs),
+    /// The demo's scheduler process (internal).
+    #[command(hide = true)]
+    DemoScheduler(SchedulerArgs),
+}
+
+/// Arguments of `ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only executions with this status.
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArg>,
+    /// Only executions of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only executions whose name contains this text.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Only executions created since: an RFC 3339 time, or an age such as `2h` or `7d`.
+    #[arg(long, value_parser = parse_since)]
+    pub since: Option<String>,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
+    pub limit: u32,
+}
+
+/// An execution status, as `ls --status` takes it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StatusArg {
+    /// Being driven, or abandoned and not yet swept.
+    Running,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled by an operator.
+    Cancelled,
+    /// Its process died; resumable.
+    Interrupted,
+}
+
+impl StatusArg {
+    /// The journal's status.
+    pub fn status(self) -> durably_journal::Status {
+        use durably_journal::Status;
+        match self {
+            Self::Running => Status::Running,
+            Self::Completed => Status::Completed,
+            Self::Failed => Status::Failed,
+            Self::Cancelled => Status::Cancelled,
+            Self::Interrupted => Status::Interrupted,
+        }
+    }
+}
+
+/// Arguments of `gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Delete completed executions finalized longer ago than this (`7d`, `12h`). Default 7d.
+    #[arg(long, value_name = "DUR")]
+    pub completed_older_than: Option<humantime::Duration>,
+    /// Delete failed and cancelled executions finalized longer ago than this. Default 30d.
+    #[arg(long, value_name = "DUR")]
+    pub failed_older_than: Option<humantime::Duration>,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Arguments of `resolve`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("answer").required(true).args(["completed", "not_done"]))]
+pub struct ResolveArgs {
+    /// The execution id (a UUID).
+    pub id: Uuid,
+    /// The step's sequence number (`durably show ID` lists them).
+    pub seq: u32,
+    /// The effect happened, and this JSON is its result: replay returns it.
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    pub completed: Option<serde_json::Value>,
+    /// The effect did not happen: the next run executes the step, with the same key.
+    #[arg(long)]
+    pub not_done: bool,
+}
+
+fn parse_json(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|error| {
+        format!("not valid JSON ({error}); quote it for the shell, e.g. --completed '{{\"receipt\": \"r-1\"}}'")
+    })
+}
+
+fn parse_since(text: &str) -> Result<String, String> {
+    if let Ok(age) = humantime::parse_duration(text) {
+        let age = chrono::Duration::from_std(age).map_err(|error| error.to_string())?;
+        let since = chrono::Utc::now()
+            .checked_sub_signed(age)
+            .ok_or_else(|| format!("{text} reaches before the start of time"))?;
+        return Ok(durably_lock::format_timestamp(since));
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|time| durably_lock::format_timestamp(time.with_timezone(&chrono::Utc)))
+        .map_err(|_| {
+            format!(
+                "{text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor an age (2h, 7d)"
+            )
+        })
+}

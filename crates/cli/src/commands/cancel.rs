@@ -1,0 +1,29 @@
+//! `durably cancel ID`: cancels an execution no live process holds.
+
+use std::path::Path;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::output::{print, print_json};
+
+/// `cancel --json`. Stable fields.
+#[derive(Debug, Serialize)]
+struct Cancelled {
+    execution_id: String,
+    status: &'static str,
+}
+
+/// Cancels the execution.
+pub fn run(db: &Path, id: Uuid, reason: &str, json: bool) -> Result<()> {
+    let journal = crate::db::open_existing(db)?;
+    crate::db::runtime()?.block_on(journal.cancel(id, reason))?;
+    if json {
+        return print_json(&Cancelled {
+            execution_id: id.to_string(),
+            status: "cancelled",
+        });
+    }
+    print(&format!("cancelled {id}; it will never run again\n"))
+}

@@ -1,0 +1,100 @@
+//! `durably fires [--job JOB]`: the scheduler's slot ledger, read through the `fire_ledger` view.
+
+use std::path::Path;
+
+use durably_journal::rusqlite::{Row, params};
+use serde::Serialize;
+
+use crate::error::{CliError, Result};
+use crate::escape::escape;
+use crate::output::{Table, or_dash, print, print_json};
+
+/// One row of `fires --json`. Stable fields.
+#[derive(Debug, Serialize)]
+struct Fire {
+    job: String,
+    slot: String,
+    state: String,
+    attempts: i64,
+    execution_id: String,
+    execution_status: Option<String>,
+    reason: Option<String>,
+    registered_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+}
+
+impl Fire {
+    fn from_row(row: &Row<'_>) -> durably_journal::rusqlite::Result<Self> {
+        let text = |index: usize| -> durably_journal::rusqlite::Result<String> {
+            row.get::<_, String>(index).map(|value| escape(&value))
+        };
+        let optional = |index: usize| -> durably_journal::rusqlite::Result<Option<String>> {
+            row.get::<_, Option<String>>(index)
+                .map(|value| value.as_deref().map(escape))
+        };
+        Ok(Self {
+            job: text(0)?,
+            slot: text(1)?,
+            state: text(2)?,
+            attempts: row.get(3)?,
+            execution_id: text(4)?,
+            execution_status: optional(5)?,
+            reason: optional(6)?,
+            registered_at: text(7)?,
+            started_at: optional(8)?,
+            finished_at: optional(9)?,
+        })
+    }
+}
+
+/// Lists fires, newest slot first.
+pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
+    let journal = crate::db::open_existing(db)?;
+    let fires = journal
+        .read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT job, slot, state, attempts, execution_id, execution_status, reason,
+                        registered_at, started_at, finished_at
+                 FROM fire_ledger WHERE (?1 IS NULL OR job = ?1)
+                 ORDER BY slot DESC, job LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![job, limit], Fire::from_row)?;
+            Ok(rows.collect::<durably_journal::rusqlite::Result<Vec<_>>>()?)
+        })
+        .map_err(|error| {
+            CliError::failure(format!(
+                "cannot read the scheduler ledger ({error}); is this a journal written by this \
+                 version of durably?"
+            ))
+        })?;
+    if json {
+        return print_json(&fires);
+    }
+    if fires.is_empty() {
+        return print("no fires recorded\n");
+    }
+    let mut table = Table::new(&[
+        "JOB",
+        "SLOT",
+        "STATE",
+        "ATTEMPTS",
+        "EXECUTION",
+        "REASON",
+        "STARTED",
+        "FINISHED",
+    ]);
+    for fire in fires {
+        table.row(vec![
+            fire.job,
+            fire.slot,
+            fire.state,
+            fire.attempts.to_string(),
+            fire.execution_id,
+            or_dash(fire.reason.as_deref()),
+            or_dash(fire.started_at.as_deref()),
+            or_dash(fire.finished_at.as_deref()),
+        ]);
+    }
+    print(&table.render())
+}

@@ -1,0 +1,12 @@
+//! One file per subcommand. Each `run` opens what it needs, does its work, and prints a table
+//! or JSON.
+
+pub mod cancel;
+pub mod fire_id;
+pub mod fires;
+pub mod gc;
+pub mod locks;
+pub mod ls;
+pub mod resolve;
+pub mod show;
+pub mod sweep;

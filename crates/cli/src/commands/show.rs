@@ -1,0 +1,241 @@
+//! `durably show ID`: one execution, its steps and its audit events. Payloads appear only as
+//! bounded, escaped previews.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use durably_journal::{EventRecord, ExecutionRecord, Journal, StepRecord};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::{CliError, Result};
+use crate::escape::{escape, preview, preview_opt};
+use crate::output::{Table, or_dash, print, print_json};
+
+/// `show --json`. Stable fields.
+#[derive(Debug, Serialize)]
+struct Shown {
+    execution: Execution,
+    holder: Option<super::locks::Holder>,
+    steps: Vec<Step>,
+    events: Vec<Event>,
+}
+
+#[derive(Debug, Serialize)]
+#[allow(clippy::struct_field_names)] // the documented JSON field names.
+struct Execution {
+    execution_id: String,
+    kind: String,
+    name: String,
+    status: String,
+    opens: i64,
+    created_at: String,
+    updated_at: String,
+    finalized_at: Option<String>,
+    input_preview: String,
+    output_preview: Option<String>,
+    error_preview: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Step {
+    seq: u32,
+    name: String,
+    effect: String,
+    policy: Option<String>,
+    state: String,
+    attempts: i64,
+    idempotency_key: String,
+    intent_at: Option<String>,
+    result_at: Option<String>,
+    result_preview: Option<String>,
+    error_preview: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Event {
+    id: i64,
+    at: String,
+    seq: Option<i64>,
+    kind: String,
+    detail_preview: String,
+}
+
+impl Execution {
+    fn from_record(record: &ExecutionRecord) -> Self {
+        Self {
+            execution_id: escape(&record.execution_id),
+            kind: escape(&record.kind),
+            name: escape(&record.name),
+            status: escape(&record.status),
+            opens: record.opens,
+            created_at: escape(&record.created_at),
+            updated_at: escape(&record.updated_at),
+            finalized_at: record.finalized_at.as_deref().map(escape),
+            input_preview: preview(&record.input),
+            output_preview: preview_opt(record.output.as_deref()),
+            error_preview: preview_opt(record.error.as_deref()),
+        }
+    }
+}
+
+impl Step {
+    fn from_record(record: &StepRecord) -> Self {
+        Self {
+            seq: record.seq,
+            name: escape(&record.name),
+            effect: escape(&record.effect),
+            policy: record.policy.as_deref().map(escape),
+            state: escape(&record.state),
+            attempts: record.attempts,
+            idempotency_key: escape(&record.idempotency_key),
+            intent_at: record.intent_at.as_deref().map(escape),
+            result_at: record.result_at.as_deref().map(escape),
+            result_preview: preview_opt(record.result.as_deref()),
+            error_preview: preview_opt(record.error.as_deref()),
+        }
+    }
+}
+
+impl Event {
+    fn from_record(record: &EventRecord) -> Self {
+        Self {
+            id: record.id,
+            at: escape(&record.at),
+            seq: record.seq,
+            kind: escape(&record.kind),
+            detail_preview: preview(&record.detail),
+        }
+    }
+}
+
+/// Shows one execution.
+pub fn run(db: &Path, id: Uuid, json: bool) -> Result<()> {
+    let journal = crate::db::open_existing(db)?;
+    let shown = load(&journal, id)?;
+    if json {
+        return print_json(&shown);
+    }
+    print(&render(&shown))
+}
+
+fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
+    let record = journal.get(id)?.ok_or_else(|| {
+        CliError::failure(format!(
+            "no execution {id} in this journal; `durably ls` lists them"
+        ))
+    })?;
+    let resource = id.to_string();
+    let holder = super::locks::holders(journal)?
+        .into_iter()
+        .find(|holder| holder.resource == resource);
+    Ok(Shown {
+        execution: Execution::from_record(&record),
+        holder,
+        steps: journal.steps(id)?.iter().map(Step::from_record).collect(),
+        events: journal.events(id)?.iter().map(Event::from_record).collect(),
+    })
+}
+
+fn render(shown: &Shown) -> String {
+    let execution = &shown.execution;
+    let mut text = String::new();
+    let fields = [
+        ("execution", execution.execution_id.clone()),
+        ("kind", execution.kind.clone()),
+        ("name", execution.name.clone()),
+        ("status", execution.status.clone()),
+        ("opens", execution.opens.to_string()),
+        ("created", execution.created_at.clone()),
+        ("updated", execution.updated_at.clone()),
+        ("finalized", or_dash(execution.finalized_at.as_deref())),
+        ("input", execution.input_preview.clone()),
+        ("output", or_dash(execution.output_preview.as_deref())),
+        ("error", or_dash(execution.error_preview.as_deref())),
+    ];
+    for (label, value) in fields {
+        let _ = writeln!(text, "{label:<10} {value}");
+    }
+    let holder = shown.holder.as_ref().map_or_else(
+        || "nobody".to_owned(),
+        |holder| {
+            format!(
+                "pid {} on {} since {} ({}: {})",
+                holder.pid, holder.hostname, holder.since, holder.verdict, holder.reason
+            )
+        },
+    );
+    let _ = writeln!(text, "{:<10} {holder}", "held by");
+    text.push_str(&render_steps(shown));
+    text.push_str(&render_events(&shown.events));
+    text
+}
+
+fn render_steps(shown: &Shown) -> String {
+    let mut text = format!("\nsteps ({})\n", shown.steps.len());
+    if shown.steps.is_empty() {
+        return text;
+    }
+    let mut table = Table::new(&[
+        "SEQ",
+        "NAME",
+        "EFFECT",
+        "POLICY",
+        "STATE",
+        "ATTEMPTS",
+        "INTENT AT",
+        "RESULT AT",
+        "RESULT OR ERROR",
+    ]);
+    for step in &shown.steps {
+        let outcome = match (&step.result_preview, &step.error_preview) {
+            (_, Some(error)) => format!("error: {error}"),
+            (Some(result), None) => result.clone(),
+            (None, None) => "-".to_owned(),
+        };
+        table.row(vec![
+            step.seq.to_string(),
+            step.name.clone(),
+            step.effect.clone(),
+            or_dash(step.policy.as_deref()),
+            step.state.clone(),
+            step.attempts.to_string(),
+            or_dash(step.intent_at.as_deref()),
+            or_dash(step.result_at.as_deref()),
+            outcome,
+        ]);
+    }
+    text.push_str(&table.render());
+    for step in shown.steps.iter().filter(|step| step.state == "intent") {
+        let id = &shown.execution.execution_id;
+        let _ = writeln!(
+            text,
+            "step {} is in the ambiguous window: its effect may or may not have happened. \
+             If no live process holds the execution, check the outside world with key {}, then \
+             `durably resolve {id} {} --completed JSON` or `--not-done`.",
+            step.seq, step.idempotency_key, step.seq
+        );
+    }
+    text
+}
+
+fn render_events(events: &[Event]) -> String {
+    let mut text = format!("\naudit events ({})\n", events.len());
+    if events.is_empty() {
+        return text;
+    }
+    let mut table = Table::new(&["ID", "AT", "SEQ", "KIND", "DETAIL"]);
+    for event in events {
+        table.row(vec![
+            event.id.to_string(),
+            event.at.clone(),
+            event
+                .seq
+                .map_or_else(|| "-".to_owned(), |seq| seq.to_string()),
+            event.kind.clone(),
+            event.detail_preview.clone(),
+        ]);
+    }
+    text.push_str(&table.render());
+    text
+}

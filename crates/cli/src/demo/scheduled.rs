@@ -1,0 +1,191 @@
+//! The demo's scheduler part: two scheduler processes fire the same slots of one job at the
+//! same moment, and each slot runs once. The fire body appends a `tick` to the effect ledger
+//! under the fire id, so the ledger shows how many times each slot really ran.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use durably_journal::Journal;
+use durably_scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
+use serde_json::json;
+
+use super::child::own_binary;
+use super::ledger::Ledger;
+use super::{Demo, narrate};
+use crate::error::{CliError, Result};
+
+/// The demo's job.
+const JOB: &str = "nightly-report";
+/// Slots each scheduler process fires.
+const SLOTS: u32 = 5;
+/// The job's interval: one slot a minute.
+const EVERY: Duration = Duration::from_mins(1);
+/// How long the fire body works, so the two processes overlap.
+const BODY_MS: u64 = 40;
+/// How far ahead the parent sets the common start, so both children are up by then.
+const START_DELAY_MS: i64 = 400;
+
+/// The slots fired, with their fire ids.
+pub struct Fires {
+    /// The job id.
+    pub job: String,
+    /// Each slot (RFC 3339) with its fire id.
+    pub slots: Vec<(String, String)>,
+}
+
+/// Arguments of `durably demo-scheduler` (hidden).
+#[derive(Debug, Clone, Args)]
+pub struct SchedulerArgs {
+    /// The journal.
+    #[arg(long)]
+    pub journal: PathBuf,
+    /// The effect ledger.
+    #[arg(long)]
+    pub ledger: PathBuf,
+    /// The first slot, in Unix epoch milliseconds.
+    #[arg(long)]
+    pub first_slot_ms: i64,
+    /// When to start firing, in Unix epoch milliseconds (both processes start together).
+    #[arg(long)]
+    pub start_at_ms: i64,
+}
+
+/// Starts two scheduler processes on the same slots and relays what each did.
+///
+/// # Errors
+/// A child could not be started or failed.
+pub fn run(demo: &Demo, number: usize) -> Result<Fires> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let every_ms = EVERY.as_millis() as i64;
+    let first_slot_ms = (now_ms / every_ms - i64::from(SLOTS)) * every_ms;
+    narrate(&format!(
+        "\n{number}. Scheduler — two scheduler processes fire the same {SLOTS} slots of job \
+         {JOB:?} (one a minute) at the same moment. Each fire is an execution whose id is \
+         derived from (job, slot), so the journal lets exactly one process run it."
+    ))?;
+    let start_at_ms = now_ms + START_DELAY_MS;
+    let children = (0..2)
+        .map(|_| spawn(demo, first_slot_ms, start_at_ms))
+        .collect::<Result<Vec<_>>>()?;
+    for child in children {
+        let output = child
+            .wait_with_output()
+            .map_err(|error| CliError::failure(format!("cannot wait for a scheduler: {error}")))?;
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Some(text) = line.strip_prefix("say ") {
+                narrate(&format!("   {text}"))?;
+            }
+        }
+        if !output.status.success() {
+            return Err(CliError::failure(format!(
+                "a demo scheduler process failed ({}): {}",
+                output.status,
+                crate::escape::escape(String::from_utf8_lossy(&output.stderr).trim())
+            )));
+        }
+    }
+    let job = JobId::new(JOB)?;
+    let slots = (0..SLOTS)
+        .map(|index| {
+            let slot = Slot::from_millis(first_slot_ms + i64::from(index) * every_ms)?;
+            Ok((slot.to_rfc3339(), fire_id(&job, slot).to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Fires {
+        job: JOB.to_owned(),
+        slots,
+    })
+}
+
+fn spawn(demo: &Demo, first_slot_ms: i64, start_at_ms: i64) -> Result<std::process::Child> {
+    own_binary()?
+        .arg("demo-scheduler")
+        .arg("--journal")
+        .arg(&demo.db)
+        .arg("--ledger")
+        .arg(demo.ledger.path())
+        .arg("--first-slot-ms")
+        .arg(first_slot_ms.to_string())
+        .arg("--start-at-ms")
+        .arg(start_at_ms.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|error| CliError::failure(format!("cannot start a demo scheduler: {error}")))
+}
+
+/// The child: registers the job and fires each slot once, saying what happened.
+///
+/// # Errors
+/// A journal or scheduler error.
+pub fn worker(args: &SchedulerArgs) -> Result<ExitCode> {
+    crate::db::runtime()?.block_on(fire_all(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn fire_all(args: &SchedulerArgs) -> Result<()> {
+    let journal = Journal::builder(&args.journal)
+        .sweep_on_open(false)
+        .open()?;
+    let scheduler = Scheduler::new(journal);
+    let ledger = Ledger::at(&args.ledger);
+    let job = Job::builder(JOB)
+        .interval(EVERY, 0)
+        // Slots are independent: a slot may start while another slot's fire runs elsewhere.
+        .overlap(Overlap::Allow)
+        .body(move |fire| {
+            let ledger = ledger.clone();
+            async move {
+                let key = fire.execution_id.to_string();
+                ledger
+                    .append("tick", &key, &key)
+                    .map_err(|error| durably_journal::StepError::retryable(error.message))?;
+                tokio::time::sleep(Duration::from_millis(BODY_MS)).await;
+                Ok(json!({ "report": "sent" }))
+            }
+        })
+        .build()?;
+    let job_id = job.id().clone();
+    scheduler
+        .register(job)
+        .await
+        .map_err(|error| scheduler_error(&error))?;
+    let wait_ms = args.start_at_ms - chrono::Utc::now().timestamp_millis();
+    if let Ok(wait_ms) = u64::try_from(wait_ms) {
+        tokio::time::sleep(Duration::from_millis(wait_ms.min(5_000))).await;
+    }
+    let pid = std::process::id();
+    for index in 0..SLOTS {
+        let slot_ms = args.first_slot_ms + i64::from(index) * EVERY.as_millis() as i64;
+        let slot = Slot::from_millis(slot_ms)?;
+        let outcome = scheduler
+            .fire(&job_id, slot)
+            .await
+            .map_err(|error| scheduler_error(&error))?;
+        let what = match outcome {
+            FireOutcome::Ran { .. } => "ran it".to_owned(),
+            FireOutcome::Replayed { state, .. } => {
+                format!("found it already {state} by the other process; ran nothing")
+            }
+            FireOutcome::LockedBy { pid: holder, .. } => {
+                format!("found pid {holder} firing it right now; ran nothing")
+            }
+            FireOutcome::Skipped { reason, .. } => format!("skipped it ({reason})"),
+            FireOutcome::Failed { error, .. } => format!("ran it and it failed: {error}"),
+            _ => "did something new".to_owned(),
+        };
+        let _ = crate::output::print(&format!(
+            "say scheduler pid {pid}, slot {}: {}\n",
+            slot.to_rfc3339(),
+            crate::escape::escape(&what)
+        ));
+    }
+    Ok(())
+}
+
+fn scheduler_error(error: &durably_scheduler::Error) -> CliError {
+    CliError::failure(error.to_string())
+}

@@ -1,0 +1,453 @@
+//! What these prove: every subcommand of the `durably` binary works on a real journal in both
+//! output forms (tables for people, `--json` parsed with serde_json), prints stored text with
+//! its control characters escaped, and refuses what it must (a step that is not ambiguous, an
+//! execution a live process holds). Method: journals are built through the library, the built
+//! binary is run as a child process, and its exit code and output are checked.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{EVIL_NAME, assert_code, durably, fixture, hold, json, runtime, stderr, stdout};
+
+#[test]
+fn ls_lists_newest_first_with_filters_in_both_forms() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+
+    let table = durably(&["--db", db, "ls"]);
+    assert_code(&table, 0);
+    let text = stdout(&table);
+    assert!(text.starts_with("EXECUTION"), "{text}");
+    for id in [fixture.completed, fixture.failed, fixture.ambiguous] {
+        assert!(text.contains(&id.to_string()), "{text}");
+    }
+    // The stored escape sequence is shown, not obeyed.
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(text.contains("evil \\e[31mred\\e[0m name"), "{text}");
+
+    let listed = json(&durably(&["ls", "--db", db, "--json"]));
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["execution_id"], fixture.ambiguous.to_string());
+    for field in [
+        "execution_id",
+        "kind",
+        "name",
+        "status",
+        "opens",
+        "created_at",
+        "updated_at",
+        "finalized_at",
+    ] {
+        assert!(
+            rows[0].get(field).is_some(),
+            "missing {field} in {}",
+            rows[0]
+        );
+    }
+
+    let failed = json(&durably(&[
+        "--db", db, "--json", "ls", "--status", "failed",
+    ]));
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    assert_eq!(failed[0]["execution_id"], fixture.failed.to_string());
+    let named = json(&durably(&["--db", db, "--json", "ls", "--name", "stuck"]));
+    assert_eq!(named[0]["execution_id"], fixture.ambiguous.to_string());
+    let limited = json(&durably(&[
+        "--db", db, "--json", "ls", "--limit", "1", "--since", "1h",
+    ]));
+    assert_eq!(limited.as_array().unwrap().len(), 1);
+    let future = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "ls",
+        "--since",
+        "2999-01-01T00:00:00Z",
+    ]));
+    assert_eq!(future.as_array().unwrap().len(), 0);
+    let kind = json(&durably(&["--db", db, "--json", "ls", "--kind", "nothing"]));
+    assert_eq!(kind.as_array().unwrap().len(), 0);
+
+    assert_code(&durably(&["--db", db, "ls", "--status", "sleeping"]), 2);
+    assert_code(&durably(&["--db", db, "ls", "--since", "yesterday-ish"]), 2);
+    assert_code(&durably(&["--db", db, "ls", "--limit", "0"]), 2);
+}
+
+#[test]
+fn show_prints_steps_events_and_bounded_escaped_previews() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let ambiguous = fixture.ambiguous.to_string();
+
+    let table = durably(&["--db", db, "show", &ambiguous]);
+    assert_code(&table, 0);
+    let text = stdout(&table);
+    assert!(text.contains("stuck order"), "{text}");
+    assert!(text.contains("SEQ  NAME"), "{text}");
+    assert!(text.contains("charge"), "{text}");
+    assert!(text.contains("ambiguous window"), "{text}");
+    assert!(
+        text.contains(&format!("durably resolve {ambiguous} 1")),
+        "{text}"
+    );
+
+    let shown = json(&durably(&["--db", db, "show", &ambiguous, "--json"]));
+    assert_eq!(shown["execution"]["execution_id"], ambiguous);
+    assert_eq!(shown["execution"]["input_preview"], "{\"order\":1}");
+    assert!(shown["holder"].is_null());
+    let steps = shown["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[1]["name"], "charge");
+    assert_eq!(steps[1]["effect"], "guarded");
+    assert_eq!(steps[1]["policy"], "fail");
+    assert_eq!(steps[1]["state"], "intent");
+    assert_eq!(steps[1]["attempts"], 1);
+    assert!(steps[1]["intent_at"].as_str().unwrap().ends_with('Z'));
+    assert!(steps[1]["result_at"].is_null());
+    assert!(shown["events"].as_array().is_some());
+
+    let completed = durably(&["--db", db, "show", &fixture.completed.to_string()]);
+    assert_code(&completed, 0);
+    let text = stdout(&completed);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{9b}'),
+        "{text}"
+    );
+    assert!(!text.contains('\u{202e}'), "{text}");
+    assert!(text.contains(r#""done \x9b2J \u{202e}""#), "{text}");
+    let completed = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "show",
+        &fixture.completed.to_string(),
+    ]));
+    assert_eq!(completed["execution"]["name"], "evil \\e[31mred\\e[0m name");
+    assert_ne!(completed["execution"]["name"], EVIL_NAME);
+
+    let unknown = durably(&["--db", db, "show", "00000000-0000-4000-8000-000000000000"]);
+    assert_code(&unknown, 1);
+    assert!(
+        stderr(&unknown).contains("durably ls"),
+        "{}",
+        stderr(&unknown)
+    );
+    let bad = durably(&["--db", db, "show", "not-a-uuid"]);
+    assert_code(&bad, 2);
+}
+
+#[test]
+fn locks_shows_a_live_holder_with_its_judgement() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let none = durably(&["--db", db, "locks"]);
+    assert_code(&none, 0);
+    assert!(stdout(&none).contains("no locks are held"));
+    assert_eq!(
+        json(&durably(&["--db", db, "locks", "--json"])),
+        serde_json::json!([])
+    );
+
+    let runtime = runtime();
+    let held = hold(&runtime, &fixture.db, fixture.ambiguous);
+    let table = durably(&["--db", db, "locks"]);
+    assert_code(&table, 0);
+    let text = stdout(&table);
+    assert!(text.contains(&fixture.ambiguous.to_string()), "{text}");
+    assert!(text.contains("alive"), "{text}");
+    let locks = json(&durably(&["--db", db, "locks", "--json"]));
+    assert_eq!(locks[0]["resource"], fixture.ambiguous.to_string());
+    assert_eq!(locks[0]["pid"], i64::from(std::process::id()));
+    assert_eq!(locks[0]["verdict"], "alive");
+    assert!(
+        locks[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("liveness file")
+    );
+    for field in ["hostname", "since", "heartbeat_at", "epoch"] {
+        assert!(locks[0].get(field).is_some(), "missing {field}");
+    }
+    let shown = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "show",
+        &fixture.ambiguous.to_string(),
+    ]));
+    assert_eq!(shown["holder"]["verdict"], "alive");
+    drop(held);
+}
+
+#[test]
+fn sweep_marks_unheld_running_executions_and_honours_dry_run() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let dry = json(&durably(&["--db", db, "--json", "sweep", "--dry-run"]));
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(
+        dry["unlocked"],
+        serde_json::json!([fixture.ambiguous.to_string()])
+    );
+    assert_eq!(dry["reclaimed"], serde_json::json!([]));
+    let listed = json(&durably(&[
+        "--db", db, "--json", "ls", "--status", "running",
+    ]));
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        1,
+        "a dry run changes nothing"
+    );
+
+    let swept = durably(&["--db", db, "sweep"]);
+    assert_code(&swept, 0);
+    assert!(
+        stdout(&swept).contains("marked interrupted"),
+        "{}",
+        stdout(&swept)
+    );
+    let listed = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "ls",
+        "--status",
+        "interrupted",
+    ]));
+    assert_eq!(listed[0]["execution_id"], fixture.ambiguous.to_string());
+}
+
+#[test]
+fn gc_counts_and_deletes_by_age() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let kept = json(&durably(&["--db", db, "--json", "gc", "--dry-run"]));
+    assert_eq!(kept["completed"], 0, "{kept}");
+    assert_eq!(kept["completed_older_than"], "7days");
+
+    let dry = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "gc",
+        "--completed-older-than",
+        "0s",
+        "--failed-older-than",
+        "0s",
+        "--dry-run",
+    ]));
+    assert_eq!(
+        (dry["completed"].as_u64(), dry["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(dry["dry_run"], true);
+
+    let real = durably(&[
+        "--db",
+        db,
+        "gc",
+        "--completed-older-than",
+        "0s",
+        "--failed-older-than",
+        "12h",
+    ]);
+    assert_code(&real, 0);
+    assert!(
+        stdout(&real).starts_with("deleted 1 completed"),
+        "{}",
+        stdout(&real)
+    );
+    assert_eq!(
+        json(&durably(&["--db", db, "--json", "ls"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let bad = durably(&["--db", db, "gc", "--completed-older-than", "seven days"]);
+    assert_code(&bad, 2);
+    assert!(
+        stderr(&bad).contains("completed-older-than"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let ambiguous = fixture.ambiguous.to_string();
+
+    let plan = durably(&["--db", db, "resolve", &ambiguous, "0", "--not-done"]);
+    assert_code(&plan, 1);
+    assert!(
+        stderr(&plan).contains("is not ambiguous"),
+        "{}",
+        stderr(&plan)
+    );
+    let missing = durably(&["--db", db, "resolve", &ambiguous, "9", "--not-done"]);
+    assert_code(&missing, 1);
+    assert!(
+        stderr(&missing).contains("has no step 9"),
+        "{}",
+        stderr(&missing)
+    );
+
+    assert_code(&durably(&["--db", db, "resolve", &ambiguous, "1"]), 2);
+    assert_code(
+        &durably(&[
+            "--db",
+            db,
+            "resolve",
+            &ambiguous,
+            "1",
+            "--not-done",
+            "--completed",
+            "1",
+        ]),
+        2,
+    );
+    let bad_json = durably(&[
+        "--db",
+        db,
+        "resolve",
+        &ambiguous,
+        "1",
+        "--completed",
+        "{oops",
+    ]);
+    assert_code(&bad_json, 2);
+    assert!(
+        stderr(&bad_json).contains("not valid JSON"),
+        "{}",
+        stderr(&bad_json)
+    );
+
+    let runtime = runtime();
+    let held = hold(&runtime, &fixture.db, fixture.ambiguous);
+    let refused = durably(&["--db", db, "resolve", &ambiguous, "1", "--not-done"]);
+    assert_code(&refused, 1);
+    let message = stderr(&refused);
+    assert!(message.contains("held by live process"), "{message}");
+    assert!(
+        message.contains(&std::process::id().to_string()),
+        "{message}"
+    );
+    drop(held);
+    runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(50)).await });
+
+    let resolved = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "resolve",
+        &ambiguous,
+        "1",
+        "--completed",
+        r#"{"receipt":"r-1"}"#,
+    ]));
+    assert_eq!(
+        resolved,
+        serde_json::json!({
+            "execution_id": ambiguous, "seq": 1, "resolution": "completed"
+        })
+    );
+    let shown = json(&durably(&["--db", db, "--json", "show", &ambiguous]));
+    assert_eq!(shown["steps"][1]["state"], "completed");
+    assert_eq!(shown["steps"][1]["result_preview"], r#"{"receipt":"r-1"}"#);
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"operator_resolved"), "{kinds:?}");
+    let again = durably(&["--db", db, "resolve", &ambiguous, "1", "--not-done"]);
+    assert_code(&again, 1);
+    assert!(stderr(&again).contains("is not ambiguous"));
+}
+
+#[test]
+fn cancel_is_refused_while_held_and_final_afterwards() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let ambiguous = fixture.ambiguous.to_string();
+    let runtime = runtime();
+    let held = hold(&runtime, &fixture.db, fixture.ambiguous);
+    let refused = durably(&["--db", db, "cancel", &ambiguous]);
+    assert_code(&refused, 1);
+    assert!(
+        stderr(&refused).contains("held by live process"),
+        "{}",
+        stderr(&refused)
+    );
+    drop(held);
+    runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(50)).await });
+
+    let cancelled = json(&durably(&[
+        "--db", db, "--json", "cancel", &ambiguous, "--reason", "test",
+    ]));
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["execution_id"], ambiguous);
+    let listed = json(&durably(&[
+        "--db",
+        db,
+        "--json",
+        "ls",
+        "--status",
+        "cancelled",
+    ]));
+    assert_eq!(listed[0]["execution_id"], ambiguous);
+
+    let finished = durably(&["--db", db, "cancel", &fixture.completed.to_string()]);
+    assert_code(&finished, 1);
+    assert!(
+        stderr(&finished).contains("already completed"),
+        "{}",
+        stderr(&finished)
+    );
+    let table = durably(&["--db", db, "cancel", &fixture.failed.to_string()]);
+    assert_code(&table, 1);
+    assert_code(&durably(&["--db", db, "cancel", "xyz"]), 2);
+}
+
+#[test]
+fn fires_reads_an_empty_ledger_and_fire_id_matches_the_library() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let empty = durably(&["--db", db, "fires"]);
+    assert_code(&empty, 0);
+    assert!(stdout(&empty).contains("no fires recorded"));
+    let none = json(&durably(&[
+        "--db", db, "fires", "--job", "nightly", "--json",
+    ]));
+    assert_eq!(none, serde_json::json!([]));
+
+    let printed = durably(&["fire-id", "nightly-report", "2026-01-01T00:00:00Z"]);
+    assert_code(&printed, 0);
+    // The fixed vector of the scheduler's crate documentation.
+    assert_eq!(stdout(&printed), "b536f2cf-7f95-8a51-8745-e481d1e20d41\n");
+    let offset = json(&durably(&[
+        "--json",
+        "fire-id",
+        "nightly-report",
+        "2026-01-01T01:00:00+01:00",
+    ]));
+    assert_eq!(offset["fire_id"], "b536f2cf-7f95-8a51-8745-e481d1e20d41");
+    assert_eq!(offset["slot"], "2026-01-01T00:00:00.000Z");
+    assert_eq!(offset["job"], "nightly-report");
+
+    let bad_slot = durably(&["fire-id", "nightly-report", "tomorrow"]);
+    assert_code(&bad_slot, 2);
+    assert!(
+        stderr(&bad_slot).contains("RFC 3339"),
+        "{}",
+        stderr(&bad_slot)
+    );
+    assert_code(&durably(&["fire-id", "", "2026-01-01T00:00:00Z"]), 2);
+    assert_code(&durably(&["fire-id", "a\u{7}b", "2026-01-01T00:00:00Z"]), 2);
+}

@@ -1,0 +1,154 @@
+//! Shared helpers of the CLI tests: running the built binary, and journals built through the
+//! library with one execution in each interesting state.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use durably_journal::{Execution, Journal, Opened, Policy, StepError};
+use uuid::Uuid;
+
+/// A name with a terminal escape sequence, to prove the tool escapes stored text.
+pub const EVIL_NAME: &str = "evil \u{1b}[31mred\u{1b}[0m name";
+
+/// Runs `durably ARGS` with no `DURABLY_DB` in the environment.
+pub fn durably(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_durably"))
+        .args(args)
+        .env_remove("DURABLY_DB")
+        .output()
+        .expect("the durably binary runs")
+}
+
+/// Standard output as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// Standard error as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// Standard output parsed as JSON.
+pub fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", stdout(output)))
+}
+
+/// Asserts the exit code, showing the output when it differs, and that nothing panicked.
+pub fn assert_code(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+    assert!(!stderr(output).contains("panicked"), "{}", stderr(output));
+    assert!(
+        !stderr(output).contains("RUST_BACKTRACE"),
+        "{}",
+        stderr(output)
+    );
+}
+
+/// A runtime for the library's async calls.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// A journal with one execution in each state the commands care about.
+pub struct Fixture {
+    /// Keeps the files alive.
+    pub dir: tempfile::TempDir,
+    /// The database.
+    pub db: PathBuf,
+    /// Completed; its name holds an escape sequence.
+    pub completed: Uuid,
+    /// Failed.
+    pub failed: Uuid,
+    /// Interrupted with step 1 ("charge", policy Fail) in the ambiguous window; unlocked.
+    pub ambiguous: Uuid,
+}
+
+impl Fixture {
+    /// The database path as a string argument.
+    pub fn db_arg(&self) -> &str {
+        self.db.to_str().unwrap()
+    }
+}
+
+/// Builds a [`Fixture`] through the library.
+pub fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("journal.db");
+    let runtime = runtime();
+    let (completed, failed, ambiguous) = runtime.block_on(async {
+        let journal = Journal::builder(&db).open().unwrap();
+        let completed = Uuid::new_v4();
+        let mut execution = open(&journal, completed, EVIL_NAME).await;
+        let _: u32 = execution.pure("plan", || async { Ok(7) }).await.unwrap();
+        // serde_json escapes C0 controls itself, but stores C1 controls and bidi overrides raw.
+        execution.complete(&"done \u{9b}2J \u{202e}").await.unwrap();
+
+        let failed = Uuid::new_v4();
+        let execution = open(&journal, failed, "failing order").await;
+        execution
+            .fail(&StepError::fatal("card declined"))
+            .await
+            .unwrap();
+
+        let ambiguous = Uuid::new_v4();
+        let mut execution = open(&journal, ambiguous, "stuck order").await;
+        let _: u32 = execution.pure("plan", || async { Ok(1) }).await.unwrap();
+        // Abandon the guarded step inside its closure: the intent is durable, the result never
+        // comes, exactly as after a crash.
+        let step = execution.guarded("charge", Policy::Fail, |_key| async {
+            tokio::time::sleep(Duration::from_hours(1)).await;
+            Ok::<u32, StepError>(1)
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), step)
+                .await
+                .is_err()
+        );
+        drop(execution);
+        // The writer applies requests in order: once this no-op commits, the release queued
+        // by the drop above has committed too.
+        journal.write(|_| Ok(())).await.unwrap();
+        (completed, failed, ambiguous)
+    });
+    Fixture {
+        dir,
+        db,
+        completed,
+        failed,
+        ambiguous,
+    }
+}
+
+async fn open(journal: &Journal, id: Uuid, name: &str) -> Execution {
+    match journal
+        .open_execution(id, "order", name, &serde_json::json!({ "order": 1 }))
+        .await
+        .unwrap()
+    {
+        Opened::Running(execution) => execution,
+        Opened::Finished(_) => panic!("a new execution is not finished"),
+    }
+}
+
+/// Opens `id` in this process and keeps it held (a live holder) until the handle is dropped.
+pub fn hold(runtime: &tokio::runtime::Runtime, db: &Path, id: Uuid) -> (Journal, Execution) {
+    runtime.block_on(async {
+        let journal = Journal::builder(db).sweep_on_open(false).open().unwrap();
+        let execution = open(&journal, id, "ignored on resume").await;
+        (journal, execution)
+    })
+}
