@@ -128,6 +128,9 @@ pub enum Error {
         /// The busy timeout that expired.
         busy_timeout_ms: u64,
     },
+    /// The handle was configured in a way that cannot work.
+    #[error("invalid journal setting: {0}")]
+    InvalidConfig(String),
     /// The disk (or `max_page_count`) is full; the batch was rolled back.
     #[error("the database or disk is full; free space and retry (nothing was written)")]
     DiskFull,
@@ -196,8 +199,12 @@ pub enum Error {
         /// The acknowledgement timeout.
         timeout_ms: u64,
     },
-    /// The batch this request was part of failed to commit; nothing of it was written.
-    #[error("the journal's commit failed ({reason}); nothing was written, retry")]
+    /// The batch this request was part of failed. After an I/O error inside COMMIT the batch may
+    /// still be durable, so the caller must treat the write as in doubt.
+    #[error(
+        "the journal's write failed ({reason}); it may or may not have committed: reopen the \
+         execution, which replays what was recorded"
+    )]
     CommitFailed {
         /// Why the commit failed.
         reason: String,

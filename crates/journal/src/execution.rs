@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::events;
+use crate::handles::HandleClaim;
 use crate::journal::Journal;
 use crate::payload;
 use crate::records::{Status, event_kind};
@@ -40,6 +41,10 @@ pub struct Execution {
     next_seq: u32,
     halted_at: Option<u32>,
     finalized: bool,
+    // Keeps a lease alive while the handle lives; aborted on drop.
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    // Declared last so it is released after `Drop::drop` has queued the lock release.
+    _claim: HandleClaim,
 }
 
 /// A step being run: its place and identity.
@@ -53,6 +58,67 @@ struct StepCall<'a> {
 
 type StepOutcome<T> = std::result::Result<T, StepError>;
 
+/// How many times a step's result write is tried when the database is busy. The effect has
+/// already run, so giving up early would leave an ambiguous step for no good reason.
+const RESULT_WRITE_TRIES_MAX: u32 = 3;
+
+/// A step's outcome, ready to be written.
+#[derive(Debug, Clone)]
+struct ResultRow {
+    seq: u32,
+    name: String,
+    effect: Effect,
+    key: String,
+    state: &'static str,
+    result: Option<String>,
+    error: Option<String>,
+    attempts: u32,
+}
+
+impl ResultRow {
+    /// A guarded step's intent row gets its result; other steps get their one row.
+    fn record(&self, conn: &Connection, resource: &str, now: &str) -> Result<()> {
+        let Self {
+            seq,
+            name,
+            effect,
+            key,
+            state,
+            result,
+            error,
+            attempts,
+        } = self;
+        if *effect == Effect::Guarded {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE steps SET state = ?3, result = ?4, error = ?5, attempts = ?6,
+                                      result_at = ?7
+                     WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
+                )?
+                .execute(params![resource, seq, state, result, error, attempts, now])?;
+            return expect_one_row(changed, resource, *seq);
+        }
+        conn.prepare_cached(
+            "INSERT INTO steps (execution_id, seq, name, effect, state, idempotency_key,
+                                result, error, attempts, result_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?
+        .execute(params![
+            resource,
+            seq,
+            name,
+            effect.as_str(),
+            state,
+            key,
+            result,
+            error,
+            attempts,
+            now
+        ])?;
+        Ok(())
+    }
+}
+
 impl Execution {
     pub(crate) fn new(
         journal: Journal,
@@ -61,11 +127,14 @@ impl Execution {
         is_resume: bool,
         input: String,
         replay: Replay,
+        claim: HandleClaim,
     ) -> Self {
+        let resource: Arc<str> = Arc::from(id.to_string());
+        let heartbeat = spawn_heartbeat(&journal, &resource, epoch);
         Self {
             journal,
             id,
-            resource: Arc::from(id.to_string()),
+            resource,
             epoch,
             is_resume,
             input,
@@ -73,6 +142,8 @@ impl Execution {
             next_seq: 0,
             halted_at: None,
             finalized: false,
+            heartbeat,
+            _claim: claim,
         }
     }
 
@@ -204,6 +275,9 @@ impl Execution {
             effect = effect.as_str(),
             outcome = tracing::field::Empty,
         );
+        // Halted until the step finishes: if the caller drops this future half way (a timeout,
+        // a select), the step's state is unknown and the handle must not go on.
+        self.halted_at = Some(seq);
         let result = match self.replay.take(seq) {
             Some(recorded) => {
                 self.replay_step(&call, recorded, f)
@@ -213,9 +287,9 @@ impl Execution {
             None => self.run_fresh(&call, f).instrument(span.clone()).await,
         };
         span.record("outcome", outcome_word(&result));
-        match &result {
-            Ok(_) | Err(Error::StepFailed { .. }) => self.next_seq += 1,
-            Err(_) => self.halted_at = Some(seq),
+        if matches!(&result, Ok(_) | Err(Error::StepFailed { .. })) {
+            self.next_seq += 1;
+            self.halted_at = None;
         }
         result
     }
@@ -309,16 +383,26 @@ impl Execution {
                 self.write_skipped(call).await?;
                 Ok(Guarded::Skipped(skipped(call)))
             }
-            Policy::Fail => Err(Error::Ambiguous {
-                execution_id: self.resource.to_string(),
-                seq: call.seq,
-                name: call.name.to_owned(),
-            }),
-            Policy::Retry => {
-                let detail = json!({ "policy": "retry", "attempt": attempts + 1 });
-                self.write_attempt(call, attempts + 1, event_kind::AMBIGUITY_RETRIED, detail)
+            Policy::Fail => {
+                let detail = json!({ "policy": "fail" });
+                self.write_event(call, event_kind::AMBIGUITY_FAILED, detail)
                     .await?;
-                self.finish_rerun(call, attempts + 1, f).await
+                Err(Error::Ambiguous {
+                    execution_id: self.resource.to_string(),
+                    seq: call.seq,
+                    name: call.name.to_owned(),
+                })
+            }
+            Policy::Retry => {
+                let detail = json!({ "policy": "retry", "attempt": attempts.saturating_add(1) });
+                self.write_attempt(
+                    call,
+                    attempts.saturating_add(1),
+                    event_kind::AMBIGUITY_RETRIED,
+                    detail,
+                )
+                .await?;
+                self.finish_rerun(call, attempts.saturating_add(1), f).await
             }
             Policy::Reconcile(probe) => {
                 let answer = probe(call.key).await.map_err(|error| Error::ProbeFailed {
@@ -333,11 +417,15 @@ impl Execution {
                     self.write_reconciled(call, &decoded).await?;
                     return Ok(Guarded::Done(decoded));
                 }
-                let detail =
-                    json!({ "policy": "reconcile", "found": false, "attempt": attempts + 1 });
-                self.write_attempt(call, attempts + 1, event_kind::AMBIGUITY_RECONCILED, detail)
-                    .await?;
-                self.finish_rerun(call, attempts + 1, f).await
+                let detail = json!({ "policy": "reconcile", "found": false, "attempt": attempts.saturating_add(1) });
+                self.write_attempt(
+                    call,
+                    attempts.saturating_add(1),
+                    event_kind::AMBIGUITY_RECONCILED,
+                    detail,
+                )
+                .await?;
+                self.finish_rerun(call, attempts.saturating_add(1), f).await
             }
         }
     }
@@ -378,8 +466,13 @@ impl Execution {
             match f(call.key).await {
                 Err(error) if error.retryable && tries < retry.attempts_max => {
                     let detail = json!({ "attempt": attempt, "error": error.message });
-                    self.write_attempt(call, attempt + 1, event_kind::ATTEMPT_FAILED, detail)
-                        .await?;
+                    self.write_attempt(
+                        call,
+                        attempt.saturating_add(1),
+                        event_kind::ATTEMPT_FAILED,
+                        detail,
+                    )
+                    .await?;
                     tokio::time::sleep(retry.backoff_before(tries + 1)).await;
                     attempt += 1;
                 }
@@ -427,44 +520,70 @@ impl Execution {
         attempts: u32,
     ) -> Result<()> {
         let cap = self.journal.payload_bytes_max();
-        let (state, result, error) = match outcome {
-            Ok(value) => (
-                "completed",
-                Some(payload::encode(value, "the step result", cap)?),
-                None,
-            ),
-            Err(error) => (
-                "failed",
-                None,
-                Some(payload::encode(error, "the step error", cap)?),
-            ),
+        let encoded = match outcome {
+            Ok(value) => payload::encode(value, "the step result", cap)
+                .map(|text| ("completed", Some(text), None)),
+            Err(error) => payload::encode(error, "the step error", cap)
+                .map(|text| ("failed", None, Some(text))),
         };
-        let (seq, name, effect, key) = (
-            call.seq,
-            call.name.to_owned(),
-            call.effect.as_str(),
-            call.key.to_string(),
-        );
-        self.write_fenced(move |conn, resource, now| {
-            if effect == Effect::Guarded.as_str() {
-                let changed = conn
-                    .prepare_cached(
-                        "UPDATE steps SET state = ?3, result = ?4, error = ?5, attempts = ?6,
-                                          result_at = ?7
-                         WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
-                    )?
-                    .execute(params![resource, seq, state, result, error, attempts, now])?;
-                return expect_one_row(changed, resource, seq);
+        let (state, result, error, unrecordable) = match encoded {
+            Ok((state, result, error)) => (state, result, error, None),
+            // A pure or idempotent step writes nothing and may simply run again.
+            Err(problem) if call.effect != Effect::Guarded => return Err(problem),
+            // The effect has run, but its outcome cannot be journaled. Leaving the intent would
+            // make every later run find the step ambiguous (and Retry would run the effect again
+            // with no crash at all), so a small fixed failure is recorded instead, and the caller
+            // gets the same error now as every replay will.
+            Err(problem) => {
+                let step_error = StepError::fatal(format!(
+                    "the step's outcome could not be journaled: {problem}"
+                ));
+                let text = payload::encode(&step_error, "the step error", cap)?;
+                ("failed", None, Some(text), Some(step_error))
             }
-            conn.prepare_cached(
-                "INSERT INTO steps (execution_id, seq, name, effect, state, idempotency_key,
-                                    result, error, attempts, result_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                resource, seq, name, effect, state, key, result, error, attempts, now
-            ])?;
-            Ok(())
+        };
+        let row = ResultRow {
+            seq: call.seq,
+            name: call.name.to_owned(),
+            effect: call.effect,
+            key: call.key.to_string(),
+            state,
+            result,
+            error,
+            attempts,
+        };
+        // A busy database means the batch never began, so trying again cannot write twice.
+        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
+            let row = row.clone();
+            match self
+                .write_fenced(move |conn, resource, now| row.record(conn, resource, now))
+                .await
+            {
+                Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
+                Err(error) => return Err(error),
+                Ok(()) => break,
+            }
+        }
+        match unrecordable {
+            Some(error) => Err(Error::StepFailed {
+                seq: call.seq,
+                name: call.name.to_owned(),
+                error,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes an audit event about this step, fenced.
+    async fn write_event(
+        &self,
+        call: &StepCall<'_>,
+        kind: &'static str,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let seq = call.seq;
+        self.write_fenced(move |conn, resource, now| {
+            events::record(conn, now, Some(resource), Some(seq), kind, &detail)
         })
         .await
     }
@@ -579,6 +698,16 @@ impl Execution {
             "the execution output",
             self.journal.payload_bytes_max(),
         )?;
+        // After an ambiguous step, a lost lock or non-determinism the journal is in doubt:
+        // completing would bury the doubt under a final status. `fail` stays allowed. A lost
+        // lock is the more useful answer when it is the reason, so the fence is asked first.
+        if let Some(seq) = self.halted_at {
+            self.write_fenced(|_, _, _| Ok(())).await?;
+            return Err(Error::Halted {
+                execution_id: self.resource.to_string(),
+                seq,
+            });
+        }
         self.finalize(Status::Completed, output).await
     }
 
@@ -604,6 +733,9 @@ impl Execution {
             } else {
                 "error"
             };
+            if status == Status::Completed {
+                refuse_open_intent(conn, resource)?;
+            }
             conn.prepare_cached(&format!(
                 "UPDATE executions SET status = ?2, {column} = ?3, updated_at = ?4,
                                        finalized_at = ?4
@@ -622,10 +754,57 @@ impl Execution {
 
 impl Drop for Execution {
     fn drop(&mut self) {
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.abort();
+        }
         if !self.finalized {
             self.journal.release_detached(self.id, self.epoch);
         }
     }
+}
+
+/// Refuses to complete an execution while one of its steps is still in the ambiguous window.
+fn refuse_open_intent(conn: &Connection, resource: &str) -> Result<()> {
+    let open: Option<u32> = conn
+        .prepare_cached(
+            "SELECT seq FROM steps WHERE execution_id = ?1 AND state = 'intent' LIMIT 1",
+        )?
+        .query_row(params![resource], |row| row.get(0))
+        .optional()?;
+    match open {
+        Some(seq) => Err(Error::Refused(format!(
+            "execution {resource} cannot complete while step {seq} is ambiguous; resolve it \
+             with `durably resolve {resource} {seq}` first, or finalize the execution as failed"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Keeps the lease of a journal opened with one alive while the handle lives, at a third of
+/// the lease. A process that is frozen (SIGSTOP) or hung stops heartbeating and loses the lease,
+/// which is the point of one. Ends when the lock is lost; aborted when the handle drops.
+fn spawn_heartbeat(
+    journal: &Journal,
+    resource: &Arc<str>,
+    epoch: u64,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let lease_ms = journal.inner.lease_ms?;
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let (journal, resource) = (journal.clone(), Arc::clone(resource));
+    let period = std::time::Duration::from_millis((lease_ms / 3).max(1));
+    Some(runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            let locker = Arc::clone(&journal.inner.locker);
+            let resource = Arc::clone(&resource);
+            let beat = journal
+                .write(move |conn| Ok(locker.heartbeat(conn, &resource, epoch)?))
+                .await;
+            if let Err(Error::LockLost(_)) = beat {
+                break;
+            }
+        }
+    }))
 }
 
 fn skipped(call: &StepCall<'_>) -> Skipped {

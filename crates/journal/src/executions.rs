@@ -1,5 +1,7 @@
 //! Execution-level operations of a [`Journal`]: open, inspect, cancel, resolve, recover.
 
+use std::sync::Arc;
+
 use durably_lock::{Acquire, Locker};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -9,6 +11,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::events;
 use crate::execution::{Execution, Replay};
+use crate::handles::{HandleClaim, OpenHandles};
 use crate::journal::Journal;
 use crate::payload;
 use crate::records::{
@@ -75,6 +78,9 @@ impl Journal {
         input: &impl Serialize,
     ) -> Result<Opened> {
         let input = payload::encode(input, "the execution input", self.payload_bytes_max())?;
+        let Some(claim) = HandleClaim::claim(&self.inner.handles, id) else {
+            return Err(self.locked_here(id));
+        };
         let span = tracing::info_span!("durably.open", execution_id = %id, kind, resumed = tracing::field::Empty);
         let (locker, now) = (self.inner.locker.clone(), self.now());
         let (kind_owned, name_owned) = (kind.to_owned(), name.to_owned());
@@ -82,7 +88,18 @@ impl Journal {
             .inner
             .writer
             .write(move |conn| {
-                open_in_transaction(conn, &locker, id, &kind_owned, &name_owned, &input, &now)
+                // This open holds the claim, so a lock of this instance on `id` is a leak.
+                let ours = OwnLocks::Reclaim;
+                open_in_transaction(
+                    conn,
+                    &locker,
+                    ours,
+                    id,
+                    &kind_owned,
+                    &name_owned,
+                    &input,
+                    &now,
+                )
             })
             .await?;
         fail::fail_point!("journal::after-lock-commit", |_| std::process::abort());
@@ -106,7 +123,23 @@ impl Journal {
             outcome.is_resume,
             outcome.input,
             replay,
+            claim,
         )))
+    }
+
+    /// `Locked` for an execution that a live handle of this journal drives.
+    fn locked_here(&self, id: Uuid) -> Error {
+        let since = self
+            .read(|conn| Ok(durably_lock::read(conn, &id.to_string())?))
+            .ok()
+            .flatten()
+            .and_then(|row| row.holder)
+            .map_or_else(|| "moments ago".to_owned(), |holder| holder.acquired_at);
+        Error::Locked {
+            execution_id: id.to_string(),
+            pid: self.inner.locker.identity().pid,
+            since,
+        }
     }
 
     fn load_replay(&self, id: Uuid) -> Result<Replay> {
@@ -227,10 +260,11 @@ impl Journal {
     /// [`Error::Refused`] when it has already finished.
     pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<()> {
         let (locker, now, reason) = (self.inner.locker.clone(), self.now(), reason.to_owned());
+        let handles = Arc::clone(&self.inner.handles);
         self.inner
             .writer
             .write(move |conn| {
-                with_operator_lock(conn, &locker, id, &now, |resource| {
+                with_operator_lock(conn, &locker, &handles, id, &now, |resource| {
                     let status = status_of(conn, resource)?;
                     if status.is_final() {
                         return Err(Error::Refused(format!(
@@ -273,10 +307,11 @@ impl Journal {
             Resolution::NotDone => None,
         };
         let (locker, now) = (self.inner.locker.clone(), self.now());
+        let handles = Arc::clone(&self.inner.handles);
         self.inner
             .writer
             .write(move |conn| {
-                with_operator_lock(conn, &locker, id, &now, |resource| {
+                with_operator_lock(conn, &locker, &handles, id, &now, |resource| {
                     resolve_step(conn, resource, seq, value.as_deref(), &now)
                 })
             })
@@ -340,13 +375,21 @@ fn resolve_step(
 fn with_operator_lock(
     conn: &Connection,
     locker: &Locker,
+    handles: &OpenHandles,
     id: Uuid,
     now: &str,
     action: impl FnOnce(&str) -> Result<()>,
 ) -> Result<()> {
     let resource = id.to_string();
     status_of(conn, &resource)?;
-    let epoch = acquire_or_locked(conn, locker, &resource, now)?;
+    // Decided inside the transaction: an open of this journal claims its id before its request
+    // is queued, so it is either seen here or ordered after this action.
+    let ours = if handles.contains(id) {
+        OwnLocks::Respect
+    } else {
+        OwnLocks::Reclaim
+    };
+    let epoch = acquire_or_locked(conn, locker, ours, &resource, now)?;
     action(&resource)?;
     locker.release(conn, &resource, epoch)?;
     Ok(())
@@ -366,37 +409,86 @@ fn status_of(conn: &Connection, resource: &str) -> Result<Status> {
 }
 
 /// Takes the lock or reports its live holder; a takeover from a dead holder is audited.
-fn acquire_or_locked(conn: &Connection, locker: &Locker, resource: &str, now: &str) -> Result<u64> {
-    match locker.try_acquire(conn, resource)? {
-        Acquire::Acquired { epoch, took_over } => {
-            if let Some(takeover) = took_over {
-                events::record(
-                    conn,
-                    now,
-                    None,
-                    None,
-                    event_kind::TAKEOVER,
-                    &json!({
-                        "resource": resource,
-                        "from_pid": takeover.from.pid,
-                        "from_epoch": takeover.from_epoch,
-                        "reason": takeover.reason.to_string(),
-                    }),
-                )?;
-            }
-            Ok(epoch)
-        }
-        Acquire::Held { holder, .. } => Err(Error::Locked {
-            execution_id: resource.to_owned(),
-            pid: holder.pid,
-            since: holder.acquired_at,
-        }),
-    }
+/// What to do with a lock that this journal's own instance holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnLocks {
+    /// A live handle of this journal may hold it: refuse like any other holder.
+    Respect,
+    /// No live handle of this journal holds it, so it is a leak: take it back.
+    Reclaim,
 }
 
+/// Takes the lock or reports its live holder. A takeover from a dead holder, or of a lock this
+/// instance leaked, is audited.
+fn acquire_or_locked(
+    conn: &Connection,
+    locker: &Locker,
+    ours: OwnLocks,
+    resource: &str,
+    now: &str,
+) -> Result<u64> {
+    let (epoch, from_pid, from_epoch, reason) = match locker.try_acquire(conn, resource)? {
+        Acquire::Acquired {
+            epoch,
+            took_over: None,
+        } => return Ok(epoch),
+        Acquire::Acquired {
+            epoch,
+            took_over: Some(takeover),
+        } => (
+            epoch,
+            takeover.from.pid,
+            takeover.from_epoch,
+            takeover.reason.to_string(),
+        ),
+        Acquire::Held { holder, epoch, .. }
+            if ours == OwnLocks::Reclaim
+                && holder.instance_id == locker.instance_id().to_string() =>
+        {
+            let Some(new_epoch) = locker.take_over(conn, resource, epoch)? else {
+                return Err(Error::Locked {
+                    execution_id: resource.to_owned(),
+                    pid: holder.pid,
+                    since: holder.acquired_at,
+                });
+            };
+            let reason = "this process leaked it: its handle went away before the release \
+                          committed";
+            (new_epoch, holder.pid, epoch, reason.to_owned())
+        }
+        Acquire::Held { holder, .. } => {
+            return Err(Error::Locked {
+                execution_id: resource.to_owned(),
+                pid: holder.pid,
+                since: holder.acquired_at,
+            });
+        }
+    };
+    let is_execution = conn
+        .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
+        .exists(params![resource])?;
+    let detail = json!({
+        "resource": resource,
+        "from_pid": from_pid,
+        "from_epoch": from_epoch,
+        "reason": reason,
+    });
+    events::record(
+        conn,
+        now,
+        is_execution.then_some(resource),
+        None,
+        event_kind::TAKEOVER,
+        &detail,
+    )?;
+    Ok(epoch)
+}
+
+#[allow(clippy::too_many_arguments)] // One transaction's inputs; a struct would only rename them.
 fn open_in_transaction(
     conn: &Connection,
     locker: &Locker,
+    ours: OwnLocks,
     id: Uuid,
     kind: &str,
     name: &str,
@@ -426,7 +518,7 @@ fn open_in_transaction(
             _ => {}
         }
     }
-    let epoch = acquire_or_locked(conn, locker, &resource, now)?;
+    let epoch = acquire_or_locked(conn, locker, ours, &resource, now)?;
     if let Some((_, recorded_input, _, _)) = existing {
         conn.prepare_cached(
             "UPDATE executions SET status = 'running', opens = opens + 1, updated_at = ?2

@@ -12,8 +12,9 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::{Durability, JournalBuilder, RetryPolicy};
 use crate::error::{Error, Result};
+use crate::handles::OpenHandles;
 use crate::storage;
-use crate::writer::{Writer, WriterStats};
+use crate::writer::{Writer, WriterStats, WriterThread};
 
 /// An open journal. Cheap to clone; all clones share one writer thread, one read pool and one
 /// lock instance (one liveness file).
@@ -22,16 +23,23 @@ pub struct Journal {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Fields drop in declaration order, and that order closes the file cleanly: the read
+/// connections first, then the writer's queue (which ends the writer thread), then
+/// `_writer_thread`, which waits until the write connection, the last one, has closed.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) path: PathBuf,
-    pub(crate) writer: Writer,
     pub(crate) readers: r2d2::Pool<SqliteConnectionManager>,
+    pub(crate) writer: Writer,
+    /// Never read: held only so that dropping it, after `writer`, joins the writer thread.
+    pub(crate) _writer_thread: WriterThread,
     pub(crate) locker: Arc<Locker>,
+    pub(crate) handles: Arc<OpenHandles>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) durability: Durability,
     pub(crate) payload_bytes_max: usize,
     pub(crate) retry: RetryPolicy,
+    pub(crate) lease_ms: Option<u64>,
     pub(crate) completed_retention: Duration,
     pub(crate) failed_retention: Duration,
 }
@@ -51,6 +59,20 @@ impl Journal {
     }
 
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
+        let busy_timeout_ms = config.busy_timeout_ms;
+        Self::open_unlabelled(config).map_err(|error| match error {
+            // Errors converted from SQLite cannot know the timeout that expired; this one can.
+            Error::Busy { .. } => Error::Busy { busy_timeout_ms },
+            other => other,
+        })
+    }
+
+    fn open_unlabelled(config: JournalBuilder) -> Result<Self> {
+        if config.lease_ms == Some(0) {
+            return Err(Error::InvalidConfig(
+                "lease_ms must be at least 1 ms; leave the lease unset for no lease".to_owned(),
+            ));
+        }
         let path = absolute(&config.path)?;
         let conn = storage::open_writer(&path, config.durability, config.busy_timeout_ms)?;
         storage::migrate(&conn, &path)?;
@@ -72,17 +94,20 @@ impl Journal {
             .min_idle(Some(0))
             .connection_timeout(Duration::from_millis(busy_timeout_ms.max(1000)))
             .build(manager)?;
-        let writer = Writer::start(conn, busy_timeout_ms, config.ack_timeout)?;
+        let (writer, writer_thread) = Writer::start(conn, busy_timeout_ms, config.ack_timeout)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer,
+                _writer_thread: writer_thread,
                 readers,
                 locker,
+                handles: Arc::default(),
                 clock: config.clock,
                 durability: config.durability,
                 payload_bytes_max: config.payload_bytes_max,
                 retry: config.retry,
+                lease_ms: config.lease_ms,
                 completed_retention: config.completed_retention,
                 failed_retention: config.failed_retention,
             }),

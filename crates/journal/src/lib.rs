@@ -45,6 +45,7 @@ mod error;
 mod events;
 mod execution;
 mod executions;
+mod handles;
 mod journal;
 mod payload;
 mod records;

@@ -192,6 +192,20 @@ pub(crate) fn reclaim_one(
     let Some(holder) = &row.holder else {
         return Ok(false);
     };
+    // The holder was judged outside this transaction. Judge it again under the write lock, on
+    // the row as it is now: a lease holder may have heartbeaten since, and nothing can change
+    // between this judgement and the swap below.
+    let current = durably_lock::read(conn, &row.resource)?;
+    let still_dead = current.as_ref().is_some_and(|current| {
+        current.epoch == row.epoch
+            && current
+                .holder
+                .as_ref()
+                .is_some_and(|now| locker.judge().judge(now).is_dead())
+    });
+    if !still_dead {
+        return Ok(false);
+    }
     let Some(epoch) = locker.take_over(conn, &row.resource, row.epoch)? else {
         return Ok(false);
     };

@@ -64,7 +64,14 @@ where
         let Some(work) = self.work.take() else {
             return false;
         };
-        let outcome = work(conn);
+        // A panic inside one request must not take the writer thread (and with it every lock
+        // this instance holds) down: it fails that request alone, rolled back to its savepoint.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
+            .unwrap_or_else(|_| {
+                Err(Error::CommitFailed {
+                    reason: "the request panicked inside the writer; it was rolled back".to_owned(),
+                })
+            });
         let ok = outcome.is_ok();
         self.outcome = Some(outcome);
         ok
@@ -91,17 +98,41 @@ pub(crate) struct Writer {
     ack_timeout: Duration,
 }
 
+/// The writer thread. Dropping it waits until the thread has ended, that is until every queued
+/// request was answered and the write connection was closed.
+///
+/// Invariant: when the last handle of a journal is dropped, the file is closed before the drop
+/// returns. The write connection is the last to close, so SQLite checkpoints the WAL into the
+/// database file and removes it; a program (or a test, or `cp`) that touches the file after
+/// dropping its journal sees it whole. Without the join it would race the closing thread.
+#[derive(Debug)]
+pub(crate) struct WriterThread(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        let Some(thread) = self.0.take() else {
+            return;
+        };
+        // A request's closure may own the last handle of the journal, and is dropped on the
+        // writer thread itself: that thread cannot wait for its own end.
+        if thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl Writer {
-    /// Starts the writer thread on `conn`.
+    /// Starts the writer thread on `conn`. The thread ends once every [`Writer`] is dropped;
+    /// dropping the returned [`WriterThread`] after them waits for that.
     pub(crate) fn start(
         conn: Connection,
         busy_timeout_ms: u64,
         ack_timeout: Duration,
-    ) -> Result<Self> {
+    ) -> Result<(Self, WriterThread)> {
         let (queue, receiver) = mpsc::channel(QUEUE_REQUESTS_MAX);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("durably-writer".to_owned())
             .spawn(move || run(&conn, receiver, &thread_counters, busy_timeout_ms))
             .map_err(|source| Error::Io {
@@ -109,11 +140,12 @@ impl Writer {
                 path: std::path::PathBuf::from("the journal"),
                 source,
             })?;
-        Ok(Self {
+        let writer = Self {
             queue,
             counters,
             ack_timeout,
-        })
+        };
+        Ok((writer, WriterThread(Some(thread))))
     }
 
     /// Submits `work` and waits until the commit that contains it has returned.

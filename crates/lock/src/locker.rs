@@ -271,7 +271,7 @@ impl Locker {
     /// [`Error::Corrupt`] or [`Error::Storage`].
     pub fn dead_holders(&self, conn: &Connection) -> Result<Vec<(LockRow, DeathReason)>> {
         let mut dead = Vec::new();
-        for lock in row::held(conn)? {
+        for lock in row::held_readable(conn)? {
             if let Some(holder) = &lock.holder
                 && let Judgement::Dead(reason) = self.judge.judge(holder)
             {
@@ -289,7 +289,7 @@ impl Locker {
     /// [`Error::Corrupt`] or [`Error::Storage`] reading the lock rows, [`Error::LivenessDir`]
     /// when the directory cannot be listed.
     pub fn remove_dead_liveness_files(&self, conn: &Connection) -> Result<usize> {
-        let still_named: HashSet<Uuid> = row::held(conn)?
+        let still_named: HashSet<Uuid> = row::held_readable(conn)?
             .iter()
             .filter_map(|lock| lock.holder.as_ref())
             .filter_map(|holder| Uuid::parse_str(&holder.instance_id).ok())

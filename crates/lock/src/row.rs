@@ -108,6 +108,24 @@ pub fn read(conn: &Connection, resource: &str) -> Result<Option<LockRow>> {
 /// # Errors
 /// [`Error::Corrupt`] or [`Error::Storage`].
 pub fn held(conn: &Connection) -> Result<Vec<LockRow>> {
+    held_rows(conn, DamagedRows::Fail)
+}
+
+/// Every held lock row that reads as a lock; a damaged row is skipped with a warning, so one
+/// bad row cannot stop the sweep (or a journal's open) for every other lock. A skipped row is
+/// never judged dead, so it is never taken over.
+pub(crate) fn held_readable(conn: &Connection) -> Result<Vec<LockRow>> {
+    held_rows(conn, DamagedRows::Skip)
+}
+
+/// What a listing does with a row that does not read as a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DamagedRows {
+    Fail,
+    Skip,
+}
+
+fn held_rows(conn: &Connection, damaged: DamagedRows) -> Result<Vec<LockRow>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM locks WHERE instance_id IS NOT NULL ORDER BY resource"
     ))?;
@@ -115,7 +133,13 @@ pub fn held(conn: &Connection) -> Result<Vec<LockRow>> {
     let mut locks = Vec::new();
     while let Some(row) = rows.next()? {
         let resource: String = row.get(0)?;
-        locks.push(read_row(row).map_err(|error| map_read_error(&resource, error))?);
+        match read_row(row).map_err(|error| map_read_error(&resource, error)) {
+            Ok(lock) => locks.push(lock),
+            Err(error) if damaged == DamagedRows::Skip => {
+                tracing::warn!(resource, %error, "skipping a lock row that does not read as a lock");
+            }
+            Err(error) => return Err(error),
+        }
     }
     Ok(locks)
 }

@@ -1,0 +1,207 @@
+//! Regression tests for bugs a review of the journal found, each named after its bug.
+//!
+//! Method: each test drives the public API into the situation the bug needed (an open whose
+//! caller stopped waiting, a panicking request, a completion after an ambiguous step, a step
+//! future dropped half way, an unrecordable guarded result, a zero lease) and asserts what a
+//! user relies on instead.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use durably_journal::{Error, Guarded, Journal, Opened, Policy, StepError};
+use support::{Scratch, barrier, start};
+use uuid::Uuid;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaked_lock_of_an_abandoned_open_is_reclaimed_by_the_next_open() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    // Hold the writer so the open is queued but cannot commit before its caller gives up.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let gate = tokio::spawn({
+        let journal = journal.clone();
+        async move {
+            journal
+                .write(move |_| {
+                    entered_tx.send(()).ok();
+                    release_rx.recv().ok();
+                    Ok(())
+                })
+                .await
+        }
+    });
+    tokio::task::spawn_blocking(move || entered_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(50),
+        journal.open_execution(id, "test", "", &"input"),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the open must still be queued");
+    release_tx.send(()).unwrap();
+    gate.await.unwrap().unwrap();
+    barrier(&journal).await;
+    let held = journal.lock_holders().unwrap();
+    assert_eq!(held.len(), 1, "the abandoned open committed its lock");
+
+    let execution = start(&journal, id).await;
+    assert_eq!(
+        execution.epoch(),
+        2,
+        "the leaked lock was taken back by compare-and-swap"
+    );
+    let events = journal.events(id).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|event| event.kind == "takeover" && event.detail.contains("leaked")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_handle_in_the_same_journal_is_refused_not_reclaimed() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    let first = start(&journal, id).await;
+    let error = journal
+        .open_execution(id, "test", "", &"input")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
+        "{error:?}"
+    );
+    let error = journal.cancel(id, "no").await.unwrap_err();
+    assert!(matches!(error, Error::Locked { .. }), "{error:?}");
+    drop(first);
+    barrier(&journal).await;
+    journal.cancel(id, "now").await.unwrap();
+}
+
+#[tokio::test]
+async fn panic_inside_a_request_fails_that_request_and_the_writer_lives_on() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let error = journal
+        .write(|_| -> durably_journal::Result<()> { panic!("a buggy request") })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::CommitFailed { .. }), "{error:?}");
+    let mut execution = start(&journal, Uuid::new_v4()).await;
+    let value: u32 = execution.pure("after", || async { Ok(7) }).await.unwrap();
+    assert_eq!(value, 7);
+    execution.complete(&value).await.unwrap();
+}
+
+/// Leaves a guarded step in the ambiguous window by dropping its future after the intent.
+async fn ambiguous_step(journal: &Journal, id: Uuid) {
+    let mut execution = start(journal, id).await;
+    // The closure is only called once the intent is durable; it says so, then never returns.
+    let called = std::sync::Arc::new(tokio::sync::Notify::new());
+    let step = execution.guarded("charge", Policy::Fail, |_key| {
+        let called = std::sync::Arc::clone(&called);
+        async move {
+            called.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<u32, StepError>(0)
+        }
+    });
+    tokio::select! {
+        _ = step => panic!("the step cannot finish"),
+        () = called.notified() => {}
+    }
+    let error = execution.pure("next", || async { Ok(1_u32) }).await;
+    assert!(
+        matches!(error, Err(Error::Halted { seq: 0, .. })),
+        "a dropped step future halts the handle: {error:?}"
+    );
+}
+
+#[tokio::test]
+async fn complete_after_an_ambiguous_step_is_refused() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    ambiguous_step(&journal, id).await;
+    barrier(&journal).await;
+    let Opened::Running(mut execution) = journal
+        .open_execution(id, "test", "", &"input")
+        .await
+        .unwrap()
+    else {
+        panic!("resumable");
+    };
+    let error = execution
+        .guarded("charge", Policy::Fail, |_key| async {
+            Ok::<u32, StepError>(0)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::Ambiguous { seq: 0, .. }),
+        "{error:?}"
+    );
+    let error = execution.complete(&"done").await.unwrap_err();
+    assert!(matches!(error, Error::Halted { seq: 0, .. }), "{error:?}");
+    barrier(&journal).await;
+    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    let events = journal.events(id).unwrap();
+    assert!(events.iter().any(|event| event.kind == "ambiguity_failed"));
+}
+
+#[tokio::test]
+async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous() {
+    let scratch = Scratch::new();
+    let journal = Journal::builder(&scratch.path)
+        .payload_bytes_max(256)
+        .open()
+        .unwrap();
+    let id = Uuid::new_v4();
+    let calls = AtomicU32::new(0);
+    let run = |journal: Journal| {
+        let calls = &calls;
+        async move {
+            let mut execution = start(&journal, id).await;
+            execution
+                .guarded("charge", Policy::Retry, |_key| async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, StepError>("r".repeat(1024))
+                })
+                .await
+        }
+    };
+    for _ in 0..3 {
+        let outcome: Result<Guarded<String>, Error> = run(journal.clone()).await;
+        let error = outcome.unwrap_err();
+        assert!(
+            matches!(&error, Error::StepFailed { error, .. } if error.message.contains("could not be journaled")),
+            "{error:?}"
+        );
+        barrier(&journal).await;
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the effect ran again without a crash"
+    );
+    assert_eq!(journal.steps(id).unwrap()[0].state, "failed");
+}
+
+#[test]
+fn zero_lease_is_refused_at_open() {
+    let scratch = Scratch::new();
+    let error = Journal::builder(&scratch.path)
+        .lease_ms(0)
+        .open()
+        .unwrap_err();
+    assert!(matches!(error, Error::InvalidConfig(_)), "{error:?}");
+}
