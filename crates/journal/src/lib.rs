@@ -66,7 +66,9 @@ pub use journal::Journal;
 pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};
 pub use step::{Effect, Guarded, IdempotencyKey, Policy, Probe, ProbeFuture, Skipped, StepError};
 pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
-pub use sweep::{GC_BATCH_EXECUTIONS_DEFAULT, GcOptions, GcReport, Reclaimed, SweepReport};
+pub use sweep::{
+    GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,
+};
 pub use writer::WriterStats;
 
 /// Re-exported so users of [`Journal::write`] and [`Journal::read`] name the same rusqlite.

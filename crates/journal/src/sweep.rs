@@ -16,6 +16,10 @@ use crate::records::event_kind;
 /// for milliseconds, not seconds.
 pub const GC_BATCH_EXECUTIONS_DEFAULT: u32 = 200;
 
+/// Steps and events deleted per retention transaction, at most (one execution with more loses
+/// them over several transactions). Bounds how long a batch holds the write lock.
+pub const GC_BATCH_ROWS_MAX: u64 = 4_000;
+
 /// What the crash-orphan sweep found (and, unless a dry run, reclaimed).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepReport {
@@ -156,18 +160,28 @@ impl Journal {
         progress: &mut impl FnMut(&GcReport),
     ) -> Result<u64> {
         let batch = options.batch_executions_max.max(1);
-        // Bounded: the rows due now, plus one pass that finds nothing left.
-        let passes = due / u64::from(batch) + 1;
+        // Bounded: every pass deletes at least one execution or one chunk of a huge one's
+        // children, so the passes needed are at most the executions due plus the chunks of all
+        // child rows, plus one pass that finds nothing left.
+        let children = self.read(|conn| {
+            let rows: i64 = conn
+                .prepare_cached(
+                    "SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM events)",
+                )?
+                .query_row([], |row| row.get(0))?;
+            Ok(rows.max(0) as u64)
+        })?;
+        let passes = due + children / GC_BATCH_ROWS_MAX + 1;
         let mut deleted = 0;
         for _ in 0..passes {
             let cutoff = cutoff.to_owned();
-            let count = self
+            let batch_deleted = self
                 .write(move |conn| delete_batch(conn, statuses, &cutoff, batch))
                 .await?;
-            if count == 0 {
+            if batch_deleted.executions == 0 && batch_deleted.rows == 0 {
                 break;
             }
-            deleted += count;
+            deleted += batch_deleted.executions;
             report.batches += 1;
             if statuses.0 == "completed" {
                 report.completed = deleted;
@@ -311,30 +325,87 @@ fn count_due(conn: &Connection, statuses: (&str, &str), cutoff: &str) -> Result<
     Ok(count.max(0) as u64)
 }
 
+/// What one retention transaction deleted.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchDeleted {
+    executions: u64,
+    rows: u64,
+}
+
+/// Deletes, in one transaction, up to `batch` due executions with their steps, events and free
+/// lock rows, keeping the child rows deleted under [`GC_BATCH_ROWS_MAX`]: a transaction's length
+/// is set by the rows it deletes, not by the executions. An execution with more children than
+/// that loses them in chunks over several transactions first.
 fn delete_batch(
     conn: &Connection,
     statuses: (&str, &str),
     cutoff: &str,
     batch: u32,
-) -> Result<u64> {
+) -> Result<BatchDeleted> {
     // Oldest first within each status, in the order of `executions_by_status`, so a batch
     // reads only its own rows from the index. Ordering by `finalized_at` across two statuses
     // (or adding `execution_id`) made SQLite sort every due row for every batch: O(due) per
     // batch, seconds per batch with a million due executions, and the writer stalled meanwhile.
-    // Ties in `finalized_at` follow the index's rowid order, the same for both statements.
-    const DOOMED: &str = "SELECT execution_id FROM executions
-         WHERE status IN (?1, ?2) AND finalized_at < ?3
-         ORDER BY status, finalized_at LIMIT ?4";
-    conn.prepare_cached(&format!(
-        "DELETE FROM locks WHERE instance_id IS NULL AND resource IN ({DOOMED})"
-    ))?
-    .execute(params![statuses.0, statuses.1, cutoff, batch])?;
-    let deleted = conn
-        .prepare_cached(&format!(
-            "DELETE FROM executions WHERE execution_id IN ({DOOMED})"
-        ))?
-        .execute(params![statuses.0, statuses.1, cutoff, batch])?;
-    Ok(deleted as u64)
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT execution_id FROM executions
+             WHERE status IN (?1, ?2) AND finalized_at < ?3
+             ORDER BY status, finalized_at LIMIT ?4",
+        )?
+        .query_map(params![statuses.0, statuses.1, cutoff, batch], |row| {
+            row.get(0)
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut deleted = BatchDeleted::default();
+    for id in ids {
+        let children = child_rows(conn, &id)?;
+        if children > GC_BATCH_ROWS_MAX {
+            if deleted.executions == 0 {
+                deleted.rows = delete_children_chunk(conn, &id)?;
+            }
+            break;
+        }
+        if deleted.executions > 0 && deleted.rows + children > GC_BATCH_ROWS_MAX {
+            break;
+        }
+        conn.prepare_cached("DELETE FROM locks WHERE resource = ?1 AND instance_id IS NULL")?
+            .execute(params![id])?;
+        // Steps and events go with it (ON DELETE CASCADE).
+        conn.prepare_cached("DELETE FROM executions WHERE execution_id = ?1")?
+            .execute(params![id])?;
+        deleted.executions += 1;
+        deleted.rows += children;
+    }
+    Ok(deleted)
+}
+
+/// Steps and events of one execution.
+fn child_rows(conn: &Connection, id: &str) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM steps WHERE execution_id = ?1)
+                  + (SELECT count(*) FROM events WHERE execution_id = ?1)",
+        )?
+        .query_row(params![id], |row| row.get(0))?;
+    Ok(count.max(0) as u64)
+}
+
+/// Deletes up to [`GC_BATCH_ROWS_MAX`] steps and events of one execution, newest first.
+fn delete_children_chunk(conn: &Connection, id: &str) -> Result<u64> {
+    let chunk = GC_BATCH_ROWS_MAX as i64;
+    let steps = conn
+        .prepare_cached(
+            "DELETE FROM steps WHERE execution_id = ?1 AND seq IN
+                 (SELECT seq FROM steps WHERE execution_id = ?1 ORDER BY seq DESC LIMIT ?2)",
+        )?
+        .execute(params![id, chunk])?;
+    let events = conn
+        .prepare_cached(
+            "DELETE FROM events WHERE id IN
+                 (SELECT id FROM events WHERE execution_id = ?1 ORDER BY id DESC LIMIT ?2)",
+        )?
+        .execute(params![id, chunk])?;
+    Ok((steps + events) as u64)
 }
 
 impl From<std::convert::Infallible> for Error {

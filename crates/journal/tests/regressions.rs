@@ -205,3 +205,43 @@ fn zero_lease_is_refused_at_open() {
         .unwrap_err();
     assert!(matches!(error, Error::InvalidConfig(_)), "{error:?}");
 }
+
+#[tokio::test]
+async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() {
+    let scratch = Scratch::new();
+    let clock = support::ManualClock::at(chrono::Utc::now());
+    let journal = Journal::builder(&scratch.path)
+        .durability(durably_journal::Durability::ProcessCrash)
+        .clock(clock.clone())
+        .open()
+        .unwrap();
+    let huge = Uuid::new_v4();
+    let mut execution = start(&journal, huge).await;
+    let steps = durably_journal::GC_BATCH_ROWS_MAX * 2 + 500;
+    for seq in 0..steps {
+        let _: u64 = execution
+            .pure(&format!("step {seq}"), || async move { Ok(seq) })
+            .await
+            .unwrap();
+    }
+    execution.complete(&"done").await.unwrap();
+    let small = Uuid::new_v4();
+    start(&journal, small).await.complete(&"done").await.unwrap();
+    clock.advance(chrono::TimeDelta::days(10));
+
+    let options = durably_journal::GcOptions {
+        completed_older_than: Duration::from_hours(24),
+        ..journal.default_gc_options()
+    };
+    let before = journal.writer_stats().commits;
+    let report = journal.collect_garbage(options, |_| {}).await.unwrap();
+    assert_eq!(report.completed, 2);
+    assert!(
+        report.batches >= 3,
+        "{steps} steps must not go in one transaction: {report:?}"
+    );
+    assert!(journal.writer_stats().commits - before >= 3);
+    assert!(journal.get(huge).unwrap().is_none());
+    assert!(journal.steps(huge).unwrap().is_empty());
+    assert!(journal.get(small).unwrap().is_none());
+}
