@@ -304,11 +304,7 @@ impl Execution {
             self.write_intent(call, policy).await?;
             fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
         }
-        let (outcome, attempts) = self.call_with_retries(call, 1, &mut f).await?;
-        fail::fail_point!("journal::after-effect", |_| std::process::abort());
-        self.write_result(call, &outcome, attempts).await?;
-        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
-        Self::guarded_outcome(call, outcome)
+        self.run_and_record(call, 1, &mut f).await
     }
 
     async fn replay_step<T, F, Fut>(
@@ -402,7 +398,7 @@ impl Execution {
                     detail,
                 )
                 .await?;
-                self.finish_rerun(call, attempts.saturating_add(1), f).await
+                self.run_and_record(call, attempts.saturating_add(1), f).await
             }
             Policy::Reconcile(probe) => {
                 let answer = probe(call.key).await.map_err(|error| Error::ProbeFailed {
@@ -425,12 +421,13 @@ impl Execution {
                     detail,
                 )
                 .await?;
-                self.finish_rerun(call, attempts.saturating_add(1), f).await
+                self.run_and_record(call, attempts.saturating_add(1), f).await
             }
         }
     }
 
-    async fn finish_rerun<T, F, Fut>(
+    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome.
+    async fn run_and_record<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         first_attempt: u32,
