@@ -1,41 +1,43 @@
 //! Guarantee: each fault a journal meets in the field gives a typed error, loses nothing that
 //! was acknowledged, and leaves a file that passes `PRAGMA integrity_check`: a full disk, a
 //! read-only file, a garbage file, a foreign SQLite file, a schema from the future, a writer
-//! held by another process past the busy timeout, an oversized payload, and the WAL file
-//! deleted while the journal is closed.
+//! held by another process past the busy timeout, an oversized payload (written or read back),
+//! and the WAL file deleted while the journal is closed. Files that are not ours are left byte
+//! for byte untouched, and no files appear beside them.
 //!
 //! Method: each test writes acknowledged steps first, provokes the fault through the public API
-//! or by preparing the file (a raw SQLite connection, `chattr +i`, a child process holding the
-//! write lock), checks the error's variant, then checks the file: every acknowledged step is
-//! there with its value, and `integrity_check` is ok. Files that are not ours are compared
-//! byte for byte. The WAL-deletion test also shows, and pins, what happens when the WAL of a
-//! journal that was *not* closed cleanly is deleted: the commits that lived only in the WAL are
-//! gone, silently, because SQLite cannot know they existed.
+//! or by preparing the file, checks the error's variant, then checks the file: every
+//! acknowledged step is there with its value, and `integrity_check` is ok. The faults are made
+//! real, not simulated: the disk fills through `max_page_count` on the writer's connection until
+//! a step is refused; the file is made read-only in process (`chattr +i` as root, whom
+//! permission bits do not stop; permission bits otherwise) and, separately, for a
+//! `journal_worker` child running as user `nobody`; the write lock is held by a
+//! `journal_worker` child with `BEGIN IMMEDIATE`, and a guarded step then must not run its
+//! effect. The WAL-deletion tests also pin what happens when the WAL of a journal that was
+//! *not* closed cleanly is deleted: the commits that lived only in the WAL are gone, silently,
+//! because SQLite cannot know they existed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-use std::io::{BufRead, BufReader, Write};
+mod journal_support;
+
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use durably_journal::{Error, Execution, Journal, Opened, SCHEMA_VERSION, StepRecord, rusqlite};
+use durably_journal::{
+    Error, Execution, Journal, Opened, Policy, Resolution, SCHEMA_VERSION, StepError, StepRecord,
+    rusqlite,
+};
+use journal_support::{Held, Scratch, finish, integrity, worker};
 use uuid::Uuid;
 
-/// A journal in its own temporary directory.
-struct Scratch {
-    dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Scratch {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        Self { dir, path }
-    }
-}
+/// The uid and gid of `nobody`, for running a child without root's powers.
+const NOBODY: u32 = 65_534;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -44,6 +46,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Opens execution `id`, which must not be finished.
 async fn start(journal: &Journal, id: Uuid) -> Execution {
     match journal
         .open_execution(id, "faults", "faults", &"input")
@@ -53,6 +56,12 @@ async fn start(journal: &Journal, id: Uuid) -> Execution {
         Opened::Running(execution) => execution,
         Opened::Finished(finished) => panic!("already finished: {finished:?}"),
     }
+}
+
+/// Waits until every write queued before it has committed (the writer is first in, first out),
+/// so a release queued by dropping an execution is durable.
+async fn barrier(journal: &Journal) {
+    journal.write(|_| Ok(())).await.unwrap();
 }
 
 fn value(seq: u32) -> String {
@@ -78,7 +87,10 @@ fn assert_acknowledged(steps: &[StepRecord], count: u32) {
         steps.len()
     );
     for (seq, step) in (0..count).zip(steps) {
-        assert_eq!(step.seq, seq);
+        assert_eq!(
+            (step.seq, step.name.as_str()),
+            (seq, format!("step {seq}").as_str())
+        );
         assert_eq!(step.state, "completed");
         let expected = serde_json::to_string(&value(seq)).unwrap();
         assert_eq!(
@@ -89,59 +101,122 @@ fn assert_acknowledged(steps: &[StepRecord], count: u32) {
     }
 }
 
-/// `integrity_check` through a fresh read-only connection.
-fn integrity(path: &Path) -> String {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
-        .unwrap()
-}
-
 /// A closed journal holding one execution with `count` acknowledged steps.
-fn closed_journal_with_steps(scratch: &Scratch, count: u32) -> Uuid {
+fn closed_journal_with_steps(path: &Path, count: u32) -> Uuid {
     let id = Uuid::new_v4();
     runtime().block_on(async {
-        let journal = Journal::open(&scratch.path).unwrap();
+        let journal = Journal::open(path).unwrap();
         let mut execution = start(&journal, id).await;
         acknowledge(&mut execution, 0, count).await;
         drop(execution);
-        journal.write(|_| Ok(())).await.unwrap();
+        barrier(&journal).await;
     });
     id
 }
 
+/// How many step rows execution `id` has, read without the engine.
+fn step_rows(path: &Path, id: Uuid) -> i64 {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM steps WHERE execution_id = ?1",
+        [id.to_string()],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
+fn directory_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Fills the disk with ever more steps until one is refused; every step that returned was
+/// acknowledged, and exactly those are in the file afterwards, with their values. Then the
+/// writer, given room again, carries on and the execution resumes from the last of them.
 #[test]
 fn a_full_disk_is_disk_full_and_loses_nothing_acknowledged() {
     let scratch = Scratch::new();
     runtime().block_on(async {
-        let journal = Journal::open(&scratch.path).unwrap();
+        let journal = Journal::open(&scratch.database).unwrap();
         let id = Uuid::new_v4();
         let mut execution = start(&journal, id).await;
-        acknowledge(&mut execution, 0, 3).await;
-        // max_page_count belongs to one connection: set it on the writer's, a few pages above
-        // what the file holds now.
+        // max_page_count is a setting of one connection: set it on the writer's.
         journal
             .write(|conn| {
                 let pages: i64 = conn.query_row("PRAGMA page_count", [], |row| row.get(0))?;
-                conn.execute_batch(&format!("PRAGMA max_page_count = {}", pages + 4))?;
+                conn.execute_batch(&format!("PRAGMA max_page_count = {}", pages + 40))?;
                 Ok(())
             })
             .await
             .unwrap();
-        let big = "x".repeat(64 * 1024);
-        let error = execution
-            .pure("too big for the disk", || async { Ok(big.clone()) })
-            .await
-            .unwrap_err();
+        let chunk = "z".repeat(12 * 1024);
+        let mut acknowledged = 0_u32;
+        let error = loop {
+            assert!(acknowledged < 1_000, "the page cap never filled");
+            let (name, value) = (
+                format!("step {acknowledged}"),
+                format!("{acknowledged}{chunk}"),
+            );
+            let step = execution.pure(&name, || {
+                let value = value.clone();
+                async move { Ok(value) }
+            });
+            match step.await {
+                Ok(returned) => {
+                    assert_eq!(returned, value);
+                    acknowledged += 1;
+                }
+                Err(error) => break error,
+            }
+        };
         assert!(matches!(error, Error::DiskFull), "{error:?}");
+        assert!(
+            acknowledged > 0,
+            "the cap left no room for the acknowledged steps"
+        );
+        // The writer carries on after a full disk: writes that fit still commit.
+        journal
+            .write(|conn| Ok(conn.execute_batch("PRAGMA max_page_count = 1073741823")?))
+            .await
+            .unwrap();
         drop(execution);
-        journal.write(|_| Ok(())).await.unwrap();
+        barrier(&journal).await;
         let steps = journal.steps(id).unwrap();
-        assert_eq!(steps.len(), 3, "the failed step left a row");
-        assert_acknowledged(&steps, 3);
+        assert_eq!(
+            steps.len(),
+            acknowledged as usize,
+            "lost or extra steps after a full disk"
+        );
+        for (seq, step) in steps.iter().enumerate() {
+            let expected = serde_json::to_string(&format!("{seq}{chunk}")).unwrap();
+            assert_eq!(
+                step.result.as_deref(),
+                Some(expected.as_str()),
+                "step {seq}"
+            );
+        }
+        // And the execution resumes from there: the recorded steps replay, a new one runs.
+        let mut execution = start(&journal, id).await;
+        for seq in 0..acknowledged {
+            let replayed: String = execution
+                .pure(&format!("step {seq}"), || async { Ok(String::new()) })
+                .await
+                .unwrap();
+            assert_eq!(replayed, format!("{seq}{chunk}"));
+        }
+        let _: String = execution
+            .pure("after", || async { Ok("room again".to_owned()) })
+            .await
+            .unwrap();
+        execution.complete(&"done").await.unwrap();
     });
-    assert_eq!(integrity(&scratch.path), "ok");
+    assert_eq!(integrity(&scratch.database), "ok");
 }
 
 /// Undoes `chattr +i` when dropped, so a failing test does not leave undeletable files.
@@ -197,22 +272,24 @@ fn make_writable(paths: &[&Path]) {
     }
 }
 
+/// In this process: the file alone read-only, then its directory too (so SQLite cannot even
+/// create the WAL beside it).
 #[test]
 fn a_read_only_file_is_read_only_and_loses_nothing() {
     for directory_too in [false, true] {
         let scratch = Scratch::new();
-        let id = closed_journal_with_steps(&scratch, 3);
-        let before = std::fs::read(&scratch.path).unwrap();
+        let id = closed_journal_with_steps(&scratch.database, 3);
+        let before = std::fs::read(&scratch.database).unwrap();
         let paths: Vec<&Path> = if directory_too {
-            vec![&scratch.path, scratch.dir.path()]
+            vec![&scratch.database, scratch.dir.path()]
         } else {
-            vec![&scratch.path]
+            vec![&scratch.database]
         };
         let Some(guard) = make_read_only(&paths) else {
             eprintln!("skipped: cannot make a file read-only for this user (root without chattr)");
             return;
         };
-        let error = Journal::open(&scratch.path).unwrap_err();
+        let error = Journal::open(&scratch.database).unwrap_err();
         assert!(
             matches!(error, Error::ReadOnly { .. }),
             "directory read-only too: {directory_too}: {error:?}"
@@ -220,13 +297,50 @@ fn a_read_only_file_is_read_only_and_loses_nothing() {
         drop(guard);
         make_writable(&paths);
         assert!(
-            std::fs::read(&scratch.path).unwrap() == before,
+            std::fs::read(&scratch.database).unwrap() == before,
             "the file was changed"
         );
-        assert_eq!(integrity(&scratch.path), "ok");
-        let journal = Journal::open(&scratch.path).unwrap();
+        assert_eq!(integrity(&scratch.database), "ok");
+        let journal = Journal::open(&scratch.database).unwrap();
         assert_acknowledged(&journal.steps(id).unwrap(), 3);
     }
+}
+
+/// In another process, for a user the permission bits really stop: a `journal_worker` child
+/// opens a `0444` file; when the tests run as root, the child runs as `nobody`.
+#[test]
+fn a_read_only_file_for_another_user_is_read_only_and_loses_nothing() {
+    let scratch = Scratch::new();
+    let id = closed_journal_with_steps(&scratch.database, 3);
+    std::fs::set_permissions(&scratch.database, std::fs::Permissions::from_mode(0o444)).unwrap();
+    // Others may enter the directory but, like the file, not write to it.
+    std::fs::set_permissions(scratch.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bytes = std::fs::read(&scratch.database).unwrap();
+    let mut command = worker();
+    command
+        .args(["open", scratch.database.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if is_root() {
+        // std drops root's supplementary groups when it switches the uid.
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    let answer = finish(command.spawn().unwrap()).answer().clone();
+    assert_eq!(
+        (answer["outcome"].as_str(), answer["kind"].as_str()),
+        (Some("error"), Some("read_only")),
+        "{answer}"
+    );
+    assert!(
+        std::fs::read(&scratch.database).unwrap() == bytes,
+        "a read-only file was changed"
+    );
+    std::fs::set_permissions(&scratch.database, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let journal = Journal::open(&scratch.database).unwrap();
+    assert_acknowledged(&journal.steps(id).unwrap(), 3);
+    drop(journal);
+    assert_eq!(integrity(&scratch.database), "ok");
 }
 
 /// Deterministic bytes that are not an SQLite file.
@@ -242,31 +356,25 @@ fn garbage(length: usize) -> Vec<u8> {
         .collect()
 }
 
-fn directory_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn a_garbage_file_is_corrupt_and_left_byte_identical() {
     let mut header_then_garbage = b"SQLite format 3\0".to_vec();
-    header_then_garbage.extend(garbage(4096));
+    header_then_garbage.extend(garbage(8192));
     for (label, bytes) in [
-        ("random bytes", garbage(32 * 1024)),
-        ("text", b"not a database\n".to_vec()),
+        ("random bytes", garbage(64 * 1024)),
+        ("a short text file", b"not a database\n".to_vec()),
         ("an SQLite header and garbage", header_then_garbage),
     ] {
         let scratch = Scratch::new();
-        std::fs::write(&scratch.path, &bytes).unwrap();
+        std::fs::write(&scratch.database, &bytes).unwrap();
         let entries = directory_entries(scratch.dir.path());
-        let error = Journal::open(&scratch.path).unwrap_err();
-        assert!(matches!(error, Error::Corrupt { .. }), "{label}: {error:?}");
+        let error = Journal::open(&scratch.database).unwrap_err();
         assert!(
-            std::fs::read(&scratch.path).unwrap() == bytes,
+            matches!(&error, Error::Corrupt { path, .. } if path.ends_with("journal.db")),
+            "{label}: {error:?}"
+        );
+        assert!(
+            std::fs::read(&scratch.database).unwrap() == bytes,
             "{label}: the file changed"
         );
         assert_eq!(
@@ -279,96 +387,107 @@ fn a_garbage_file_is_corrupt_and_left_byte_identical() {
 
 #[test]
 fn a_foreign_sqlite_file_is_foreign_and_left_untouched() {
-    let scratch = Scratch::new();
-    {
-        let conn = rusqlite::Connection::open(&scratch.path).unwrap();
-        conn.execute_batch(
+    for (label, setup) in [
+        (
+            "tables and no application id",
             "CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER);
              INSERT INTO orders (total) VALUES (12), (34);",
-        )
-        .unwrap();
+        ),
+        (
+            "another application id",
+            "PRAGMA application_id = 1234; CREATE TABLE t (x);",
+        ),
+        (
+            "another application id and no tables",
+            "PRAGMA application_id = 1234; PRAGMA user_version = 1;",
+        ),
+        (
+            // The version of a durably schema, but not a durably file: migrating it would
+            // add durably tables to someone else's database.
+            "a schema version and no application id",
+            "PRAGMA user_version = 1; CREATE TABLE locks (x);",
+        ),
+        (
+            "a schema version from the future and no application id",
+            "PRAGMA user_version = 999;",
+        ),
+    ] {
+        let scratch = Scratch::new();
+        rusqlite::Connection::open(&scratch.database)
+            .unwrap()
+            .execute_batch(setup)
+            .unwrap();
+        let bytes = std::fs::read(&scratch.database).unwrap();
+        let entries = directory_entries(scratch.dir.path());
+        let error = Journal::open(&scratch.database).unwrap_err();
+        assert!(
+            matches!(error, Error::ForeignDatabase { .. }),
+            "{label}: {error:?}"
+        );
+        assert!(
+            std::fs::read(&scratch.database).unwrap() == bytes,
+            "{label}: the file changed"
+        );
+        assert_eq!(
+            directory_entries(scratch.dir.path()),
+            entries,
+            "{label}: files appeared"
+        );
+        assert_eq!(integrity(&scratch.database), "ok", "{label}");
     }
-    let bytes = std::fs::read(&scratch.path).unwrap();
-    let error = Journal::open(&scratch.path).unwrap_err();
-    assert!(matches!(error, Error::ForeignDatabase { .. }), "{error:?}");
-    assert!(
-        std::fs::read(&scratch.path).unwrap() == bytes,
-        "the foreign file was changed"
-    );
-    assert_eq!(integrity(&scratch.path), "ok");
 }
 
 #[test]
 fn a_schema_from_the_future_is_schema_too_new_and_its_data_kept() {
-    let scratch = Scratch::new();
-    let id = closed_journal_with_steps(&scratch, 3);
-    {
-        let conn = rusqlite::Connection::open(&scratch.path).unwrap();
-        conn.execute_batch(&format!("PRAGMA user_version = {}", SCHEMA_VERSION + 1))
+    for future in [SCHEMA_VERSION + 1, 999] {
+        let scratch = Scratch::new();
+        let id = closed_journal_with_steps(&scratch.database, 3);
+        rusqlite::Connection::open(&scratch.database)
+            .unwrap()
+            .execute_batch(&format!("PRAGMA user_version = {future}"))
             .unwrap();
-    }
-    let error = Journal::open(&scratch.path).unwrap_err();
-    assert!(
-        matches!(error, Error::SchemaTooNew { found, supported, .. }
-            if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
-        "{error:?}"
-    );
-    assert_eq!(integrity(&scratch.path), "ok");
-    let conn = rusqlite::Connection::open(&scratch.path).unwrap();
-    let (steps, version): (i64, i64) = conn
-        .query_row(
-            "SELECT (SELECT count(*) FROM steps WHERE execution_id = ?1),
-                    (SELECT user_version FROM pragma_user_version())",
-            [id.to_string()],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!(
-        (steps, version),
-        (3, SCHEMA_VERSION + 1),
-        "the newer file was altered"
-    );
-}
-
-/// Another process holding `BEGIN IMMEDIATE` on the file until told to let go.
-struct WriteLockHolder {
-    child: std::process::Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl WriteLockHolder {
-    fn start(path: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_write_lock_holder"))
-            .arg(path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        assert_eq!(lines.next().unwrap().unwrap(), "locked");
-        Self { child, lines }
-    }
-
-    fn release(mut self) {
-        writeln!(self.child.stdin.as_mut().unwrap(), "release").unwrap();
-        assert_eq!(self.lines.next().unwrap().unwrap(), "released");
-        assert!(self.child.wait().unwrap().success());
+        let bytes = std::fs::read(&scratch.database).unwrap();
+        let error = Journal::open(&scratch.database).unwrap_err();
+        assert!(
+            matches!(error, Error::SchemaTooNew { found, supported, .. }
+                if found == future && supported == SCHEMA_VERSION),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("upgrade durably"), "{error}");
+        assert!(
+            std::fs::read(&scratch.database).unwrap() == bytes,
+            "the newer file was altered"
+        );
+        assert_eq!(
+            step_rows(&scratch.database, id),
+            3,
+            "acknowledged steps lost"
+        );
+        assert_eq!(integrity(&scratch.database), "ok");
     }
 }
 
+/// A `journal_worker` child holds `BEGIN IMMEDIATE` while this process, with a 200 ms busy
+/// timeout, tries a pure step, a guarded step, a new execution and a new journal. Each gives
+/// up in bounded time with `Busy`; the guarded step's effect never runs, because its intent
+/// could not be made durable first.
 #[test]
 fn a_writer_held_by_another_process_past_the_busy_timeout_is_busy() {
     const BUSY_TIMEOUT_MS: u64 = 200;
     let scratch = Scratch::new();
+    let database = scratch.database.to_str().unwrap();
     runtime().block_on(async {
-        let journal = Journal::builder(&scratch.path)
+        let journal = Journal::builder(&scratch.database)
             .busy_timeout_ms(BUSY_TIMEOUT_MS)
             .open()
             .unwrap();
-        let id = Uuid::new_v4();
+        let (id, guarded_id, fresh_id) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
         let mut execution = start(&journal, id).await;
         acknowledge(&mut execution, 0, 2).await;
-        let holder = WriteLockHolder::start(&scratch.path);
+        let mut guarded_execution = start(&journal, guarded_id).await;
+
+        let holder = Held::spawn(&["hold-write", database]);
+        assert!(holder.next_line()["locked"].is_number());
         let started = Instant::now();
         let error = execution
             .pure("blocked", || async { Ok(value(99)) })
@@ -388,21 +507,58 @@ fn a_writer_held_by_another_process_past_the_busy_timeout_is_busy() {
             waited < Duration::from_secs(5),
             "waited {waited:?}: the timeout did not hold"
         );
+        let effects = AtomicU32::new(0);
+        let error = guarded_execution
+            .guarded("charge", Policy::Retry, |_key| {
+                effects.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, StepError>(1_u32) }
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Busy { .. }), "guarded: {error:?}");
+        assert_eq!(
+            effects.load(Ordering::SeqCst),
+            0,
+            "an effect ran without a durable intent"
+        );
+        let error = journal
+            .open_execution(fresh_id, "faults", "", &"")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                Error::Busy {
+                    busy_timeout_ms: BUSY_TIMEOUT_MS
+                }
+            ),
+            "{error:?}"
+        );
         // A new journal cannot start while the lock is held either, and says so.
-        let error = Journal::builder(&scratch.path)
+        let error = Journal::builder(&scratch.database)
             .busy_timeout_ms(BUSY_TIMEOUT_MS)
             .open()
             .unwrap_err();
         assert!(matches!(error, Error::Busy { .. }), "opening: {error:?}");
-        holder.release();
+        assert_eq!(holder.close()["outcome"], "released");
+
         // The refused step halted this handle; a reopened execution carries on from there.
-        drop(execution);
+        drop((execution, guarded_execution));
         let mut execution = start(&journal, id).await;
         acknowledge(&mut execution, 0, 3).await;
         execution.complete(&"done").await.unwrap();
         assert_acknowledged(&journal.steps(id).unwrap(), 3);
+        assert!(
+            journal.steps(guarded_id).unwrap().is_empty(),
+            "the busy intent was written"
+        );
+        assert_eq!(
+            journal.get(fresh_id).unwrap(),
+            None,
+            "the busy execution was created"
+        );
     });
-    assert_eq!(integrity(&scratch.path), "ok");
+    assert_eq!(integrity(&scratch.database), "ok");
 }
 
 #[test]
@@ -410,64 +566,84 @@ fn an_oversized_payload_is_payload_too_large_and_nothing_is_written() {
     const CAP_BYTES: usize = 1024;
     let scratch = Scratch::new();
     runtime().block_on(async {
-        let journal = Journal::builder(&scratch.path)
+        let journal = Journal::builder(&scratch.database)
             .payload_bytes_max(CAP_BYTES)
             .open()
             .unwrap();
-        let big = "x".repeat(CAP_BYTES + 1);
+        let big = "x".repeat(2 * CAP_BYTES);
         let id = Uuid::new_v4();
         let commits = journal.writer_stats().commits;
-        let error = journal
-            .open_execution(id, "faults", "big input", &big)
-            .await
-            .unwrap_err();
+        let error = journal.open_execution(id, "faults", "big input", &big).await.unwrap_err();
         assert!(
-            matches!(error, Error::PayloadTooLarge { .. }),
+            matches!(&error, Error::PayloadTooLarge { bytes, max: CAP_BYTES, .. } if *bytes > CAP_BYTES),
             "input: {error:?}"
         );
-        assert_eq!(
-            journal.get(id).unwrap(),
-            None,
-            "an execution with a refused input"
-        );
-        assert_eq!(
-            journal.writer_stats().commits,
-            commits,
-            "a refused input was committed"
-        );
+        assert_eq!(journal.get(id).unwrap(), None, "an execution with a refused input");
+        assert_eq!(journal.writer_stats().commits, commits, "a refused input was committed");
+
         let mut execution = start(&journal, id).await;
         acknowledge(&mut execution, 0, 2).await;
-        let error = execution
-            .pure("big result", || async { Ok(big.clone()) })
+        let error = execution.pure("big result", || async { Ok(big.clone()) }).await.unwrap_err();
+        assert!(matches!(error, Error::PayloadTooLarge { .. }), "result: {error:?}");
+        let error = execution.complete(&big).await.unwrap_err();
+        assert!(matches!(error, Error::PayloadTooLarge { .. }), "output: {error:?}");
+        barrier(&journal).await;
+        assert_eq!(journal.get(id).unwrap().unwrap().status, "running", "a big output finalized");
+        let resolution = Resolution::Completed(serde_json::Value::String(big.clone()));
+        let error = journal.resolve(id, 0, resolution).await.unwrap_err();
+        assert!(matches!(error, Error::PayloadTooLarge { .. }), "resolution: {error:?}");
+        let steps = journal.steps(id).unwrap();
+        assert_eq!(steps.len(), 2, "a refused result left a row");
+        assert_acknowledged(&steps, 2);
+    });
+    assert_eq!(integrity(&scratch.database), "ok");
+}
+
+/// A result recorded under a larger cap is refused on replay by a journal with a smaller one,
+/// and the refused open releases the execution's lock, so a journal with the larger cap can
+/// resume it and replay the result intact.
+#[test]
+fn a_recorded_payload_over_the_read_cap_is_refused_on_replay_and_the_lock_is_freed() {
+    let scratch = Scratch::new();
+    let id = Uuid::new_v4();
+    let open = |payload_bytes_max| {
+        Journal::builder(&scratch.database)
+            .payload_bytes_max(payload_bytes_max)
+            .open()
+            .unwrap()
+    };
+    runtime().block_on(async {
+        {
+            let journal = open(4096);
+            let mut execution = start(&journal, id).await;
+            let _: String = execution
+                .pure("big", || async { Ok("y".repeat(2000)) })
+                .await
+                .unwrap();
+            drop(execution);
+            barrier(&journal).await;
+        }
+        let small = open(1024);
+        let error = small
+            .open_execution(id, "faults", "", &"")
             .await
             .unwrap_err();
-        assert!(
-            matches!(error, Error::PayloadTooLarge { .. }),
-            "result: {error:?}"
-        );
-        let error = execution.complete(&big).await.unwrap_err();
-        assert!(
-            matches!(error, Error::PayloadTooLarge { .. }),
-            "output: {error:?}"
-        );
-        journal.write(|_| Ok(())).await.unwrap();
-        let steps = journal.steps(id).unwrap();
-        assert_eq!(steps.len(), 2, "the refused result left a row");
-        assert_acknowledged(&steps, 2);
-        assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+        assert!(matches!(error, Error::PayloadTooLarge { .. }), "{error:?}");
+        barrier(&small).await;
+        let large = open(4096);
+        let mut execution = start(&large, id).await;
+        let replayed: String = execution
+            .pure("big", || async { Ok(String::new()) })
+            .await
+            .unwrap();
+        assert_eq!(replayed, "y".repeat(2000));
     });
-    assert_eq!(integrity(&scratch.path), "ok");
+    assert_eq!(integrity(&scratch.database), "ok");
 }
 
-fn wal_path(path: &Path) -> PathBuf {
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
-}
-
-fn shm_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-shm");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
@@ -480,25 +656,14 @@ fn shm_path(path: &Path) -> PathBuf {
 fn journal_drop_waits_for_the_writer_to_checkpoint_and_close() {
     for _ in 0..20 {
         let scratch = Scratch::new();
-        let id = closed_journal_with_steps(&scratch, 3);
+        let id = closed_journal_with_steps(&scratch.database, 3);
         assert!(
-            !wal_path(&scratch.path).exists(),
+            !sibling(&scratch.database, "-wal").exists(),
             "the WAL outlived the journal"
         );
-        let conn = rusqlite::Connection::open_with_flags(
-            &scratch.path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        let steps: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM steps WHERE execution_id = ?1",
-                [id.to_string()],
-                |row| row.get(0),
-            )
-            .unwrap();
         assert_eq!(
-            steps, 3,
+            step_rows(&scratch.database, id),
+            3,
             "the database file lacks acknowledged steps after the drop"
         );
     }
@@ -507,15 +672,15 @@ fn journal_drop_waits_for_the_writer_to_checkpoint_and_close() {
 #[test]
 fn the_wal_deleted_after_a_clean_close_loses_nothing() {
     let scratch = Scratch::new();
-    let id = closed_journal_with_steps(&scratch, 5);
+    let id = closed_journal_with_steps(&scratch.database, 5);
     // A clean close checkpointed everything into the database file; deleting what is left of
     // the WAL and the shared memory (if anything) changes nothing.
-    let _ = std::fs::remove_file(wal_path(&scratch.path));
-    let _ = std::fs::remove_file(shm_path(&scratch.path));
-    let journal = Journal::open(&scratch.path).unwrap();
+    let _ = std::fs::remove_file(sibling(&scratch.database, "-wal"));
+    let _ = std::fs::remove_file(sibling(&scratch.database, "-shm"));
+    let journal = Journal::open(&scratch.database).unwrap();
     assert_acknowledged(&journal.steps(id).unwrap(), 5);
     drop(journal);
-    assert_eq!(integrity(&scratch.path), "ok");
+    assert_eq!(integrity(&scratch.database), "ok");
 }
 
 /// What the engine does when the WAL of a journal that was *not* closed cleanly is deleted (a
@@ -529,7 +694,7 @@ fn the_wal_deleted_after_a_crash_loses_the_commits_only_it_held() {
     // The helper checkpoints its schema, keeps every commit of its workload in the WAL and is
     // killed without closing.
     let mut child = Command::new(env!("CARGO_BIN_EXE_power_loss_writer"))
-        .arg(&scratch.path)
+        .arg(&scratch.database)
         .args(["7", "3", "full"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -544,13 +709,11 @@ fn the_wal_deleted_after_a_crash_loses_the_commits_only_it_held() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(acked > 0);
-    assert!(
-        wal_path(&scratch.path).exists(),
-        "the killed writer left its WAL"
-    );
-    std::fs::remove_file(wal_path(&scratch.path)).unwrap();
-    let _ = std::fs::remove_file(shm_path(&scratch.path));
-    let journal = Journal::builder(&scratch.path)
+    let wal = sibling(&scratch.database, "-wal");
+    assert!(wal.exists(), "the killed writer left its WAL");
+    std::fs::remove_file(wal).unwrap();
+    let _ = std::fs::remove_file(sibling(&scratch.database, "-shm"));
+    let journal = Journal::builder(&scratch.database)
         .sweep_on_open(false)
         .open()
         .unwrap();
@@ -562,6 +725,6 @@ fn the_wal_deleted_after_a_crash_loses_the_commits_only_it_held() {
         "only the checkpointed schema survives; found {executions:?}"
     );
     drop(journal);
-    assert_eq!(integrity(&scratch.path), "ok");
+    assert_eq!(integrity(&scratch.database), "ok");
     eprintln!("WAL deleted after a crash: {acked} acknowledged commits lost, as documented");
 }

@@ -1,6 +1,6 @@
-//! Test helper for the `journal_*` integration tests: drives a journal in its own process, so
-//! the tests can crash it (at a failpoint, or with SIGKILL), run it as another user, or race
-//! several of it against one file. It prints one JSON line per result on stdout.
+//! Test helper for the `journal_*` integration tests and `faults.rs`: drives a journal in its
+//! own process, so the tests can crash it (at a failpoint, or with SIGKILL), run it as another
+//! user, or race several of it against one file. It prints one JSON line per result on stdout.
 //!
 //! Usage, one command per run:
 //!

@@ -1,5 +1,6 @@
-//! Shared helpers for the `journal_*` integration tests: the `journal_worker` helper process,
-//! run with bounded waits, and the independent ledger its closures append to.
+//! Shared helpers for the `journal_*` integration tests and `faults.rs`: the `journal_worker`
+//! helper process, run with bounded waits, the independent ledger its closures append to, and
+//! an integrity check.
 
 // Each test file uses a different subset of these helpers, and like the tests themselves they
 // fail the test by panicking.

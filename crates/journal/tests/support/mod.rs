@@ -1,5 +1,5 @@
 //! Shared helpers for the journal's in-process tests: scratch journals, a clock the test moves,
-//! a write barrier, and the checks every fault test ends with.
+//! a write barrier, and an integrity check.
 
 // Each test file uses a different subset of these helpers, and like the tests themselves they
 // fail the test by panicking.
@@ -82,17 +82,4 @@ pub fn integrity(path: &Path) -> String {
             .unwrap();
     conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .unwrap()
-}
-
-/// How many step rows execution `id` has, read on a fresh connection of its own.
-pub fn step_rows(path: &Path, id: Uuid) -> i64 {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    conn.query_row(
-        "SELECT count(*) FROM steps WHERE execution_id = ?1",
-        [id.to_string()],
-        |row| row.get(0),
-    )
-    .unwrap()
 }
