@@ -398,7 +398,8 @@ impl Execution {
                     detail,
                 )
                 .await?;
-                self.run_and_record(call, attempts.saturating_add(1), f).await
+                self.run_and_record(call, attempts.saturating_add(1), f)
+                    .await
             }
             Policy::Reconcile(probe) => {
                 let answer = probe(call.key).await.map_err(|error| Error::ProbeFailed {
@@ -421,7 +422,8 @@ impl Execution {
                     detail,
                 )
                 .await?;
-                self.run_and_record(call, attempts.saturating_add(1), f).await
+                self.run_and_record(call, attempts.saturating_add(1), f)
+                    .await
             }
         }
     }

@@ -226,7 +226,11 @@ async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() 
     }
     execution.complete(&"done").await.unwrap();
     let small = Uuid::new_v4();
-    start(&journal, small).await.complete(&"done").await.unwrap();
+    start(&journal, small)
+        .await
+        .complete(&"done")
+        .await
+        .unwrap();
     clock.advance(chrono::TimeDelta::days(10));
 
     let options = durably_journal::GcOptions {

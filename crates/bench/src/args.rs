@@ -1,0 +1,164 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use durably_journal::Durability;
+
+/// Benchmarks durably against a raw-SQLite baseline measured in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "durably-bench", version)]
+pub struct Args {
+    /// Small sizes and short runs: everything finishes in under a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// The journal's durability (and the baseline's `synchronous`).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Full)]
+    pub durability: DurabilityArg,
+    /// Run only this scenario.
+    #[arg(long, value_enum)]
+    pub scenario: Option<ScenarioName>,
+    /// Where the scratch databases go. Put it on the disk you care about: a tmpfs makes fsync
+    /// free and the numbers meaningless.
+    #[arg(long, env = "DURABLY_BENCH_DIR")]
+    pub dir: Option<PathBuf>,
+    /// Seconds each timed scenario runs (default 5, or 1 with `--quick`).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Seconds of each baseline measurement (default 2, or 0.5 with `--quick`).
+    #[arg(long)]
+    pub baseline_seconds: Option<f64>,
+    /// Parallel executions: `concurrent` (default 64) and `workflows` (default 1).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// `workflows`: how many executions.
+    #[arg(long, default_value_t = 200)]
+    pub executions: u64,
+    /// `workflows`: steps per execution.
+    #[arg(long, default_value_t = 10)]
+    pub steps: u32,
+    /// `workflows`: the kind of step.
+    #[arg(long, value_enum, default_value_t = EffectArg::Idempotent)]
+    pub effect: EffectArg,
+    /// `replay`: committed steps to replay.
+    #[arg(long, default_value_t = 10_000)]
+    pub replay_steps: u32,
+    /// `scale`: finalized executions in the pre-filled journal (default 1,000,000, or 20,000
+    /// with `--quick`).
+    #[arg(long)]
+    pub scale_executions: Option<u64>,
+    /// `scale`: steps per pre-filled execution.
+    #[arg(long, default_value_t = 10)]
+    pub scale_steps_per_execution: u32,
+    /// `multiprocess`: how many processes write at once.
+    #[arg(long, default_value_t = 4)]
+    pub processes: u32,
+    /// A hidden worker subcommand; absent when running the benchmark itself.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Hidden subcommands the harness runs in its own child processes.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One writer process of the `multiprocess` scenario.
+    #[command(hide = true)]
+    MultiprocessWorker(WorkerArgs),
+    /// One scheduler process of the `scheduler` scenario.
+    #[command(hide = true)]
+    SchedulerWorker(WorkerArgs),
+}
+
+/// Arguments of a worker process.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The shared journal file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// How long to write steps, in milliseconds.
+    #[arg(long)]
+    pub millis: u64,
+    /// Wall-clock start (Unix epoch milliseconds), so all workers start together.
+    #[arg(long)]
+    pub start_at_ms: u64,
+}
+
+/// `--durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// `synchronous=FULL`.
+    Full,
+    /// `synchronous=NORMAL`.
+    ProcessCrash,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(value: DurabilityArg) -> Self {
+        match value {
+            DurabilityArg::Full => Self::Full,
+            DurabilityArg::ProcessCrash => Self::ProcessCrash,
+        }
+    }
+}
+
+/// `--effect`: which kind of step `workflows` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EffectArg {
+    /// Result only, no key.
+    Pure,
+    /// Result only, with the idempotency key.
+    Idempotent,
+    /// Intent, then result.
+    Guarded,
+}
+
+/// `--scenario`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScenarioName {
+    /// One execution, guarded steps one after another.
+    SeqGuarded,
+    /// One execution, idempotent steps one after another.
+    SeqIdempotent,
+    /// Many executions in parallel, guarded steps.
+    Concurrent,
+    /// Whole executions: open, K steps, finalize.
+    Workflows,
+    /// Reopen an execution with many committed steps and replay them.
+    Replay,
+    /// Latencies on a large journal against an empty one, and a retention sweep.
+    Scale,
+    /// Several processes writing one file at once.
+    Multiprocess,
+    /// Scheduler fires per second, from one and from two processes.
+    Scheduler,
+}
+
+impl ScenarioName {
+    /// Every scenario, in the order a full run takes them.
+    pub fn all() -> &'static [Self] {
+        &[
+            Self::SeqGuarded,
+            Self::SeqIdempotent,
+            Self::Concurrent,
+            Self::Workflows,
+            Self::Replay,
+            Self::Multiprocess,
+            Self::Scheduler,
+            Self::Scale,
+        ]
+    }
+
+    /// The name `--scenario` takes and the `bench` line prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SeqGuarded => "seq-guarded",
+            Self::SeqIdempotent => "seq-idempotent",
+            Self::Concurrent => "concurrent",
+            Self::Workflows => "workflows",
+            Self::Replay => "replay",
+            Self::Scale => "scale",
+            Self::Multiprocess => "multiprocess",
+            Self::Scheduler => "scheduler",
+        }
+    }
+}

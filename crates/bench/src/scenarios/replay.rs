@@ -1,0 +1,84 @@
+//! `replay`: an execution with 10,000 committed steps is reopened and every step replayed. The
+//! steps are written in one transaction through `Journal::write` (the rows the step protocol
+//! writes, byte for byte), so building the fixture costs one commit instead of 10,000.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use durably_journal::rusqlite::params;
+use durably_journal::{IdempotencyKey, Journal};
+use uuid::Uuid;
+
+use crate::args::EffectArg;
+use crate::context::Context;
+use crate::error::{BenchError, Result};
+use crate::report::Outcome;
+use crate::scenarios::{STEP_NAME, open_running, step};
+use crate::stats::Samples;
+
+/// A fixed, valid journal timestamp for the fixture rows.
+const FIXTURE_AT: &str = "2026-01-01T00:00:00.000Z";
+
+/// Builds the fixture, then reopens and replays it several times.
+pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
+    let journal = context.journal(&dir.join("journal.db"))?;
+    let id = Uuid::new_v4();
+    let steps = context.replay_steps;
+    let execution = open_running(&journal, id).await?;
+    write_committed_steps(&journal, id, steps).await?;
+    drop(execution);
+    let rounds = if context.quick { 3 } else { 10 };
+    let mut latencies = Samples::with_capacity(rounds * steps as usize);
+    let mut opens = Samples::with_capacity(rounds);
+    let mut elapsed = Duration::ZERO;
+    for _ in 0..rounds {
+        let began = Instant::now();
+        let mut execution = open_running(&journal, id).await?;
+        opens.record(began.elapsed());
+        for _ in 0..steps {
+            let step_began = Instant::now();
+            step(&mut execution, EffectArg::Idempotent).await?;
+            latencies.record(step_began.elapsed());
+        }
+        elapsed += began.elapsed();
+        if !execution.is_resume() || execution.next_seq() != steps {
+            return Err(BenchError::Unexpected(
+                "the replayed execution did not resume at its last step".to_owned(),
+            ));
+        }
+        // Dropped without finalizing, so the next round can reopen and replay it again.
+        drop(execution);
+    }
+    let notes = vec![format!(
+        "{steps} steps x {rounds} rounds; time counts the reopen (lock commit + loading the \
+         steps, p50 {:.0} µs) and every replayed step",
+        opens.quantile_us(0.5)
+    )];
+    Ok(Outcome {
+        ops: u64::from(steps) * rounds as u64,
+        elapsed,
+        latencies,
+        notes,
+        peak_rss_kib_elsewhere: None,
+    })
+}
+
+/// Writes `steps` completed idempotent steps of execution `id` in one transaction.
+async fn write_committed_steps(journal: &Journal, id: Uuid, steps: u32) -> Result<()> {
+    journal
+        .write(move |conn| {
+            let resource = id.to_string();
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO steps (execution_id, seq, name, effect, state, idempotency_key,
+                                    result, attempts, result_at)
+                 VALUES (?1, ?2, ?3, 'idempotent', 'completed', ?4, '1', 1, ?5)",
+            )?;
+            for seq in 0..steps {
+                let key = IdempotencyKey::derive(id, seq, STEP_NAME).to_string();
+                insert.execute(params![resource, seq, STEP_NAME, key, FIXTURE_AT])?;
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! `scheduler`: fires per second, from one scheduler and from two scheduler processes sharing
+//! the file. A fire is `Scheduler::fire(job, slot)`: it opens the fire's execution, runs the
+//! body as a guarded step, finalizes it and records the slot in the ledger. The two processes
+//! fire the same slots at the same time, so each slot runs in exactly one of them; the
+//! scenario checks that the fires that ran add up to the slots covered, once each.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use durably_journal::Journal;
+use durably_scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot};
+
+use crate::args::WorkerArgs;
+use crate::context::Context;
+use crate::error::{BenchError, Result};
+use crate::report::Outcome;
+use crate::rss;
+use crate::scenarios::multiprocess::{START_DELAY_MS, WorkerReport, unix_millis};
+use crate::stats::Samples;
+
+/// The benchmark job's id.
+const JOB: &str = "bench";
+/// The first slot fired: 2026-01-01T00:00:00.000Z.
+const FIRST_SLOT_MS: i64 = 1_767_225_600_000;
+/// The job's interval, in milliseconds.
+const INTERVAL_MS: i64 = 1_000;
+
+/// Fires slots from this process, then from two worker processes at once.
+pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
+    let journal = context.journal(&dir.join("one.db"))?;
+    let half = context.run_time / 2;
+    let (latencies, fired, elapsed) = fire_for(&journal, half).await?;
+    drop(journal);
+    let two = two_processes(context, &dir.join("two.db"), half).await?;
+    let notes = vec!["one process: slots fired one after another".to_owned(), two];
+    Ok(Outcome {
+        ops: fired,
+        elapsed,
+        latencies,
+        notes,
+        peak_rss_kib_elsewhere: None,
+    })
+}
+
+async fn scheduler_on(journal: &Journal) -> Result<(Scheduler, JobId)> {
+    let scheduler = Scheduler::new(journal.clone());
+    let job = Job::builder(JOB)
+        .interval(Duration::from_secs(1), 0)
+        // Two processes fire neighbouring slots at once; with `Skip` one of them would skip a
+        // slot because the other's fire of the previous slot is still running.
+        .overlap(Overlap::Allow)
+        .body(|_fire| async { Ok(serde_json::json!(1)) })
+        .build()?;
+    let id = job.id().clone();
+    let _ = scheduler.register(job).await?;
+    Ok((scheduler, id))
+}
+
+/// Fires consecutive slots for `run_time`; returns the latencies of the fires that ran here,
+/// how many ran here, and the time taken.
+async fn fire_for(journal: &Journal, run_time: Duration) -> Result<(Samples, u64, Duration)> {
+    let (scheduler, id) = scheduler_on(journal).await?;
+    let mut latencies = Samples::with_capacity(4096);
+    let mut ran = 0;
+    let start = Instant::now();
+    let mut slot_ms = FIRST_SLOT_MS;
+    while start.elapsed() < run_time {
+        let slot = Slot::from_millis(slot_ms)?;
+        let began = Instant::now();
+        let outcome = scheduler.fire(&id, slot).await?;
+        match outcome {
+            FireOutcome::Ran { .. } => {
+                latencies.record(began.elapsed());
+                ran += 1;
+            }
+            FireOutcome::Replayed { .. }
+            | FireOutcome::LockedBy { .. }
+            | FireOutcome::Skipped { .. } => {}
+            other => return Err(BenchError::Unexpected(format!("fire outcome {other:?}"))),
+        }
+        slot_ms += INTERVAL_MS;
+    }
+    Ok((latencies, ran, start.elapsed()))
+}
+
+/// Two worker processes fire the same slots at once; returns a note with fires/s and the
+/// exactly-once check.
+async fn two_processes(context: &Context, path: &Path, run_time: Duration) -> Result<String> {
+    drop(context.journal(path)?);
+    let program = std::env::current_exe()
+        .map_err(|source| BenchError::io("find the benchmark binary", "current_exe", source))?;
+    let start_at_ms = unix_millis() + START_DELAY_MS;
+    let mut children = Vec::new();
+    for _ in 0..2 {
+        let child = Command::new(&program)
+            .args([
+                "--durability",
+                context.durability.as_str(),
+                "scheduler-worker",
+                "--db",
+            ])
+            .arg(path)
+            .args(["--millis", &run_time.as_millis().to_string()])
+            .args(["--start-at-ms", &start_at_ms.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| BenchError::io("start a worker", &program, source))?;
+        children.push(tokio::task::spawn_blocking(move || {
+            child.wait_with_output()
+        }));
+    }
+    let (mut ran, mut elapsed, mut latencies) = (0, Duration::ZERO, Samples::default());
+    for child in children {
+        let output = child
+            .await?
+            .map_err(|source| BenchError::io("wait for a worker", &program, source))?;
+        if !output.status.success() {
+            return Err(BenchError::Worker(format!("exited with {}", output.status)));
+        }
+        let report = WorkerReport::parse(&String::from_utf8_lossy(&output.stdout))?;
+        ran += report.steps;
+        elapsed = elapsed.max(report.elapsed);
+        latencies.merge(&report.latencies);
+    }
+    let covered = count_fires(&Journal::open(path)?)?;
+    let once = if covered == ran {
+        "each once"
+    } else {
+        "MISMATCH"
+    };
+    Ok(format!(
+        "two processes on one file: {:.0} fires/s ({ran} fires ran for {covered} recorded \
+         fires: {once}), fire p50 {:.0} µs p99 {:.0} µs",
+        ran as f64 / elapsed.as_secs_f64().max(1e-9),
+        latencies.quantile_us(0.5),
+        latencies.quantile_us(0.99)
+    ))
+}
+
+fn count_fires(journal: &Journal) -> Result<u64> {
+    let count: i64 = journal.read(|conn| {
+        Ok(conn.query_row(
+            "SELECT count(*) FROM executions WHERE status = 'completed'",
+            [],
+            |row| row.get(0),
+        )?)
+    })?;
+    Ok(count.max(0) as u64)
+}
+
+/// One scheduler process of the two-process measurement.
+pub async fn worker(args: &WorkerArgs, durability: durably_journal::Durability) -> Result<()> {
+    let journal = Journal::builder(&args.db).durability(durability).open()?;
+    let wait_ms = args.start_at_ms.saturating_sub(unix_millis());
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    rss::reset_peak();
+    let (latencies, ran, elapsed) = fire_for(&journal, Duration::from_millis(args.millis)).await?;
+    println!(
+        "steps={ran} elapsed_us={} peak_kib={}",
+        elapsed.as_micros(),
+        rss::peak_kib().unwrap_or(0)
+    );
+    println!("latencies_us={}", latencies.to_micros_line());
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! Latency samples and their percentiles, kept as a plain sorted `Vec` of nanoseconds.
+
+use std::time::Duration;
+
+/// Latency samples of one kind of operation.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    nanos: Vec<u64>,
+    sorted: bool,
+}
+
+impl Samples {
+    /// An empty set with room for `capacity` samples.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            nanos: Vec::with_capacity(capacity),
+            sorted: true,
+        }
+    }
+
+    /// Records one latency.
+    pub fn record(&mut self, latency: Duration) {
+        self.nanos
+            .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        self.sorted = false;
+    }
+
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &Self) {
+        self.nanos.extend_from_slice(&other.nanos);
+        self.sorted = false;
+    }
+
+    /// How many samples there are.
+    pub fn len(&self) -> usize {
+        self.nanos.len()
+    }
+
+    /// The `quantile` (0.0 to 1.0) in microseconds; 0 when there are no samples.
+    pub fn quantile_us(&mut self, quantile: f64) -> f64 {
+        if self.nanos.is_empty() {
+            return 0.0;
+        }
+        if !self.sorted {
+            self.nanos.sort_unstable();
+            self.sorted = true;
+        }
+        let last = self.nanos.len() - 1;
+        let index = ((quantile * self.nanos.len() as f64) as usize).min(last);
+        self.nanos[index] as f64 / 1_000.0
+    }
+
+    /// The largest sample in microseconds; 0 when there are none.
+    pub fn max_us(&self) -> f64 {
+        self.nanos.iter().copied().max().unwrap_or(0) as f64 / 1_000.0
+    }
+
+    /// The samples in whole microseconds, for a worker to print to its parent.
+    pub fn to_micros_line(&self) -> String {
+        let mut line = String::with_capacity(self.nanos.len() * 6);
+        for nanos in &self.nanos {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&(nanos / 1_000).to_string());
+        }
+        line
+    }
+
+    /// Parses a line written by [`Samples::to_micros_line`].
+    pub fn from_micros_line(line: &str) -> Option<Self> {
+        let mut samples = Self::default();
+        for word in line.split_whitespace() {
+            let micros: u64 = word.parse().ok()?;
+            samples.record(Duration::from_micros(micros));
+        }
+        Some(samples)
+    }
+}
