@@ -1,1 +1,7 @@
 //! Cross-crate and multi-process tests for durably.
+
+pub mod fuzz_targets;
+pub mod model;
+pub mod power_loss;
+
+pub mod torture;

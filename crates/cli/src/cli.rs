@@ -44,7 +44,8 @@ pub enum Command {
     Ls(LsArgs),
     /// Show one execution: its row, its steps and its audit events.
     Show {
-        /// The execution id (a UUID).
+        /// The execution id (a UUID; `durably ls` lists them).
+        #[arg(value_parser = parse_execution_id)]
         id: Uuid,
     },
     /// List held locks, their holders, and whether each holder is alive.
@@ -61,7 +62,8 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Cancel an execution that no live process holds. It never runs again.
     Cancel {
-        /// The execution id (a UUID).
+        /// The execution id (a UUID; `durably ls` lists them).
+        #[arg(value_parser = parse_execution_id)]
         id: Uuid,
         /// Why, recorded in the execution's error and the audit trail.
         #[arg(long, default_value = "cancelled by an operator with `durably cancel`")]
@@ -72,11 +74,11 @@ pub enum Command {
         /// Only this job.
         #[arg(long)]
         job: Option<String>,
-        /// At most this many rows.
+        /// At most this many rows (1 to 10000).
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
         limit: u32,
     },
-    /// Print the execution id of a scheduler fire (job, slot).
+    /// Print the execution id of a scheduler fire (job, slot). Needs no database.
     FireId {
         /// The job id.
         job: String,
@@ -84,6 +86,10 @@ pub enum Command {
         slot: String,
     },
     /// Run the demo: a workflow killed mid-effect and resumed under each ambiguity policy.
+    ///
+    /// Without --db it deletes and recreates ./durably-demo.db; with --db PATH it uses that
+    /// path and refuses one that exists and is not empty. DURABLY_DB is ignored, so the demo
+    /// never writes into a real journal. --json does not apply.
     Demo,
     /// The demo's child process (internal).
     #[command(hide = true)]
@@ -106,9 +112,9 @@ pub struct LsArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Only executions created since: an RFC 3339 time, or an age such as `2h` or `7d`.
-    #[arg(long, value_parser = parse_since)]
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
     pub since: Option<String>,
-    /// At most this many rows.
+    /// At most this many rows (1 to 10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
     pub limit: u32,
 }
@@ -145,11 +151,12 @@ impl StatusArg {
 /// Arguments of `gc`.
 #[derive(Debug, Args)]
 pub struct GcArgs {
-    /// Delete completed executions finalized longer ago than this (`7d`, `12h`). Default 7d.
-    #[arg(long, value_name = "DUR")]
+    /// Delete completed executions finalized longer ago than this (`7d`, `12h`, `90min`).
+    /// Default 7d.
+    #[arg(long, value_name = "DUR", value_parser = parse_age)]
     pub completed_older_than: Option<humantime::Duration>,
     /// Delete failed and cancelled executions finalized longer ago than this. Default 30d.
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", value_parser = parse_age)]
     pub failed_older_than: Option<humantime::Duration>,
     /// Count what would be deleted; delete nothing.
     #[arg(long)]
@@ -160,7 +167,8 @@ pub struct GcArgs {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("answer").required(true).args(["completed", "not_done"]))]
 pub struct ResolveArgs {
-    /// The execution id (a UUID).
+    /// The execution id (a UUID; `durably ls` lists them).
+    #[arg(value_parser = parse_execution_id)]
     pub id: Uuid,
     /// The step's sequence number (`durably show ID` lists them).
     pub seq: u32,
@@ -170,6 +178,20 @@ pub struct ResolveArgs {
     /// The effect did not happen: the next run executes the step, with the same key.
     #[arg(long)]
     pub not_done: bool,
+}
+
+fn parse_execution_id(text: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(text).map_err(|error| {
+        format!(
+            "not an execution id ({error}); give its UUID, like \
+             0190a0b2-7c3e-7d41-9a8f-2b1c3d4e5f60 (`durably ls` lists them)"
+        )
+    })
+}
+
+fn parse_age(text: &str) -> Result<humantime::Duration, String> {
+    text.parse::<humantime::Duration>()
+        .map_err(|error| format!("not an age ({error}); write it like 7d, 12h or 90min"))
 }
 
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {

@@ -89,6 +89,32 @@ pub fn print_json(value: &impl Serialize) -> Result<()> {
     print(&format!("{text}\n"))
 }
 
+/// Prints a list the way every listing command does: `rows` as a JSON array with `json`, else
+/// `empty` alone on a line when there are no rows, else a table of `header` with one line of
+/// `cells(row)` per row.
+///
+/// # Errors
+/// Standard output cannot be written, or a row cannot be rendered as JSON.
+pub fn print_rows<T: Serialize>(
+    rows: &[T],
+    json: bool,
+    empty: &str,
+    header: &[&'static str],
+    cells: impl Fn(&T) -> Vec<String>,
+) -> Result<()> {
+    if json {
+        return print_json(&rows);
+    }
+    if rows.is_empty() {
+        return print(&format!("{empty}\n"));
+    }
+    let mut table = Table::new(header);
+    for row in rows {
+        table.row(cells(row));
+    }
+    print(&table.render())
+}
+
 /// An optional cell: the text, or `-`.
 pub fn or_dash(value: Option<&str>) -> String {
     value.map_or_else(|| "-".to_owned(), str::to_owned)

@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::{assert_code, durably, stderr};
+use std::path::Path;
+use std::process::Output;
+
+use common::{assert_code, assert_stderr_says, durably, stderr};
 
 const READING: [&[&str]; 5] = [
     &["ls"],
@@ -18,31 +21,32 @@ const READING: [&[&str]; 5] = [
     &["sweep", "--dry-run"],
 ];
 
+/// Runs every reading command on `db`, asserts each fails with exit code 1 and a message
+/// containing `needle`, and hands each command and its output to `then` for further checks.
+fn every_reading_command_refuses(db: &Path, needle: &str, then: impl Fn(&[&str], &Output)) {
+    for command in READING {
+        let mut args = vec!["--db", db.to_str().unwrap()];
+        args.extend_from_slice(command);
+        let output = durably(&args);
+        assert_stderr_says(&output, 1, needle);
+        then(command, &output);
+    }
+}
+
 #[test]
 fn a_missing_database_is_reported_and_not_created() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("nothing-here.db");
-    let db_arg = db.to_str().unwrap();
-    for command in READING {
-        let mut args = vec!["--db", db_arg];
-        args.extend_from_slice(command);
-        let output = durably(&args);
-        assert_code(&output, 1);
-        assert!(
-            stderr(&output).contains("no database at"),
-            "{}",
-            stderr(&output)
-        );
+    every_reading_command_refuses(&db, "no database at", |command, _| {
         assert!(!db.exists(), "{command:?} created the database");
-    }
+    });
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         0,
         "nothing was created"
     );
     let directory = durably(&["--db", dir.path().to_str().unwrap(), "ls"]);
-    assert_code(&directory, 1);
-    assert!(stderr(&directory).contains("is not a file"));
+    assert_stderr_says(&directory, 1, "is not a file");
 }
 
 #[test]
@@ -56,17 +60,7 @@ fn a_foreign_sqlite_file_is_refused_untouched() {
     .unwrap();
     drop(conn);
     let before = std::fs::read(&db).unwrap();
-    for command in READING {
-        let mut args = vec!["--db", db.to_str().unwrap()];
-        args.extend_from_slice(command);
-        let output = durably(&args);
-        assert_code(&output, 1);
-        assert!(
-            stderr(&output).contains("another application"),
-            "{}",
-            stderr(&output)
-        );
-    }
+    every_reading_command_refuses(&db, "another application", |_, _| {});
     assert_eq!(std::fs::read(&db).unwrap(), before);
 }
 
@@ -76,26 +70,16 @@ fn a_garbage_file_is_refused_untouched() {
     let db = dir.path().join("garbage.db");
     let garbage: Vec<u8> = (0..8192_u32).map(|index| (index * 7 + 3) as u8).collect();
     std::fs::write(&db, &garbage).unwrap();
-    for command in READING {
-        let mut args = vec!["--db", db.to_str().unwrap()];
-        args.extend_from_slice(command);
-        let output = durably(&args);
-        assert_code(&output, 1);
-        assert!(
-            stderr(&output).contains("not a usable SQLite database"),
-            "{}",
-            stderr(&output)
-        );
-        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
-    }
+    every_reading_command_refuses(&db, "not a usable SQLite database", |_, output| {
+        assert_eq!(stderr(output).lines().count(), 1, "{}", stderr(output));
+    });
     assert_eq!(std::fs::read(&db).unwrap(), garbage);
 }
 
 #[test]
 fn usage_errors_exit_with_2() {
     let no_db = durably(&["ls"]);
-    assert_code(&no_db, 2);
-    assert!(stderr(&no_db).contains("--db"), "{}", stderr(&no_db));
+    assert_stderr_says(&no_db, 2, "--db");
     assert_code(&durably(&["explode"]), 2);
     assert_code(&durably(&["ls", "--frobnicate"]), 2);
     assert_code(&durably(&[]), 2);
@@ -115,6 +99,5 @@ fn the_environment_variable_names_the_database() {
         .env("DURABLY_DB", &db)
         .output()
         .unwrap();
-    assert_code(&output, 1);
-    assert!(stderr(&output).contains("env.db"), "{}", stderr(&output));
+    assert_stderr_says(&output, 1, "env.db");
 }

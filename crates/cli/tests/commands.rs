@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::{EVIL_NAME, assert_code, durably, fixture, hold, json, runtime, stderr, stdout};
+use common::{
+    EVIL_NAME, assert_code, assert_stderr_says, assert_stdout_says, durably, fixture, hold, json,
+    runtime, stderr, stdout,
+};
 
 #[test]
 fn ls_lists_newest_first_with_filters_in_both_forms() {
@@ -128,14 +131,9 @@ fn show_prints_steps_events_and_bounded_escaped_previews() {
     assert_ne!(completed["execution"]["name"], EVIL_NAME);
 
     let unknown = durably(&["--db", db, "show", "00000000-0000-4000-8000-000000000000"]);
-    assert_code(&unknown, 1);
-    assert!(
-        stderr(&unknown).contains("durably ls"),
-        "{}",
-        stderr(&unknown)
-    );
+    assert_stderr_says(&unknown, 1, "durably ls");
     let bad = durably(&["--db", db, "show", "not-a-uuid"]);
-    assert_code(&bad, 2);
+    assert_stderr_says(&bad, 2, "not an execution id");
 }
 
 #[test]
@@ -143,8 +141,7 @@ fn locks_shows_a_live_holder_with_its_judgement() {
     let fixture = fixture();
     let db = fixture.db_arg();
     let none = durably(&["--db", db, "locks"]);
-    assert_code(&none, 0);
-    assert!(stdout(&none).contains("no locks are held"));
+    assert_stdout_says(&none, "no locks are held");
     assert_eq!(
         json(&durably(&["--db", db, "locks", "--json"])),
         serde_json::json!([])
@@ -202,12 +199,7 @@ fn sweep_marks_unheld_running_executions_and_honours_dry_run() {
     );
 
     let swept = durably(&["--db", db, "sweep"]);
-    assert_code(&swept, 0);
-    assert!(
-        stdout(&swept).contains("marked interrupted"),
-        "{}",
-        stdout(&swept)
-    );
+    assert_stdout_says(&swept, "marked interrupted");
     let listed = json(&durably(&[
         "--db",
         db,
@@ -268,12 +260,7 @@ fn gc_counts_and_deletes_by_age() {
     );
 
     let bad = durably(&["--db", db, "gc", "--completed-older-than", "seven days"]);
-    assert_code(&bad, 2);
-    assert!(
-        stderr(&bad).contains("completed-older-than"),
-        "{}",
-        stderr(&bad)
-    );
+    assert_stderr_says(&bad, 2, "completed-older-than");
 }
 
 #[test]
@@ -283,19 +270,9 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
     let ambiguous = fixture.ambiguous.to_string();
 
     let plan = durably(&["--db", db, "resolve", &ambiguous, "0", "--not-done"]);
-    assert_code(&plan, 1);
-    assert!(
-        stderr(&plan).contains("is not ambiguous"),
-        "{}",
-        stderr(&plan)
-    );
+    assert_stderr_says(&plan, 1, "is not ambiguous");
     let missing = durably(&["--db", db, "resolve", &ambiguous, "9", "--not-done"]);
-    assert_code(&missing, 1);
-    assert!(
-        stderr(&missing).contains("has no step 9"),
-        "{}",
-        stderr(&missing)
-    );
+    assert_stderr_says(&missing, 1, "has no step 9");
 
     assert_code(&durably(&["--db", db, "resolve", &ambiguous, "1"]), 2);
     assert_code(
@@ -320,12 +297,7 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
         "--completed",
         "{oops",
     ]);
-    assert_code(&bad_json, 2);
-    assert!(
-        stderr(&bad_json).contains("not valid JSON"),
-        "{}",
-        stderr(&bad_json)
-    );
+    assert_stderr_says(&bad_json, 2, "not valid JSON");
 
     let runtime = runtime();
     let held = hold(&runtime, &fixture.db, fixture.ambiguous);
@@ -367,8 +339,7 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
         .collect();
     assert!(kinds.contains(&"operator_resolved"), "{kinds:?}");
     let again = durably(&["--db", db, "resolve", &ambiguous, "1", "--not-done"]);
-    assert_code(&again, 1);
-    assert!(stderr(&again).contains("is not ambiguous"));
+    assert_stderr_says(&again, 1, "is not ambiguous");
 }
 
 #[test]
@@ -379,12 +350,7 @@ fn cancel_is_refused_while_held_and_final_afterwards() {
     let runtime = runtime();
     let held = hold(&runtime, &fixture.db, fixture.ambiguous);
     let refused = durably(&["--db", db, "cancel", &ambiguous]);
-    assert_code(&refused, 1);
-    assert!(
-        stderr(&refused).contains("held by live process"),
-        "{}",
-        stderr(&refused)
-    );
+    assert_stderr_says(&refused, 1, "held by live process");
     drop(held);
     runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(50)).await });
 
@@ -404,12 +370,7 @@ fn cancel_is_refused_while_held_and_final_afterwards() {
     assert_eq!(listed[0]["execution_id"], ambiguous);
 
     let finished = durably(&["--db", db, "cancel", &fixture.completed.to_string()]);
-    assert_code(&finished, 1);
-    assert!(
-        stderr(&finished).contains("already completed"),
-        "{}",
-        stderr(&finished)
-    );
+    assert_stderr_says(&finished, 1, "already completed");
     let table = durably(&["--db", db, "cancel", &fixture.failed.to_string()]);
     assert_code(&table, 1);
     assert_code(&durably(&["--db", db, "cancel", "xyz"]), 2);
@@ -420,8 +381,7 @@ fn fires_reads_an_empty_ledger_and_fire_id_matches_the_library() {
     let fixture = fixture();
     let db = fixture.db_arg();
     let empty = durably(&["--db", db, "fires"]);
-    assert_code(&empty, 0);
-    assert!(stdout(&empty).contains("no fires recorded"));
+    assert_stdout_says(&empty, "no fires recorded");
     let none = json(&durably(&[
         "--db", db, "fires", "--job", "nightly", "--json",
     ]));
@@ -442,12 +402,7 @@ fn fires_reads_an_empty_ledger_and_fire_id_matches_the_library() {
     assert_eq!(offset["job"], "nightly-report");
 
     let bad_slot = durably(&["fire-id", "nightly-report", "tomorrow"]);
-    assert_code(&bad_slot, 2);
-    assert!(
-        stderr(&bad_slot).contains("RFC 3339"),
-        "{}",
-        stderr(&bad_slot)
-    );
+    assert_stderr_says(&bad_slot, 2, "RFC 3339");
     assert_code(&durably(&["fire-id", "", "2026-01-01T00:00:00Z"]), 2);
     assert_code(&durably(&["fire-id", "a\u{7}b", "2026-01-01T00:00:00Z"]), 2);
 }

@@ -18,7 +18,7 @@ pub const GC_BATCH_EXECUTIONS_DEFAULT: u32 = 200;
 
 /// Steps and events deleted per retention transaction, at most (one execution with more loses
 /// them over several transactions). Bounds how long a batch holds the write lock.
-pub const GC_BATCH_ROWS_MAX: u64 = 4_000;
+pub const GC_BATCH_ROWS_MAX: u64 = 1_000;
 
 /// What the crash-orphan sweep found (and, unless a dry run, reclaimed).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::{CliError, Result};
 use crate::escape::escape;
-use crate::output::{Table, or_dash, print, print_json};
+use crate::output::{or_dash, print_rows};
 
 /// One row of `fires --json`. Stable fields.
 #[derive(Debug, Serialize)]
@@ -68,13 +68,7 @@ pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
                  version of durably?"
             ))
         })?;
-    if json {
-        return print_json(&fires);
-    }
-    if fires.is_empty() {
-        return print("no fires recorded\n");
-    }
-    let mut table = Table::new(&[
+    let header = [
         "JOB",
         "SLOT",
         "STATE",
@@ -83,18 +77,17 @@ pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
         "REASON",
         "STARTED",
         "FINISHED",
-    ]);
-    for fire in fires {
-        table.row(vec![
-            fire.job,
-            fire.slot,
-            fire.state,
+    ];
+    print_rows(&fires, json, "no fires recorded", &header, |fire| {
+        vec![
+            fire.job.clone(),
+            fire.slot.clone(),
+            fire.state.clone(),
             fire.attempts.to_string(),
-            fire.execution_id,
+            fire.execution_id.clone(),
             or_dash(fire.reason.as_deref()),
             or_dash(fire.started_at.as_deref()),
             or_dash(fire.finished_at.as_deref()),
-        ]);
-    }
-    print(&table.render())
+        ]
+    })
 }

@@ -63,12 +63,12 @@ pub fn run(db: &Path, args: &GcArgs, json: bool) -> Result<()> {
     };
     print(&format!(
         "{verb} {} completed executions older than {} and {} failed or cancelled executions \
-         older than {} ({} batches)\n",
+         older than {} ({})\n",
         report.completed,
         report.completed_older_than,
         report.failed,
         report.failed_older_than,
-        report.batches
+        batches(report.batches)
     ))
 }
 
@@ -76,10 +76,18 @@ fn progress(so_far: &GcReport) {
     let mut stderr = std::io::stderr().lock();
     let _ = write!(
         stderr,
-        "\rdeleting: {} completed, {} failed or cancelled, {} batches",
-        so_far.completed, so_far.failed, so_far.batches
+        "\rdeleting: {} completed, {} failed or cancelled, {}",
+        so_far.completed,
+        so_far.failed,
+        batches(so_far.batches)
     );
     let _ = stderr.flush();
+}
+
+/// `1 batch`, `3 batches`.
+fn batches(count: u64) -> String {
+    let noun = if count == 1 { "batch" } else { "batches" };
+    format!("{count} {noun}")
 }
 
 fn age(duration: Duration) -> String {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::escape::escape;
-use crate::output::{Table, print, print_json};
+use crate::output::print_rows;
 
 /// One held lock, as `locks --json` and `show --json` print it. Stable fields.
 #[derive(Debug, Serialize)]
@@ -62,25 +62,18 @@ pub fn holders(journal: &Journal) -> Result<Vec<Holder>> {
 pub fn run(db: &Path, json: bool) -> Result<()> {
     let journal = crate::db::open_existing(db)?;
     let holders = holders(&journal)?;
-    if json {
-        return print_json(&holders);
-    }
-    if holders.is_empty() {
-        return print("no locks are held\n");
-    }
-    let mut table = Table::new(&[
+    let header = [
         "RESOURCE", "PID", "HOST", "SINCE", "EPOCH", "VERDICT", "REASON",
-    ]);
-    for holder in holders {
-        table.row(vec![
-            holder.resource,
+    ];
+    print_rows(&holders, json, "no locks are held", &header, |holder| {
+        vec![
+            holder.resource.clone(),
             holder.pid.to_string(),
-            holder.hostname,
-            holder.since,
+            holder.hostname.clone(),
+            holder.since.clone(),
             holder.epoch.to_string(),
             holder.verdict.to_owned(),
-            holder.reason,
-        ]);
-    }
-    print(&table.render())
+            holder.reason.clone(),
+        ]
+    })
 }

@@ -8,23 +8,24 @@ use serde::Serialize;
 use crate::cli::LsArgs;
 use crate::error::Result;
 use crate::escape::escape;
-use crate::output::{Table, or_dash, print, print_json};
+use crate::output::{or_dash, print_rows};
 
-/// One row of `ls --json`. Stable fields.
+/// One row of `ls --json`, and the leading fields of `show --json`'s `execution`. Stable fields.
 #[derive(Debug, Serialize)]
-struct Row {
-    execution_id: String,
-    kind: String,
-    name: String,
-    status: String,
-    opens: i64,
-    created_at: String,
-    updated_at: String,
-    finalized_at: Option<String>,
+pub(super) struct Row {
+    pub(super) execution_id: String,
+    pub(super) kind: String,
+    pub(super) name: String,
+    pub(super) status: String,
+    pub(super) opens: i64,
+    pub(super) created_at: String,
+    pub(super) updated_at: String,
+    pub(super) finalized_at: Option<String>,
 }
 
 impl Row {
-    fn from_record(record: &ExecutionRecord) -> Self {
+    /// The record's row fields, escaped.
+    pub(super) fn from_record(record: &ExecutionRecord) -> Self {
         Self {
             execution_id: escape(&record.execution_id),
             kind: escape(&record.kind),
@@ -53,13 +54,7 @@ pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
         .iter()
         .map(Row::from_record)
         .collect();
-    if json {
-        return print_json(&rows);
-    }
-    if rows.is_empty() {
-        return print("no executions match\n");
-    }
-    let mut table = Table::new(&[
+    let header = [
         "EXECUTION",
         "STATUS",
         "KIND",
@@ -67,17 +62,16 @@ pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
         "OPENS",
         "CREATED",
         "FINALIZED",
-    ]);
-    for row in rows {
-        table.row(vec![
-            row.execution_id,
-            row.status,
-            row.kind,
-            row.name,
+    ];
+    print_rows(&rows, json, "no executions match", &header, |row| {
+        vec![
+            row.execution_id.clone(),
+            row.status.clone(),
+            row.kind.clone(),
+            row.name.clone(),
             row.opens.to_string(),
-            row.created_at,
+            row.created_at.clone(),
             or_dash(row.finalized_at.as_deref()),
-        ]);
-    }
-    print(&table.render())
+        ]
+    })
 }

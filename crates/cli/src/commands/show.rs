@@ -21,17 +21,11 @@ struct Shown {
     events: Vec<Event>,
 }
 
+/// `ls --json`'s row, then the payload previews; flattening keeps the documented field order.
 #[derive(Debug, Serialize)]
-#[allow(clippy::struct_field_names)] // the documented JSON field names.
 struct Execution {
-    execution_id: String,
-    kind: String,
-    name: String,
-    status: String,
-    opens: i64,
-    created_at: String,
-    updated_at: String,
-    finalized_at: Option<String>,
+    #[serde(flatten)]
+    row: super::ls::Row,
     input_preview: String,
     output_preview: Option<String>,
     error_preview: Option<String>,
@@ -64,14 +58,7 @@ struct Event {
 impl Execution {
     fn from_record(record: &ExecutionRecord) -> Self {
         Self {
-            execution_id: escape(&record.execution_id),
-            kind: escape(&record.kind),
-            name: escape(&record.name),
-            status: escape(&record.status),
-            opens: record.opens,
-            created_at: escape(&record.created_at),
-            updated_at: escape(&record.updated_at),
-            finalized_at: record.finalized_at.as_deref().map(escape),
+            row: super::ls::Row::from_record(record),
             input_preview: preview(&record.input),
             output_preview: preview_opt(record.output.as_deref()),
             error_preview: preview_opt(record.error.as_deref()),
@@ -139,16 +126,17 @@ fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
 
 fn render(shown: &Shown) -> String {
     let execution = &shown.execution;
+    let row = &execution.row;
     let mut text = String::new();
     let fields = [
-        ("execution", execution.execution_id.clone()),
-        ("kind", execution.kind.clone()),
-        ("name", execution.name.clone()),
-        ("status", execution.status.clone()),
-        ("opens", execution.opens.to_string()),
-        ("created", execution.created_at.clone()),
-        ("updated", execution.updated_at.clone()),
-        ("finalized", or_dash(execution.finalized_at.as_deref())),
+        ("execution", row.execution_id.clone()),
+        ("kind", row.kind.clone()),
+        ("name", row.name.clone()),
+        ("status", row.status.clone()),
+        ("opens", row.opens.to_string()),
+        ("created", row.created_at.clone()),
+        ("updated", row.updated_at.clone()),
+        ("finalized", or_dash(row.finalized_at.as_deref())),
         ("input", execution.input_preview.clone()),
         ("output", or_dash(execution.output_preview.as_deref())),
         ("error", or_dash(execution.error_preview.as_deref())),
@@ -207,7 +195,7 @@ fn render_steps(shown: &Shown) -> String {
     }
     text.push_str(&table.render());
     for step in shown.steps.iter().filter(|step| step.state == "intent") {
-        let id = &shown.execution.execution_id;
+        let id = &shown.execution.row.execution_id;
         let _ = writeln!(
             text,
             "step {} is in the ambiguous window: its effect may or may not have happened. \

@@ -55,6 +55,18 @@ pub fn assert_code(output: &Output, code: i32) {
     );
 }
 
+/// Asserts the exit code (as [`assert_code`]) and that standard error contains `needle`.
+pub fn assert_stderr_says(output: &Output, code: i32, needle: &str) {
+    assert_code(output, code);
+    assert!(stderr(output).contains(needle), "{}", stderr(output));
+}
+
+/// Asserts exit code 0 (as [`assert_code`]) and that standard output contains `needle`.
+pub fn assert_stdout_says(output: &Output, needle: &str) {
+    assert_code(output, 0);
+    assert!(stdout(output).contains(needle), "{}", stdout(output));
+}
+
 /// A runtime for the library's async calls.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -133,7 +145,8 @@ pub fn fixture() -> Fixture {
     }
 }
 
-async fn open(journal: &Journal, id: Uuid, name: &str) -> Execution {
+/// Opens a new execution `id` of kind "order" named `name`.
+pub async fn open(journal: &Journal, id: Uuid, name: &str) -> Execution {
     match journal
         .open_execution(id, "order", name, &serde_json::json!({ "order": 1 }))
         .await
