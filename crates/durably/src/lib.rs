@@ -75,3 +75,8 @@
 pub use durably_journal::*;
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
+
+/// The README's code, compiled as a doctest so it cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
