@@ -1,0 +1,169 @@
+//! The torture worker: one process of the torture run or of the failpoint matrix.
+//!
+//! - `run --slot W --slots N`: creates and drives random executions of its slot, and resumes
+//!   any recoverable ones, until it is killed (the torture driver kills it at random moments).
+//! - `sched`: a scheduler process: fires slot after slot of four jobs (one per policy), and
+//!   resumes unfinished fires, until it is killed.
+//! - `finish`: sweeps, then drives every unfinished execution and fire to completion.
+//! - `matrix`: the failpoint matrix's deterministic workload (see `durably_tests::torture::matrix`).
+//! - `orphans --first I`: makes orphans for the matrix, then aborts.
+//!
+//! Built with the `failpoints` feature, it reads `FAILPOINTS` at start. It exits 0 when done,
+//! 3 on an engine error it never expects (printed on stderr), and aborts on a crashing failpoint.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use durably_journal::Durability;
+use durably_tests::torture::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
+use durably_tests::torture::workload::{Stop, Workload};
+use durably_tests::torture::{BoxError, disable_core_dumps, fires, matrix};
+
+/// Executions one worker process creates at most before it exits (and is restarted).
+const EXECUTIONS_PER_PROCESS_MAX: u64 = 100_000;
+/// A worker looks for recoverable executions (of killed peers) every this many executions.
+const RECOVERY_EVERY: u64 = 8;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+    /// The run directory.
+    #[arg(long, global = true, default_value = ".")]
+    dir: PathBuf,
+    /// The run's seed.
+    #[arg(long, global = true, default_value_t = 1)]
+    seed: u64,
+    /// `full` or `process-crash`.
+    #[arg(long, global = true, default_value = "full")]
+    durability: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Create and drive executions until killed.
+    Run {
+        /// This worker's slot.
+        #[arg(long)]
+        slot: u64,
+        /// How many slots the run has.
+        #[arg(long)]
+        slots: u64,
+    },
+    /// Fire slot after slot of the torture jobs until killed.
+    Sched,
+    /// Sweep, then drive every unfinished execution and fire to completion.
+    Finish,
+    /// The failpoint matrix's workload.
+    Matrix,
+    /// Make orphans for the matrix, then abort.
+    Orphans {
+        /// The first execution index of the group.
+        #[arg(long)]
+        first: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    disable_core_dumps();
+    #[cfg(feature = "failpoints")]
+    let scenario = fail::FailScenario::setup();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("torture_worker: cannot start a runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    #[cfg(feature = "failpoints")]
+    scenario.teardown();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("torture_worker: {error}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), BoxError> {
+    let durability = match cli.durability.as_str() {
+        "full" => Durability::Full,
+        "process-crash" => Durability::ProcessCrash,
+        other => return Err(format!("unknown durability {other:?}").into()),
+    };
+    match cli.mode {
+        Mode::Run { slot, slots } => {
+            let journal = matrix::open_journal(&cli.dir, durability, true)?;
+            let workload = Workload::new(journal, &cli.dir)?;
+            run_slot(&workload, cli.seed, slot, slots).await
+        }
+        Mode::Sched => {
+            let journal = matrix::open_journal(&cli.dir, durability, true)?;
+            let workload = Workload::new(journal, &cli.dir)?;
+            fires::run(&workload, EXECUTIONS_PER_PROCESS_MAX).await
+        }
+        Mode::Finish => {
+            let journal = matrix::open_journal(&cli.dir, durability, true)?;
+            journal.sweep(false).await?;
+            let workload = Workload::new(journal, &cli.dir)?;
+            workload.finish(matrix::FINISH_ROUNDS_MAX).await?;
+            fires::finish(&workload, matrix::FINISH_ROUNDS_MAX).await
+        }
+        Mode::Matrix => {
+            let worker = std::env::current_exe()?;
+            matrix::run(&cli.dir, cli.seed, durability, &worker).await
+        }
+        Mode::Orphans { first } => matrix::orphans(&cli.dir, cli.seed, durability, first).await,
+    }
+}
+
+async fn run_slot(workload: &Workload, seed: u64, slot: u64, slots: u64) -> Result<(), BoxError> {
+    let mut index = next_index(workload, slot, slots)?;
+    for round in 0..EXECUTIONS_PER_PROCESS_MAX {
+        if round.is_multiple_of(RECOVERY_EVERY) {
+            recover(workload).await?;
+        }
+        let plan = ExecutionPlan::from_input(PlanInput {
+            seed,
+            index,
+            slot,
+            shape: Shape::Random,
+        });
+        workload.drive(&plan, Stop::default()).await?;
+        index += slots;
+    }
+    Ok(())
+}
+
+/// The slot's next fresh index: after the highest it has created so far.
+fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxError> {
+    let highest: Option<i64> = workload.journal().read(|conn| {
+        Ok(conn.query_row(
+            "SELECT max(json_extract(input, '$.index')) FROM executions
+             WHERE kind = ?1 AND json_extract(input, '$.slot') = ?2",
+            rusqlite::params![EXECUTION_KIND, slot as i64],
+            |row| row.get(0),
+        )?)
+    })?;
+    Ok(highest.map_or(slot, |highest| highest as u64 + slots))
+}
+
+/// Resumes the recoverable executions: those of killed workers, and this slot's own.
+async fn recover(workload: &Workload) -> Result<(), BoxError> {
+    for record in workload.journal().recoverable()? {
+        if record.kind == EXECUTION_KIND {
+            let input: PlanInput = serde_json::from_str(&record.input)?;
+            workload
+                .drive(&ExecutionPlan::from_input(input), Stop::default())
+                .await?;
+        }
+    }
+    Ok(())
+}

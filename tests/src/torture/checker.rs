@@ -1,0 +1,496 @@
+//! The checker: compares the ledger and the acknowledgement logs with the journal, after every
+//! process of a run has exited, and counts each kind of violation.
+//!
+//! How each figure is decided (the journal's `steps` row is found by the idempotency key the
+//! ledger recorded):
+//!
+//! - **duplicated**: a guarded step under Skip, Fail or Reconcile whose key appears more than
+//!   once in the ledger; a Retry step with more effects than the attempts the journal recorded;
+//!   any effect appended after an acknowledgement of its step (a completed step ran again).
+//! - **retried**: the extra effects of a Retry step, up to the attempts the journal recorded.
+//!   (Re-runs of pure and idempotent steps, allowed by their kind, are counted as `reran`.)
+//! - **lost**: an acknowledged step outcome, operator resolution or finalization that the
+//!   journal does not hold; or a step the journal holds as completed with no effect in the
+//!   ledger.
+//! - **unexpected**: a ledger effect whose key no step row has (or a different step has), or an
+//!   effect of a step the journal holds as failed (planned failures have no effect).
+//! - **stuck**: an execution not finalized at the end, a step still in the intent state, or a
+//!   scheduler fire not finished (a completed fire whose execution is not completed is lost).
+//! - **leaked locks**: lock rows still held at the end.
+//! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::BoxError;
+use super::ledger::{LEDGER_FILE, read, read_acks};
+use super::workload::DATABASE_FILE;
+
+/// Violation messages kept for the report, at most.
+const VIOLATIONS_KEPT_MAX: usize = 50;
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Executions in the journal.
+    pub executions: u64,
+    /// Effects in the ledger.
+    pub effects: u64,
+    /// Re-runs the Retry policy allowed (same key, announced by the journal).
+    pub retried: u64,
+    /// Re-runs of pure and idempotent steps (allowed by their kind).
+    pub reran: u64,
+    /// Guarded steps skipped under Skip.
+    pub skipped: u64,
+    /// Operator resolutions acknowledged.
+    pub resolved: u64,
+    /// Effects repeated where the policy promises no re-run.
+    pub duplicated: u64,
+    /// Acknowledged outcomes missing from the journal.
+    pub lost: u64,
+    /// Effects the journal does not know.
+    pub unexpected: u64,
+    /// Executions not finalized, and steps left in the intent state.
+    pub stuck: u64,
+    /// Locks still held.
+    pub leaked_locks: u64,
+    /// Whether the integrity checks passed.
+    pub integrity_ok: bool,
+    /// The first violations, in words.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.duplicated == 0
+            && self.lost == 0
+            && self.unexpected == 0
+            && self.stuck == 0
+            && self.leaked_locks == 0
+            && self.integrity_ok
+    }
+
+    /// The summary line, exactly as the torture binary prints it last.
+    pub fn line(&self, iterations: u64, kills: u64, seed: u64) -> String {
+        format!(
+            "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
+             duplicated={} lost={} unexpected={} stuck={} leaked_locks={} integrity={} seed={seed}",
+            self.executions,
+            self.effects,
+            self.retried,
+            self.duplicated,
+            self.lost,
+            self.unexpected,
+            self.stuck,
+            self.leaked_locks,
+            if self.integrity_ok { "ok" } else { "FAIL" },
+        )
+    }
+
+    fn violation(&mut self, message: String) {
+        if self.violations.len() < VIOLATIONS_KEPT_MAX {
+            self.violations.push(message);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StepRow {
+    execution_id: String,
+    seq: i64,
+    effect: String,
+    policy: Option<String>,
+    state: String,
+    result: Option<String>,
+    attempts: i64,
+}
+
+#[derive(Debug)]
+struct EffectRecord {
+    execution_id: String,
+    seq: String,
+    effect: String,
+    policy: String,
+    at_ns: u64,
+    value: String,
+}
+
+/// Checks the run in `dir`. Call it only after every process of the run has exited.
+///
+/// # Errors
+/// The journal, the ledger or a log cannot be read.
+pub fn check(dir: &Path) -> Result<Report, BoxError> {
+    let conn = Connection::open_with_flags(
+        dir.join(DATABASE_FILE),
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mut report = Report {
+        integrity_ok: integrity(&conn)?,
+        ..Report::default()
+    };
+    let steps = load_steps(&conn)?;
+    let effects = load_effects(dir)?;
+    report.effects = effects.values().map(|list| list.len() as u64).sum();
+    check_executions(&conn, &mut report)?;
+    check_fires(&conn, &mut report)?;
+    check_steps(&steps, &effects, &mut report);
+    check_acks(dir, &conn, &steps, &effects, &mut report)?;
+    Ok(report)
+}
+
+fn integrity(conn: &Connection) -> Result<bool, BoxError> {
+    let mut statement = conn.prepare("PRAGMA integrity_check")?;
+    let rows = statement
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let foreign: i64 =
+        conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+            row.get(0)
+        })?;
+    Ok(rows == ["ok"] && foreign == 0)
+}
+
+fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT idempotency_key, execution_id, seq, effect, policy, state, result, attempts
+         FROM steps",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            StepRow {
+                execution_id: row.get(1)?,
+                seq: row.get(2)?,
+                effect: row.get(3)?,
+                policy: row.get(4)?,
+                state: row.get(5)?,
+                result: row.get(6)?,
+                attempts: row.get(7)?,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
+}
+
+fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxError> {
+    let mut effects: HashMap<String, Vec<EffectRecord>> = HashMap::new();
+    for record in read(&dir.join(LEDGER_FILE))? {
+        let [
+            kind,
+            execution_id,
+            seq,
+            key,
+            effect,
+            policy,
+            _pid,
+            at,
+            value,
+        ] = record.as_slice()
+        else {
+            return Err(format!("malformed ledger record {record:?}").into());
+        };
+        if kind != "E" {
+            return Err(format!("unknown ledger record {record:?}").into());
+        }
+        effects.entry(key.clone()).or_default().push(EffectRecord {
+            execution_id: execution_id.clone(),
+            seq: seq.clone(),
+            effect: effect.clone(),
+            policy: policy.clone(),
+            at_ns: at.parse()?,
+            value: value.clone(),
+        });
+    }
+    Ok(effects)
+}
+
+fn check_executions(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
+    report.executions = conn.query_row("SELECT count(*) FROM executions", [], |row| {
+        row.get::<_, i64>(0)
+    })? as u64;
+    let mut statement = conn.prepare(
+        "SELECT execution_id, status FROM executions
+         WHERE status NOT IN ('completed', 'failed', 'cancelled')",
+    )?;
+    let unfinished = statement
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (id, status) in unfinished {
+        report.stuck += 1;
+        report.violation(format!("stuck: execution {id} is {status} at the end"));
+    }
+    let mut statement =
+        conn.prepare("SELECT resource, pid, epoch FROM locks WHERE instance_id IS NOT NULL")?;
+    let held = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (resource, pid, epoch) in held {
+        report.leaked_locks += 1;
+        report.violation(format!(
+            "leaked lock: {resource} is still held by pid {pid} at epoch {epoch}"
+        ));
+    }
+    Ok(())
+}
+
+/// Every registered fire must be finished, and a completed fire's execution completed.
+fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT f.job, f.slot, f.state, e.status FROM fires f
+           LEFT JOIN executions e ON e.execution_id = f.execution_id
+         WHERE f.state NOT IN ('completed', 'failed', 'skipped')
+            OR (f.state = 'completed' AND e.status IS NOT 'completed')",
+    )?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (job, slot, state, status) in rows {
+        if state == "completed" {
+            report.lost += 1;
+            report.violation(format!(
+                "lost: fire {job} at {slot} is completed but its execution is {status:?}"
+            ));
+        } else {
+            report.stuck += 1;
+            report.violation(format!("stuck: fire {job} at {slot} is {state} at the end"));
+        }
+    }
+    Ok(())
+}
+
+fn check_steps(
+    steps: &HashMap<String, StepRow>,
+    effects: &HashMap<String, Vec<EffectRecord>>,
+    report: &mut Report,
+) {
+    for (key, list) in effects {
+        let Some(row) = steps.get(key) else {
+            report.unexpected += list.len() as u64;
+            report.violation(format!(
+                "unexpected: {} effect(s) with key {key} (execution {} step {}) have no step row",
+                list.len(),
+                list[0].execution_id,
+                list[0].seq
+            ));
+            continue;
+        };
+        for effect in list {
+            let policy = row.policy.as_deref().unwrap_or("-");
+            if effect.execution_id != row.execution_id
+                || effect.seq != row.seq.to_string()
+                || effect.effect != row.effect
+                || effect.policy != policy
+            {
+                report.unexpected += 1;
+                report.violation(format!(
+                    "unexpected: effect {key} was made as {} step {} of {}, but the journal has \
+                     it as {} step {} of {}",
+                    effect.effect,
+                    effect.seq,
+                    effect.execution_id,
+                    row.effect,
+                    row.seq,
+                    row.execution_id
+                ));
+            }
+        }
+        count_repeats(key, row, list.len() as u64, report);
+    }
+    for (key, row) in steps {
+        let count = effects.get(key).map_or(0, Vec::len);
+        check_state(key, row, count, effects.get(key), report);
+    }
+}
+
+/// Counts the repeats of one key against what its kind and policy allow.
+fn count_repeats(key: &str, row: &StepRow, count: u64, report: &mut Report) {
+    let extra = count.saturating_sub(1);
+    match (row.effect.as_str(), row.policy.as_deref()) {
+        ("pure" | "idempotent", _) => report.reran += extra,
+        ("guarded", Some("retry")) => {
+            let attempts = row.attempts.max(0) as u64;
+            report.retried += extra.min(attempts.saturating_sub(1));
+            if count > attempts {
+                report.duplicated += count - attempts;
+                report.violation(format!(
+                    "duplicated: retry step {} of {} ({key}) ran {count} times but the journal \
+                     recorded {attempts} attempts",
+                    row.seq, row.execution_id
+                ));
+            }
+        }
+        (_, policy) => {
+            if extra > 0 {
+                report.duplicated += extra;
+                report.violation(format!(
+                    "duplicated: {} step {} of {} ({key}, policy {policy:?}) ran {count} times",
+                    row.effect, row.seq, row.execution_id
+                ));
+            }
+        }
+    }
+}
+
+/// Checks a step row's final state against its effects.
+fn check_state(
+    key: &str,
+    row: &StepRow,
+    count: usize,
+    list: Option<&Vec<EffectRecord>>,
+    report: &mut Report,
+) {
+    let place = format!("step {} of {} ({key})", row.seq, row.execution_id);
+    match row.state.as_str() {
+        "completed" => {
+            let Some(first) = list.and_then(|list| list.first()) else {
+                report.lost += 1;
+                report.violation(format!("lost: {place} is completed but no effect happened"));
+                return;
+            };
+            let expected = serde_json::Value::String(first.value.clone()).to_string();
+            if row.result.as_deref() != Some(expected.as_str()) {
+                report.lost += 1;
+                report.violation(format!(
+                    "lost: {place} holds {:?} but its effect returned {expected}",
+                    row.result
+                ));
+            }
+        }
+        "skipped" => report.skipped += 1,
+        "failed" if count > 0 => {
+            report.unexpected += count as u64;
+            report.violation(format!(
+                "unexpected: {place} failed but has {count} effect(s)"
+            ));
+        }
+        "failed" => {}
+        state => {
+            report.stuck += 1;
+            report.violation(format!("stuck: {place} is left in state {state}"));
+        }
+    }
+}
+
+fn check_acks(
+    dir: &Path,
+    conn: &Connection,
+    steps: &HashMap<String, StepRow>,
+    effects: &HashMap<String, Vec<EffectRecord>>,
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    let by_place: HashMap<(String, String), (&String, &StepRow)> = steps
+        .iter()
+        .map(|(key, row)| ((row.execution_id.clone(), row.seq.to_string()), (key, row)))
+        .collect();
+    let mut statuses = HashMap::new();
+    {
+        let mut statement = conn.prepare("SELECT execution_id, status FROM executions")?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
+        for row in rows {
+            let (id, status) = row?;
+            statuses.insert(id, status);
+        }
+    }
+    for record in read_acks(dir)? {
+        let fields: Vec<&str> = record.iter().map(String::as_str).collect();
+        match fields.as_slice() {
+            ["A", id, seq, outcome, value, _pid, at] => {
+                let expected = match *outcome {
+                    "done" => "completed",
+                    "skipped" => "skipped",
+                    _ => "failed",
+                };
+                let at: u64 = at.parse()?;
+                check_acked_step(&by_place, effects, (id, seq), expected, value, at, report);
+            }
+            ["R", id, seq, "completed", value, _pid, at] => {
+                report.resolved += 1;
+                let at: u64 = at.parse()?;
+                check_acked_step(
+                    &by_place,
+                    effects,
+                    (id, seq),
+                    "completed",
+                    value,
+                    at,
+                    report,
+                );
+            }
+            ["R", ..] => report.resolved += 1,
+            ["F", id, status, _pid, _at] => {
+                if statuses.get(*id).map(String::as_str) != Some(*status) {
+                    report.lost += 1;
+                    report.violation(format!(
+                        "lost: execution {id} was acknowledged {status} but is {:?}",
+                        statuses.get(*id)
+                    ));
+                }
+            }
+            _ => return Err(format!("malformed acknowledgement {record:?}").into()),
+        }
+    }
+    Ok(())
+}
+
+fn check_acked_step(
+    by_place: &HashMap<(String, String), (&String, &StepRow)>,
+    effects: &HashMap<String, Vec<EffectRecord>>,
+    (id, seq): (&str, &str),
+    expected_state: &str,
+    value: &str,
+    acked_at_ns: u64,
+    report: &mut Report,
+) {
+    let Some((key, row)) = by_place.get(&(id.to_owned(), seq.to_owned())) else {
+        report.lost += 1;
+        report.violation(format!("lost: acknowledged step {seq} of {id} has no row"));
+        return;
+    };
+    let result_ok = expected_state != "completed"
+        || row.result.as_deref()
+            == Some(
+                serde_json::Value::String(value.to_owned())
+                    .to_string()
+                    .as_str(),
+            );
+    if row.state != expected_state || !result_ok {
+        report.lost += 1;
+        report.violation(format!(
+            "lost: step {seq} of {id} was acknowledged {expected_state} {value:?} but the \
+             journal has it {} {:?}",
+            row.state, row.result
+        ));
+    }
+    let later = effects.get(*key).map_or(0, |list| {
+        list.iter()
+            .filter(|effect| effect.at_ns > acked_at_ns)
+            .count()
+    });
+    if later > 0 {
+        report.duplicated += later as u64;
+        report.violation(format!(
+            "duplicated: step {seq} of {id} ran {later} time(s) after it was acknowledged"
+        ));
+    }
+}

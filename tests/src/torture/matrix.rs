@@ -1,0 +1,197 @@
+//! The small deterministic workload of the failpoint matrix. One run of it reaches every
+//! failpoint of the engine at least once:
+//!
+//! 1. an orphan maker (a child process) opens three executions, runs a few steps of each and
+//!    aborts, one of them inside a guarded step: three locks of a dead process;
+//! 2. the journal opens, and its crash-orphan sweep reclaims them (`sweep-*` failpoints on the
+//!    open path);
+//! 3. a second orphan maker, then an explicit `Journal::sweep` (the `sweep-*` failpoints on the
+//!    async path);
+//! 4. a third orphan maker, whose executions are then opened directly: the lock is taken over
+//!    from the dead holder (`lock::between-judgement-and-takeover`);
+//! 5. every orphan and four covering executions (every step kind and policy) are driven to the
+//!    end (`after-lock-commit`, `after-intent-commit`, `after-effect`, `after-result-commit`);
+//! 6. two slots of four scheduled jobs (one per policy) are fired
+//!    (`scheduler::after-fire-registered`);
+//! 7. five executions are cancelled and collected by the retention sweep in batches of two
+//!    (`gc-between-batches`).
+//!
+//! Rerunning it after a crash resumes everything, so "restart to completion" is running it
+//! again without failpoints.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use durably_journal::{Durability, Error, GcOptions, Journal, Opened, RetryPolicy};
+use uuid::Uuid;
+
+use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
+use super::workload::{DATABASE_FILE, Stop, Workload};
+use super::{BoxError, fires};
+
+/// The first index of each group of orphans.
+pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
+/// Executions per orphan group.
+pub const ORPHANS_PER_GROUP: u64 = 2;
+/// Covering executions (every step kind and policy once each).
+pub const COVERING_EXECUTIONS: u64 = 2;
+/// Slots fired of each of the four jobs (`scheduler::after-fire-registered`).
+pub const FIRE_SLOTS: u64 = 2;
+/// Executions cancelled and then collected by the retention sweep.
+pub const FODDER_EXECUTIONS: u64 = 5;
+/// Executions the retention sweep deletes per batch.
+pub const GC_BATCH: u32 = 2;
+/// Rounds of the final pass that drives every unfinished execution.
+pub const FINISH_ROUNDS_MAX: u32 = 16;
+
+/// Opens the run's journal with the harness's settings: fast retries of retryable step errors
+/// and a long busy timeout (several processes write at once).
+///
+/// # Errors
+/// As [`durably_journal::JournalBuilder::open`].
+pub fn open_journal(
+    dir: &Path,
+    durability: Durability,
+    sweep_on_open: bool,
+) -> Result<Journal, BoxError> {
+    Ok(Journal::builder(dir.join(DATABASE_FILE))
+        .durability(durability)
+        .busy_timeout_ms(20_000)
+        .sweep_on_open(sweep_on_open)
+        .retry(RetryPolicy {
+            attempts_max: 3,
+            backoff_initial: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(4),
+        })
+        .open()?)
+}
+
+fn covering(seed: u64, index: u64) -> ExecutionPlan {
+    ExecutionPlan::from_input(PlanInput {
+        seed,
+        index,
+        slot: 0,
+        shape: Shape::Covering,
+    })
+}
+
+/// Runs the matrix workload in this process. `worker` is the binary that makes orphans.
+///
+/// # Errors
+/// An unexpected engine error, or an orphan maker that did not abort.
+pub async fn run(
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    worker: &Path,
+) -> Result<(), BoxError> {
+    let orphans = |first| make_orphans(worker, dir, seed, durability, first);
+    orphans(ORPHAN_GROUPS[0])?;
+    let workload = Workload::new(open_journal(dir, durability, true)?, dir)?;
+    orphans(ORPHAN_GROUPS[1])?;
+    workload.journal().sweep(false).await?;
+    orphans(ORPHAN_GROUPS[2])?;
+    for first in ORPHAN_GROUPS.into_iter().rev() {
+        for index in first..first + ORPHANS_PER_GROUP {
+            workload
+                .drive(&covering(seed, index), Stop::default())
+                .await?;
+        }
+    }
+    for index in 0..COVERING_EXECUTIONS {
+        workload
+            .drive(&covering(seed, index), Stop::default())
+            .await?;
+    }
+    let scheduler = fires::scheduler(&workload).await?;
+    for number in 0..FIRE_SLOTS {
+        for job in scheduler.job_ids() {
+            fires::fire_one(&workload, &scheduler, &job, fires::slot(number)?).await?;
+        }
+    }
+    collect_fodder(workload.journal(), seed).await?;
+    workload.finish(FINISH_ROUNDS_MAX).await?;
+    fires::finish(&workload, FINISH_ROUNDS_MAX).await
+}
+
+/// The orphan maker: opens the executions of one group, runs some steps of each, keeps their
+/// locks, and aborts, the last one inside a step (before or after its effect).
+///
+/// # Errors
+/// An unexpected engine error; on success it does not return.
+pub async fn orphans(
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    first: u64,
+) -> Result<(), BoxError> {
+    let workload = Workload::new(open_journal(dir, durability, true)?, dir)?;
+    for index in first..first + ORPHANS_PER_GROUP {
+        let last = index + 1 == first + ORPHANS_PER_GROUP;
+        let stop = Stop {
+            before_step: Some(3 + ((index / 10 + index) % 4) as usize),
+            abort_after_effect: last.then_some((index / 10) % 2 == 0),
+        };
+        workload.drive(&covering(seed, index), stop).await?;
+    }
+    std::process::abort();
+}
+
+fn make_orphans(
+    worker: &Path,
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    first: u64,
+) -> Result<(), BoxError> {
+    let status = Command::new(worker)
+        .arg("orphans")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--seed", &seed.to_string(), "--first", &first.to_string()])
+        .args(["--durability", durability.as_str()])
+        .env_remove("FAILPOINTS")
+        .stdin(Stdio::null())
+        .status()?;
+    if status.signal() == Some(libc::SIGABRT) {
+        Ok(())
+    } else {
+        Err(format!("the orphan maker should abort, but it exited with {status}").into())
+    }
+}
+
+async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
+    for number in 0..FODDER_EXECUTIONS {
+        let mut rng = SeededRng::new(seed, 0xf0dd_e000 + number);
+        let id = uuid::Builder::from_random_bytes(
+            *Uuid::from_u64_pair(rng.next_u64(), rng.next_u64()).as_bytes(),
+        )
+        .into_uuid();
+        match journal
+            .open_execution(id, "fodder", "fodder", &number)
+            .await
+        {
+            Ok(Opened::Running(execution)) => drop(execution),
+            Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => continue,
+            Err(error) => return Err(error.into()),
+        }
+        match journal.cancel(id, "fodder for the retention sweep").await {
+            Ok(()) | Err(Error::Refused(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    // The sweep deletes what was finalized strictly before now, at millisecond resolution: let
+    // the clock pass the last cancel, so every fodder execution is due and the number of
+    // batches (and of failpoint hits) is the same on every run.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let options = GcOptions {
+        completed_older_than: Duration::from_hours(100 * 365 * 24),
+        failed_older_than: Duration::ZERO,
+        dry_run: false,
+        batch_executions_max: GC_BATCH,
+    };
+    journal.collect_garbage(options, |_| {}).await?;
+    Ok(())
+}

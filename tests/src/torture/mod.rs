@@ -1,0 +1,33 @@
+//! The torture test: a mixed workload in worker processes that are SIGKILLed at seeded random
+//! moments and restarted, an independent ledger of every effect, and a checker that compares
+//! the ledger with the journal. See `docs/crash-testing.md`.
+//!
+//! - [`plan`]: the workload, derived from the seed.
+//! - [`ledger`]: the ledger and acknowledgement logs (append-only, one `write` per record).
+//! - [`workload`]: driving executions through the engine, and playing the operator.
+//! - [`fires`]: scheduler fires from several scheduler processes.
+//! - [`matrix`]: the small deterministic workload of the failpoint matrix.
+//! - [`checker`]: the invariants.
+//! - [`driver`]: the kill-and-restart loop of the `torture` binary.
+
+pub mod checker;
+pub mod driver;
+pub mod fires;
+pub mod ledger;
+pub mod matrix;
+pub mod plan;
+pub mod workload;
+
+/// The error type of the harness: anything, with its message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Turns off core dumps for this process (and the children it starts), so the many deliberate
+/// aborts of a crash test do not write core files.
+pub fn disable_core_dumps() {
+    let limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit; lowering RLIMIT_CORE has no other effect.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &raw const limit) };
+}

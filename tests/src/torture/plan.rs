@@ -1,0 +1,254 @@
+//! The workload, derived from a seed alone: which executions exist, which steps each runs, and
+//! the value each effect returns. A worker that restarts derives the same plan again, which is
+//! what replay requires (the same steps, in the same order, with the same names).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A small seeded generator (SplitMix64). Every random choice of the torture run comes from
+/// one of these, so a seed reproduces the plan and the kill schedule.
+#[derive(Debug, Clone)]
+pub struct SeededRng {
+    state: u64,
+}
+
+impl SeededRng {
+    /// A generator for `seed`, mixed with `stream` so independent choices do not correlate.
+    pub fn new(seed: u64, stream: u64) -> Self {
+        let mut rng = Self {
+            state: seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F),
+        };
+        rng.next_u64();
+        rng
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..=high` (the modulo bias is irrelevant at these ranges).
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low + 1)
+    }
+
+    /// `true` with probability `percent` / 100.
+    pub fn percent(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+}
+
+/// The ambiguity policy of a guarded step, as planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyKind {
+    /// `Policy::Skip`.
+    Skip,
+    /// `Policy::Retry`.
+    Retry,
+    /// `Policy::Fail`, resolved by the harness playing operator.
+    Fail,
+    /// `Policy::Reconcile`, probing the ledger.
+    Reconcile,
+}
+
+impl PolicyKind {
+    /// All four, in a fixed order.
+    pub const ALL: [Self; 4] = [Self::Skip, Self::Retry, Self::Fail, Self::Reconcile];
+
+    /// The word stored in `steps.policy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Retry => "retry",
+            Self::Fail => "fail",
+            Self::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// What one step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    /// A pure step (its "effect" is still logged, to catch a replayed step running again).
+    Pure,
+    /// An idempotent step; a flaky one refuses its first attempt in each process with a
+    /// retryable error, so the journal's bounded retry runs.
+    Idempotent {
+        /// Whether the first attempt in each process fails retryably.
+        flaky: bool,
+    },
+    /// An idempotent step whose remote side always refuses, with a fatal error and no effect:
+    /// the execution then fails.
+    Fatal,
+    /// A guarded step under a policy.
+    Guarded(PolicyKind),
+}
+
+/// One planned step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPlan {
+    /// The step name (unique within the execution).
+    pub name: String,
+    /// What it does.
+    pub kind: StepKind,
+    /// Milliseconds the closure waits before its effect (widens the window before it).
+    pub before_ms: u64,
+    /// Milliseconds the closure waits after its effect (widens the ambiguous window).
+    pub after_ms: u64,
+}
+
+/// The shape of an execution's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// Random steps (the torture run).
+    Random,
+    /// Every step kind and policy once, with no waits (the failpoint matrix).
+    Covering,
+}
+
+/// What a worker records as an execution's input, so any process can rebuild its plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanInput {
+    /// The run's seed.
+    pub seed: u64,
+    /// The execution's index in the run.
+    pub index: u64,
+    /// The worker slot that created it.
+    pub slot: u64,
+    /// How its steps are chosen.
+    pub shape: Shape,
+}
+
+/// One planned execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionPlan {
+    /// Where it came from.
+    pub input: PlanInput,
+    /// Its execution id.
+    pub id: Uuid,
+    /// Its steps, in order.
+    pub steps: Vec<StepPlan>,
+}
+
+/// The `kind` of every execution the torture workload creates.
+pub const EXECUTION_KIND: &str = "torture";
+
+/// Steps in a random execution, at most.
+pub const RANDOM_STEPS_MAX: u64 = 8;
+
+impl ExecutionPlan {
+    /// The plan an input describes.
+    pub fn from_input(input: PlanInput) -> Self {
+        let mut rng = SeededRng::new(input.seed, input.index.wrapping_add(1) << 8);
+        let id = Uuid::from_u64_pair(rng.next_u64(), rng.next_u64());
+        let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
+        let kinds = match input.shape {
+            Shape::Random => random_kinds(&mut rng),
+            Shape::Covering => covering_kinds(),
+        };
+        let steps = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(seq, kind)| {
+                let (before_ms, after_ms) = match input.shape {
+                    Shape::Random => (wait_ms(&mut rng), wait_ms(&mut rng)),
+                    Shape::Covering => (0, 0),
+                };
+                StepPlan {
+                    name: format!("{}-{seq}", kind_word(kind)),
+                    kind,
+                    before_ms,
+                    after_ms,
+                }
+            })
+            .collect();
+        Self { input, id, steps }
+    }
+
+    /// The execution's name, for people.
+    pub fn name(&self) -> String {
+        format!("torture-{}", self.input.index)
+    }
+}
+
+/// The value the effect of step `seq` of execution `index` returns; the same on every run, so
+/// an operator or a probe can report it from the ledger.
+pub fn effect_value(index: u64, seq: usize) -> String {
+    format!("v{index}-{seq}")
+}
+
+fn wait_ms(rng: &mut SeededRng) -> u64 {
+    if rng.percent(60) {
+        0
+    } else {
+        rng.between(1, 2)
+    }
+}
+
+fn random_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
+    let count = rng.between(3, RANDOM_STEPS_MAX);
+    let fatal_at = rng.percent(4).then(|| rng.between(0, count - 1));
+    (0..count)
+        .map(|seq| {
+            if fatal_at == Some(seq) {
+                return StepKind::Fatal;
+            }
+            match rng.between(0, 99) {
+                0..=14 => StepKind::Pure,
+                15..=34 => StepKind::Idempotent {
+                    flaky: rng.percent(25),
+                },
+                roll => StepKind::Guarded(PolicyKind::ALL[(roll % 4) as usize]),
+            }
+        })
+        .collect()
+}
+
+fn covering_kinds() -> Vec<StepKind> {
+    let mut kinds = vec![
+        StepKind::Pure,
+        StepKind::Idempotent { flaky: false },
+        StepKind::Idempotent { flaky: true },
+    ];
+    kinds.extend(PolicyKind::ALL.map(StepKind::Guarded));
+    kinds
+}
+
+fn kind_word(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Pure => "pure",
+        StepKind::Idempotent { flaky: false } => "idempotent",
+        StepKind::Idempotent { flaky: true } => "flaky",
+        StepKind::Fatal => "fatal",
+        StepKind::Guarded(PolicyKind::Skip) => "guarded-skip",
+        StepKind::Guarded(PolicyKind::Retry) => "guarded-retry",
+        StepKind::Guarded(PolicyKind::Fail) => "guarded-fail",
+        StepKind::Guarded(PolicyKind::Reconcile) => "guarded-reconcile",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_a_function_of_its_input() {
+        let input = PlanInput {
+            seed: 7,
+            index: 3,
+            slot: 0,
+            shape: Shape::Random,
+        };
+        assert_eq!(
+            ExecutionPlan::from_input(input),
+            ExecutionPlan::from_input(input)
+        );
+        let other = ExecutionPlan::from_input(PlanInput { index: 4, ..input });
+        assert_ne!(ExecutionPlan::from_input(input).id, other.id);
+    }
+}

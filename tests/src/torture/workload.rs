@@ -1,0 +1,473 @@
+//! Driving planned executions through the engine, with every effect appended to the ledger and
+//! every acknowledged outcome appended to this process's acknowledgement log.
+//!
+//! The harness also plays the operator for `Policy::Fail`: it checks the ledger and resolves the
+//! step `completed` (with the value the ledger shows) or `not-done`. Operators serialize on a
+//! `flock`ed file and read the ledger only while holding it, so two operators can never both
+//! see "not done" for one step and let it run twice.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use durably_journal::{
+    Error, Execution, Guarded, IdempotencyKey, Journal, Opened, Policy, Resolution, StepError,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::BoxError;
+use super::ledger::{LEDGER_FILE, RecordFile, monotonic_ns};
+use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, StepKind, effect_value};
+
+/// How many times one drive reopens an execution after resolving an ambiguous step.
+const DRIVE_ROUNDS_MAX: u32 = 16;
+/// How long an operator waits for another operator's `flock` before giving up for now.
+const OPERATOR_WAIT_MS_MAX: u64 = 30_000;
+/// The database file inside a run directory.
+pub const DATABASE_FILE: &str = "journal.db";
+
+/// What driving an execution came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveOutcome {
+    /// It had already finished (or was cancelled) before this drive.
+    AlreadyFinished,
+    /// This drive completed it.
+    Completed,
+    /// This drive failed it (a planned fatal step).
+    Failed,
+    /// Someone else holds it, or the database was busy: try again later.
+    Busy,
+    /// The plan asked to stop early and keep the lock (the orphan maker).
+    Held,
+}
+
+/// How far a drive goes: to the end, or up to a step and then stop holding the lock, possibly
+/// aborting the process inside that step's effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stop {
+    /// Stop before this step (keep the handle, do not finalize).
+    pub before_step: Option<usize>,
+    /// Abort the process inside that step's closure: `Some(true)` after its effect,
+    /// `Some(false)` before it.
+    pub abort_after_effect: Option<bool>,
+}
+
+enum Steps {
+    Finished(DriveOutcome),
+    Ambiguous { seq: u32, key: IdempotencyKey },
+    Held(Execution),
+}
+
+/// One process's view of a run: its journal, the shared ledger and its own acknowledgement log.
+#[derive(Debug)]
+pub struct Workload {
+    journal: Journal,
+    dir: PathBuf,
+    ledger: Arc<RecordFile>,
+    acks: RecordFile,
+    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    held: Mutex<Vec<Execution>>,
+}
+
+impl Workload {
+    /// The workload of the run in `dir`, on `journal`.
+    ///
+    /// # Errors
+    /// The ledger or the acknowledgement log cannot be opened.
+    pub fn new(journal: Journal, dir: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            journal,
+            dir: dir.to_owned(),
+            ledger: Arc::new(RecordFile::open(&dir.join(LEDGER_FILE))?),
+            acks: RecordFile::own_acks(dir)?,
+            flaky_refused: Arc::default(),
+            held: Mutex::default(),
+        })
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The shared ledger.
+    pub fn ledger(&self) -> &Arc<RecordFile> {
+        &self.ledger
+    }
+
+    /// Drives `plan` to its end (or to `stop`), resolving `Fail` ambiguities as the operator.
+    ///
+    /// # Errors
+    /// An engine error the workload never expects (`LockLost`, `NonDeterminism`,
+    /// `Inconsistent`, ...), or a ledger I/O error.
+    pub async fn drive(&self, plan: &ExecutionPlan, stop: Stop) -> Result<DriveOutcome, BoxError> {
+        for _ in 0..DRIVE_ROUNDS_MAX {
+            let opened = self
+                .journal
+                .open_execution(plan.id, EXECUTION_KIND, &plan.name(), &plan.input)
+                .await;
+            let execution = match opened {
+                Ok(Opened::Running(execution)) => execution,
+                Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => {
+                    return Ok(DriveOutcome::AlreadyFinished);
+                }
+                Err(error) if error.is_retryable() => return Ok(DriveOutcome::Busy),
+                Err(error) => return Err(error.into()),
+            };
+            match self.run_steps(execution, plan, stop).await? {
+                Steps::Finished(outcome) => return Ok(outcome),
+                Steps::Held(execution) => {
+                    self.held
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(execution);
+                    return Ok(DriveOutcome::Held);
+                }
+                Steps::Ambiguous { seq, key } => {
+                    if !self.operate(plan.id, seq, key).await? {
+                        return Ok(DriveOutcome::Busy);
+                    }
+                }
+            }
+        }
+        Ok(DriveOutcome::Busy)
+    }
+
+    async fn run_steps(
+        &self,
+        mut execution: Execution,
+        plan: &ExecutionPlan,
+        stop: Stop,
+    ) -> Result<Steps, BoxError> {
+        for (seq, step) in plan.steps.iter().enumerate() {
+            let abort = if stop.before_step == Some(seq) {
+                match stop.abort_after_effect {
+                    None => return Ok(Steps::Held(execution)),
+                    Some(after) => Some(after),
+                }
+            } else {
+                None
+            };
+            let effect = self.effect(plan, seq, abort);
+            let result = match step.kind {
+                StepKind::Pure => {
+                    let key = effect.key;
+                    execution
+                        .pure(&step.name, || effect.clone().run(key))
+                        .await
+                        .map(Guarded::Done)
+                }
+                StepKind::Idempotent { .. } | StepKind::Fatal => execution
+                    .idempotent(&step.name, |key| effect.clone().run(key))
+                    .await
+                    .map(Guarded::Done),
+                StepKind::Guarded(policy) => {
+                    execution
+                        .guarded(&step.name, self.policy(policy), |key| {
+                            effect.clone().run(key)
+                        })
+                        .await
+                }
+            };
+            let ack = |fields: &[&str]| {
+                self.ack(&[&["A", &plan.id.to_string(), &seq.to_string()], fields].concat())
+            };
+            match result {
+                Ok(Guarded::Done(value)) => {
+                    if value != effect.value {
+                        return Err(format!(
+                            "step {seq} of {} returned {value:?}, not {:?}",
+                            plan.id, effect.value
+                        )
+                        .into());
+                    }
+                    ack(&["done", &value])?;
+                }
+                Ok(Guarded::Skipped(_)) => ack(&["skipped", "-"])?,
+                Err(Error::StepFailed { .. }) if step.kind == StepKind::Fatal => {
+                    ack(&["failed", "-"])?;
+                    return self
+                        .finalize(execution, plan, false)
+                        .await
+                        .map(Steps::Finished);
+                }
+                Err(Error::Ambiguous { seq, .. }) => {
+                    drop(execution);
+                    return Ok(Steps::Ambiguous {
+                        seq,
+                        key: IdempotencyKey::derive(plan.id, seq, &step.name),
+                    });
+                }
+                Err(error) if error.is_retryable() => {
+                    return Ok(Steps::Finished(DriveOutcome::Busy));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        self.finalize(execution, plan, true)
+            .await
+            .map(Steps::Finished)
+    }
+
+    async fn finalize(
+        &self,
+        execution: Execution,
+        plan: &ExecutionPlan,
+        completed: bool,
+    ) -> Result<DriveOutcome, BoxError> {
+        let result = if completed {
+            execution
+                .complete(&json!({ "steps": plan.steps.len() }))
+                .await
+        } else {
+            execution.fail(&json!({ "planned": "fatal step" })).await
+        };
+        match result {
+            Ok(()) => {
+                let status = if completed { "completed" } else { "failed" };
+                self.ack(&["F", &plan.id.to_string(), status])?;
+                Ok(if completed {
+                    DriveOutcome::Completed
+                } else {
+                    DriveOutcome::Failed
+                })
+            }
+            Err(error) if error.is_retryable() => Ok(DriveOutcome::Busy),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
+        let step = &plan.steps[seq];
+        let (effect, policy) = match step.kind {
+            StepKind::Pure => ("pure", "-"),
+            StepKind::Idempotent { .. } | StepKind::Fatal => ("idempotent", "-"),
+            StepKind::Guarded(policy) => ("guarded", policy.as_str()),
+        };
+        Effect {
+            ledger: Arc::clone(&self.ledger),
+            execution_id: plan.id.to_string(),
+            seq,
+            key: IdempotencyKey::derive(plan.id, seq as u32, &step.name),
+            kind: effect,
+            policy,
+            value: effect_value(plan.input.index, seq),
+            before_ms: step.before_ms,
+            after_ms: step.after_ms,
+            fatal: step.kind == StepKind::Fatal,
+            flaky: matches!(step.kind, StepKind::Idempotent { flaky: true }),
+            flaky_refused: Arc::clone(&self.flaky_refused),
+            abort,
+        }
+    }
+
+    pub(super) fn policy(&self, policy: PolicyKind) -> Policy {
+        match policy {
+            PolicyKind::Skip => Policy::Skip,
+            PolicyKind::Retry => Policy::Retry,
+            PolicyKind::Fail => Policy::Fail,
+            PolicyKind::Reconcile => {
+                let ledger = self.dir.join(LEDGER_FILE);
+                Policy::reconcile(move |key| {
+                    let found = ledger_value(&ledger, key);
+                    async move {
+                        found
+                            .map(|value| value.map(serde_json::Value::String))
+                            .map_err(|error| StepError::retryable(error.to_string()))
+                    }
+                })
+            }
+        }
+    }
+
+    /// Plays the operator for an ambiguous `Fail` step: under the operator lock, looks the key up
+    /// in the ledger and resolves. `false` when the execution is busy (try later).
+    pub(super) async fn operate(
+        &self,
+        execution_id: Uuid,
+        seq: u32,
+        key: IdempotencyKey,
+    ) -> Result<bool, BoxError> {
+        let Some(_operator) = OperatorLock::acquire(&self.dir)? else {
+            return Ok(false);
+        };
+        let found = ledger_value(&self.dir.join(LEDGER_FILE), key)?;
+        let (resolution, word) = match &found {
+            Some(value) => (Resolution::Completed(json!(value)), "completed"),
+            None => (Resolution::NotDone, "not-done"),
+        };
+        match self.journal.resolve(execution_id, seq, resolution).await {
+            Ok(()) => {
+                let id = execution_id.to_string();
+                let value = found.as_deref().unwrap_or("-");
+                self.ack(&["R", &id, &seq.to_string(), word, value])?;
+                Ok(true)
+            }
+            // Another operator got there first; the next open sees what they decided.
+            Err(Error::Refused(_)) => Ok(true),
+            Err(error) if error.is_retryable() => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    pub(super) fn ack(&self, fields: &[&str]) -> std::io::Result<()> {
+        let (pid, now) = (std::process::id().to_string(), monotonic_ns().to_string());
+        self.acks.append(&[fields, &[&pid, &now]].concat())
+    }
+
+    /// Every non-final torture execution, by its recorded plan input.
+    ///
+    /// # Errors
+    /// A storage error or an input that is not a plan.
+    pub fn unfinished(&self) -> Result<Vec<PlanInput>, BoxError> {
+        let inputs = self.journal.read(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT input FROM executions WHERE kind = ?1
+                   AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at",
+            )?;
+            let rows = statement.query_map([EXECUTION_KIND], |row| row.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        inputs
+            .iter()
+            .map(|input| Ok(serde_json::from_str(input)?))
+            .collect()
+    }
+
+    /// Drives every unfinished execution until none is left, a bounded number of rounds.
+    ///
+    /// # Errors
+    /// As [`Workload::drive`], or executions left unfinished after every round.
+    pub async fn finish(&self, rounds_max: u32) -> Result<(), BoxError> {
+        for _ in 0..rounds_max {
+            let pending = self.unfinished()?;
+            if pending.is_empty() {
+                return Ok(());
+            }
+            for input in pending {
+                self.drive(&ExecutionPlan::from_input(input), Stop::default())
+                    .await?;
+            }
+        }
+        let left = self.unfinished()?.len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} executions are still unfinished after {rounds_max} rounds").into())
+        }
+    }
+}
+
+/// One step's closure: appends the effect to the ledger and returns the planned value.
+#[derive(Debug, Clone)]
+struct Effect {
+    ledger: Arc<RecordFile>,
+    execution_id: String,
+    seq: usize,
+    key: IdempotencyKey,
+    kind: &'static str,
+    policy: &'static str,
+    value: String,
+    before_ms: u64,
+    after_ms: u64,
+    fatal: bool,
+    flaky: bool,
+    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    abort: Option<bool>,
+}
+
+impl Effect {
+    async fn run(self, key: IdempotencyKey) -> Result<String, StepError> {
+        if key != self.key {
+            return Err(StepError::fatal(format!(
+                "the engine handed key {key}, expected {}",
+                self.key
+            )));
+        }
+        if self.before_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.before_ms)).await;
+        }
+        if self.abort == Some(false) {
+            std::process::abort();
+        }
+        if self.fatal {
+            return Err(StepError::fatal("the remote side refused the request"));
+        }
+        if self.flaky
+            && self
+                .flaky_refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key)
+        {
+            return Err(StepError::retryable("the remote side is busy"));
+        }
+        let (pid, now) = (std::process::id().to_string(), monotonic_ns().to_string());
+        let (seq, key) = (self.seq.to_string(), key.to_string());
+        self.ledger
+            .append(&[
+                "E",
+                &self.execution_id,
+                &seq,
+                &key,
+                self.kind,
+                self.policy,
+                &pid,
+                &now,
+                &self.value,
+            ])
+            .map_err(|error| StepError::fatal(format!("ledger write failed: {error}")))?;
+        if self.abort == Some(true) {
+            std::process::abort();
+        }
+        if self.after_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.after_ms)).await;
+        }
+        Ok(self.value)
+    }
+}
+
+/// The value the ledger shows for `key`, if its effect happened.
+///
+/// # Errors
+/// The ledger cannot be read.
+pub fn ledger_value(ledger: &Path, key: IdempotencyKey) -> std::io::Result<Option<String>> {
+    let key = key.to_string();
+    Ok(super::ledger::read(ledger)?
+        .into_iter()
+        .find(|record| {
+            record.first().is_some_and(|kind| kind == "E") && record.get(3) == Some(&key)
+        })
+        .and_then(|record| record.get(8).cloned()))
+}
+
+/// The operators' mutual exclusion: an exclusive `flock` on `operator.lock` in the run
+/// directory, released when dropped or when the process dies.
+struct OperatorLock {
+    _file: File,
+}
+
+impl OperatorLock {
+    /// Takes the lock, polling until a deadline; `None` when it stayed taken.
+    fn acquire(dir: &Path) -> std::io::Result<Option<Self>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("operator.lock"))?;
+        let deadline = Instant::now() + Duration::from_millis(OPERATOR_WAIT_MS_MAX);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Some(Self { _file: file })),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return Ok(None),
+                Err(TryLockError::Error(error)) => return Err(error),
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Guarantee: a crash at any durability boundary of the engine, at any point of a workload, loses
+//! no acknowledged result, repeats no effect its policy forbids, and leaves nothing stuck or
+//! locked once the workload is restarted to completion.
+//!
+//! Method, as SQLite's TH3 does it: for each failpoint and for K = 0, 1, 2, ..., a child process
+//! runs the matrix workload (`torture_worker matrix`, see `durably_tests::torture::matrix`)
+//! with `FAILPOINTS=<name>=K*off->return`, so the failpoint's (K+1)-th hit aborts the process
+//! (`std::process::abort`, never a panic). If the child aborted, it is restarted without
+//! failpoints and must finish; then the torture checker compares the ledger with the journal.
+//! The walk ends at the first K the workload finishes without reaching; every failpoint must
+//! be reached at least once, and within `HITS_MAX` hits.
+//!
+//! The workload uses `Durability::ProcessCrash` for speed: an abort is a process crash, which
+//! NORMAL synchronous mode survives; power loss is tested elsewhere.
+#![cfg(feature = "failpoints")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+use durably_tests::torture::checker::check;
+
+/// The most hits of one failpoint the walk tries before it declares the workload too big.
+const HITS_MAX: u32 = 200;
+const WORKER: &str = env!("CARGO_BIN_EXE_torture_worker");
+const SEED: u64 = 20_261_129;
+
+fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
+    let mut command = Command::new(WORKER);
+    command
+        .arg("matrix")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--seed", &SEED.to_string(), "--durability", "process-crash"])
+        .stdin(Stdio::null())
+        .env_remove("FAILPOINTS");
+    if let Some(failpoints) = failpoints {
+        command.env("FAILPOINTS", failpoints);
+    }
+    command.status().expect("the worker starts")
+}
+
+fn assert_invariants(dir: &Path, context: &str) {
+    let report = check(dir).expect("the checker reads the run");
+    assert!(
+        report.passed(),
+        "{context}: {}\n{}",
+        report.line(0, 0, SEED),
+        report.violations.join("\n")
+    );
+}
+
+/// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
+fn walk(failpoint: &str) -> u32 {
+    for hits_before in 0..=HITS_MAX {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let context = format!("{failpoint} after {hits_before} hits");
+        let status = run_worker(
+            dir.path(),
+            Some(&format!("{failpoint}={hits_before}*off->return")),
+        );
+        if status.success() {
+            assert_invariants(dir.path(), &context);
+            eprintln!(
+                "failpoint_matrix: {failpoint}: {hits_before} hits (K = 0..{hits_before} walked, \
+                 the last unreached)"
+            );
+            return hits_before;
+        }
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGABRT),
+            "{context}: the worker neither finished nor aborted: {status}"
+        );
+        let restart = run_worker(dir.path(), None);
+        assert!(
+            restart.success(),
+            "{context}: the restart failed: {restart}"
+        );
+        assert_invariants(dir.path(), &context);
+    }
+    panic!("{failpoint} was still reached after {HITS_MAX} hits: the workload grew too big");
+}
+
+macro_rules! failpoint_tests {
+    ($($test:ident => $name:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                let reached = walk($name);
+                assert!(reached >= 1, "the matrix workload never reached {}", $name);
+            }
+        )*
+    };
+}
+
+failpoint_tests! {
+    lock_between_judgement_and_takeover => "lock::between-judgement-and-takeover",
+    journal_after_lock_commit => "journal::after-lock-commit",
+    journal_after_intent_commit => "journal::after-intent-commit",
+    journal_after_effect => "journal::after-effect",
+    journal_after_result_commit => "journal::after-result-commit",
+    journal_sweep_before_takeover => "journal::sweep-before-takeover",
+    journal_sweep_between_reclaims => "journal::sweep-between-reclaims",
+    journal_gc_between_batches => "journal::gc-between-batches",
+    scheduler_after_fire_registered => "scheduler::after-fire-registered",
+}
+
+#[test]
+fn the_matrix_workload_passes_without_failpoints() {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    assert!(run_worker(dir.path(), None).success());
+    assert_invariants(dir.path(), "no failpoint");
+}
