@@ -50,6 +50,10 @@ pub struct Args {
     /// `scale`: steps per pre-filled execution.
     #[arg(long, default_value_t = 10)]
     pub scale_steps_per_execution: u32,
+    /// How the scenarios name new executions: time-ordered ids (`new_execution_id`, UUID v7,
+    /// the recommended default) or random ones (UUID v4), to compare the two.
+    #[arg(long, value_enum, default_value_t = IdsArg::TimeOrdered)]
+    pub execution_ids: IdsArg,
     /// `multiprocess`: how many processes write at once.
     #[arg(long, default_value_t = 4)]
     pub processes: u32,
@@ -97,6 +101,33 @@ impl From<DurabilityArg> for Durability {
         match value {
             DurabilityArg::Full => Self::Full,
             DurabilityArg::ProcessCrash => Self::ProcessCrash,
+        }
+    }
+}
+
+/// `--execution-ids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdsArg {
+    /// `durably_journal::new_execution_id` (UUID v7): ids made together sort together.
+    TimeOrdered,
+    /// `Uuid::new_v4`: every id lands at a random place in the B-trees.
+    Random,
+}
+
+impl IdsArg {
+    /// A new execution id of this kind.
+    pub fn new_id(self) -> uuid::Uuid {
+        match self {
+            Self::TimeOrdered => durably_journal::new_execution_id(),
+            Self::Random => uuid::Uuid::new_v4(),
+        }
+    }
+
+    /// The name the preamble prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TimeOrdered => "time-ordered",
+            Self::Random => "random",
         }
     }
 }

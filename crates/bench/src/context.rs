@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use durably_journal::{Durability, Journal};
 
-use crate::args::{Args, EffectArg, ScenarioName};
+use crate::args::{Args, EffectArg, IdsArg, ScenarioName};
 use crate::baseline;
 use crate::error::{BenchError, Result};
 use crate::report::{Outcome, Row};
@@ -42,6 +42,8 @@ pub struct Context {
     pub scale_steps_per_execution: u32,
     /// `multiprocess`: processes.
     pub processes: u32,
+    /// How new executions are named.
+    pub execution_ids: IdsArg,
 }
 
 impl Context {
@@ -75,19 +77,26 @@ impl Context {
                 .max(1),
             scale_steps_per_execution: args.scale_steps_per_execution,
             processes: args.processes.max(1),
+            execution_ids: args.execution_ids,
         })
     }
 
     /// Prints what this run is and where it runs.
     pub fn print_preamble(&self) {
         println!(
-            "# durably-bench: durability={} quick={} dir={} run={:.1}s baseline={:.1}s",
+            "# durably-bench: durability={} ids={} quick={} dir={} run={:.1}s baseline={:.1}s",
             self.durability.as_str(),
+            self.execution_ids.as_str(),
             self.quick,
             self.root.display(),
             self.run_time.as_secs_f64(),
             self.baseline_time.as_secs_f64()
         );
+    }
+
+    /// A new execution id, of the kind `--execution-ids` chose.
+    pub fn new_id(&self) -> uuid::Uuid {
+        self.execution_ids.new_id()
     }
 
     /// Opens a journal at `path` with this run's durability.

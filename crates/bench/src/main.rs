@@ -9,6 +9,7 @@ mod args;
 mod baseline;
 mod context;
 mod error;
+mod proc_io;
 mod report;
 mod rss;
 mod scenarios;

@@ -59,7 +59,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
 //! let journal = Journal::open(dir.path().join("agent.db"))?;
-//! let id = uuid::Uuid::new_v4();
+//! let id = durably::new_execution_id(); // time-ordered; any UUID works
 //!
 //! agent(&journal, id, true).await?; // crashes inside "send email"
 //! assert_eq!(journal.steps(id)?[2].state, "intent");

@@ -49,11 +49,23 @@ pub struct Execution {
 
 /// A step being run: its place and identity.
 struct StepCall<'a> {
+    execution_id: Uuid,
     seq: u32,
     name: &'a str,
     effect: Effect,
     policy: Option<&'a Policy>,
-    key: IdempotencyKey,
+    /// Derived on first use: replaying a completed or failed step never needs it, and the
+    /// derivation (a blake3 hash) was most of a replayed step's cost.
+    key: std::sync::OnceLock<IdempotencyKey>,
+}
+
+impl StepCall<'_> {
+    /// The step's idempotency key, the same on every run.
+    fn key(&self) -> IdempotencyKey {
+        *self
+            .key
+            .get_or_init(|| IdempotencyKey::derive(self.execution_id, self.seq, self.name))
+    }
 }
 
 type StepOutcome<T> = std::result::Result<T, StepError>;
@@ -261,11 +273,12 @@ impl Execution {
         }
         let seq = self.next_seq;
         let call = StepCall {
+            execution_id: self.id,
             seq,
             name,
             effect,
             policy,
-            key: IdempotencyKey::derive(self.id, seq, name),
+            key: std::sync::OnceLock::new(),
         };
         let span = tracing::info_span!(
             "durably.step",
@@ -327,7 +340,7 @@ impl Execution {
             });
         }
         let cap = self.journal.payload_bytes_max();
-        match (recorded.state.as_str(), call.policy) {
+        match (recorded.state, call.policy) {
             ("completed", _) => {
                 let text = recorded.result.as_deref().unwrap_or("null");
                 Ok(Guarded::Done(payload::decode(
@@ -402,11 +415,13 @@ impl Execution {
                     .await
             }
             Policy::Reconcile(probe) => {
-                let answer = probe(call.key).await.map_err(|error| Error::ProbeFailed {
-                    seq: call.seq,
-                    name: call.name.to_owned(),
-                    error,
-                })?;
+                let answer = probe(call.key())
+                    .await
+                    .map_err(|error| Error::ProbeFailed {
+                        seq: call.seq,
+                        name: call.name.to_owned(),
+                        error,
+                    })?;
                 if let Some(value) = answer {
                     let cap = self.journal.payload_bytes_max();
                     let decoded: T =
@@ -462,7 +477,7 @@ impl Execution {
         let retry = self.journal.inner.retry;
         let mut attempt = first_attempt;
         for tries in 1..=retry.attempts_max.max(1) {
-            match f(call.key).await {
+            match f(call.key()).await {
                 Err(error) if error.retryable && tries < retry.attempts_max => {
                     let detail = json!({ "attempt": attempt, "error": error.message });
                     self.write_attempt(
@@ -498,7 +513,7 @@ impl Execution {
             call.seq,
             call.name.to_owned(),
             policy.as_str(),
-            call.key.to_string(),
+            call.key().to_string(),
         );
         self.write_fenced(move |conn, resource, now| {
             conn.prepare_cached(
@@ -545,7 +560,7 @@ impl Execution {
             seq: call.seq,
             name: call.name.to_owned(),
             effect: call.effect,
-            key: call.key.to_string(),
+            key: call.key().to_string(),
             state,
             result,
             error,
@@ -810,7 +825,7 @@ fn skipped(call: &StepCall<'_>) -> Skipped {
     Skipped {
         seq: call.seq,
         name: call.name.to_owned(),
-        idempotency_key: call.key,
+        idempotency_key: call.key(),
     }
 }
 

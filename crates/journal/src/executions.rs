@@ -67,6 +67,10 @@ impl Journal {
     /// transaction. A completed or failed execution returns its recorded outcome and runs
     /// nothing. A lock whose holder is dead is taken over (an audit event records it).
     ///
+    /// Any UUID names an execution. For a new one, [`crate::new_execution_id`] (time-ordered)
+    /// is recommended over a random id: executions made together then sit together in the
+    /// journal's B-trees, and their commits write fewer pages.
+    ///
     /// # Errors
     /// [`Error::Locked`] when a live process holds it, [`Error::Cancelled`] when it was
     /// cancelled, [`Error::PayloadTooLarge`] for an oversized input, or a storage error.

@@ -17,7 +17,8 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
 //! let journal = Journal::open(dir.path().join("journal.db"))?;
-//! let id = uuid::Uuid::new_v4();
+//! // Time-ordered ids keep the journal's writes together; any UUID works.
+//! let id = durably_journal::new_execution_id();
 //!
 //! let Opened::Running(mut execution) =
 //!     journal.open_execution(id, "refund", "refund order 42", &42).await?
@@ -44,6 +45,7 @@ mod config;
 mod error;
 mod events;
 mod execution;
+mod execution_id;
 mod executions;
 mod handles;
 mod journal;
@@ -61,6 +63,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use execution::Execution;
+pub use execution_id::new_execution_id;
 pub use executions::{Finished, Opened, Resolution};
 pub use journal::Journal;
 pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};

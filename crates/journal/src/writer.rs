@@ -31,6 +31,8 @@ pub struct WriterStats {
     pub requests_failed: u64,
     /// Commits that failed (every request of the batch got the error).
     pub commits_failed: u64,
+    /// Requests waiting in the queue right now, not yet taken by the writer.
+    pub queued: u64,
 }
 
 #[derive(Debug, Default)]
@@ -207,6 +209,7 @@ impl Writer {
             requests: self.counters.requests.load(Ordering::Relaxed),
             requests_failed: self.counters.requests_failed.load(Ordering::Relaxed),
             commits_failed: self.counters.commits_failed.load(Ordering::Relaxed),
+            queued: (self.queue.max_capacity() - self.queue.capacity()) as u64,
         }
     }
 }

@@ -229,10 +229,18 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
                 })
                 .await
                 .unwrap_err();
-            (id, error)
+            // Handed back alive: dropping it here would queue its lock release, a third commit
+            // racing the count below.
+            (id, error, execution)
         })
     };
-    while submitted.load(Ordering::SeqCst) < GOOD + 3 {
+    // Every request must be in the writer's queue, not merely on its way, before the gate
+    // opens: eight steps, the neighbour, the duplicate and the oversized task's open.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while submitted.load(Ordering::SeqCst) < GOOD + 3
+        || journal.writer_stats().queued < (GOOD + 3) as u64
+    {
+        assert!(std::time::Instant::now() < deadline, "requests never queued");
         tokio::task::yield_now().await;
     }
     gate.open().await;
@@ -251,7 +259,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
         ),
         "{duplicate:?}"
     );
-    let (oversized_id, oversized_error) = oversized.await.unwrap();
+    let (oversized_id, oversized_error, oversized_execution) = oversized.await.unwrap();
     assert!(
         matches!(oversized_error, Error::PayloadTooLarge { .. }),
         "{oversized_error:?}"
@@ -259,6 +267,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
     let after = journal.writer_stats();
     // Two commits: the gate's batch, then one batch holding every request queued behind it.
     assert_eq!(after.commits - before.commits, 2, "{before:?} -> {after:?}");
+    drop(oversized_execution);
     assert_eq!(neighbour_batch, before.commits + before.commits_failed + 1);
     assert_eq!(
         duplicate_batch.load(Ordering::SeqCst),

@@ -11,7 +11,7 @@ use crate::args::EffectArg;
 use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
-use crate::scenarios::{batching_note, open_running, step};
+use crate::scenarios::{WriterSnapshot, batching_note, open_running, step};
 use crate::stats::Samples;
 
 /// The default number of parallel executions.
@@ -21,12 +21,16 @@ pub const CONCURRENCY_DEFAULT: usize = 64;
 pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let concurrency = context.concurrency.unwrap_or(CONCURRENCY_DEFAULT).max(1);
     let journal = context.journal(&dir.join("journal.db"))?;
-    let stats_before = journal.writer_stats();
+    let stats_before = WriterSnapshot::take(&journal);
     let start = Instant::now();
     let deadline = start + context.run_time;
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        tasks.push(tokio::spawn(one_execution(journal.clone(), deadline)));
+        tasks.push(tokio::spawn(one_execution(
+            journal.clone(),
+            context.new_id(),
+            deadline,
+        )));
     }
     let mut latencies = Samples::with_capacity(65_536);
     let mut ops = 0;
@@ -51,8 +55,12 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 }
 
 /// One execution's loop; returns its step latencies and when its last step finished.
-async fn one_execution(journal: Journal, deadline: Instant) -> Result<(Samples, Instant)> {
-    let mut execution = open_running(&journal, Uuid::new_v4()).await?;
+async fn one_execution(
+    journal: Journal,
+    id: Uuid,
+    deadline: Instant,
+) -> Result<(Samples, Instant)> {
+    let mut execution = open_running(&journal, id).await?;
     let mut latencies = Samples::with_capacity(4096);
     let mut finished = Instant::now();
     while Instant::now() < deadline {

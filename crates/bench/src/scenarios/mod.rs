@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::args::EffectArg;
 use crate::error::{BenchError, Result};
+use crate::proc_io;
 
 /// The name every benchmark step has.
 pub const STEP_NAME: &str = "step";
@@ -51,15 +52,49 @@ pub async fn step(execution: &mut Execution, effect: EffectArg) -> Result<u32> {
     }
 }
 
-/// Commits per request of the writer between two snapshots, as a note.
-pub fn batching_note(journal: &Journal, before: durably_journal::WriterStats) -> String {
-    let after = journal.writer_stats();
-    let commits = after.commits.saturating_sub(before.commits);
-    let requests = after.requests.saturating_sub(before.requests);
-    let per_commit = if commits > 0 {
-        requests as f64 / commits as f64
-    } else {
-        0.0
+/// The writer's counters and this process's bytes written, at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterSnapshot {
+    stats: durably_journal::WriterStats,
+    written_bytes: Option<u64>,
+}
+
+impl WriterSnapshot {
+    /// Takes a snapshot now.
+    pub fn take(journal: &Journal) -> Self {
+        Self {
+            stats: journal.writer_stats(),
+            written_bytes: proc_io::written_bytes(),
+        }
+    }
+}
+
+/// Requests per commit of the writer since `before`, and the bytes written per commit, as a
+/// note. The bytes are nearly all WAL frames (a page plus a 24-byte frame header each), so
+/// they say how many pages a commit wrote: the cost that clustering the B-trees saves.
+pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
+    let after = WriterSnapshot::take(journal);
+    let commits = after.stats.commits.saturating_sub(before.stats.commits);
+    let requests = after.stats.requests.saturating_sub(before.stats.requests);
+    let per_commit = |amount: f64| {
+        if commits > 0 {
+            amount / commits as f64
+        } else {
+            0.0
+        }
     };
-    format!("writer: {requests} requests in {commits} commits ({per_commit:.1} requests/commit)")
+    let mut note = format!(
+        "writer: {requests} requests in {commits} commits ({:.1} requests/commit)",
+        per_commit(requests as f64)
+    );
+    if let (Some(first), Some(last)) = (before.written_bytes, after.written_bytes) {
+        let bytes = per_commit(last.saturating_sub(first) as f64);
+        note = format!(
+            "{note}; {:.1} KiB written per commit (~{:.1} WAL frames of {} bytes)",
+            bytes / 1024.0,
+            bytes / proc_io::WAL_FRAME_BYTES as f64,
+            proc_io::WAL_FRAME_BYTES
+        );
+    }
+    note
 }

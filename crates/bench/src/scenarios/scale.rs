@@ -16,7 +16,7 @@ use durably_journal::rusqlite::{Connection, params};
 use durably_journal::{GC_BATCH_EXECUTIONS_DEFAULT, GcOptions, GcReport, Journal};
 use uuid::Uuid;
 
-use crate::args::EffectArg;
+use crate::args::{EffectArg, IdsArg};
 use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::report::Outcome;
@@ -41,7 +41,7 @@ struct Cycle {
 pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let cycles = if context.quick { 100 } else { 300 };
     let empty = context.journal(&dir.join("empty.db"))?;
-    let mut on_empty = latency_cycles(&empty, cycles).await?;
+    let mut on_empty = latency_cycles(&empty, cycles, context.execution_ids).await?;
     drop(empty);
 
     let full_path = dir.join("full.db");
@@ -57,7 +57,7 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     rss::reset_peak();
 
     let full = context.journal(&full_path)?;
-    let mut on_full = latency_cycles(&full, cycles).await?;
+    let mut on_full = latency_cycles(&full, cycles, context.execution_ids).await?;
     let mut notes = vec![format!(
         "pre-filled {executions} executions, {} steps ({file_mib} MiB) in {:.1} s",
         executions * u64::from(steps_each),
@@ -85,7 +85,7 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         on_empty.step.max_us() / 1000.0,
         on_full.step.max_us() / 1000.0
     ));
-    notes.extend(sweep_while_writing(&full).await?);
+    notes.extend(sweep_while_writing(&full, context.execution_ids.new_id()).await?);
     Ok(Outcome {
         ops: on_full.step.len() as u64,
         elapsed: on_full.step_total,
@@ -96,11 +96,11 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 }
 
 /// Runs `cycles` executions of one idempotent step each, one after another.
-async fn latency_cycles(journal: &Journal, cycles: usize) -> Result<Cycle> {
+async fn latency_cycles(journal: &Journal, cycles: usize, ids: IdsArg) -> Result<Cycle> {
     let mut cycle = Cycle::default();
     for _ in 0..cycles {
         let began = Instant::now();
-        let mut execution = open_running(journal, Uuid::new_v4()).await?;
+        let mut execution = open_running(journal, ids.new_id()).await?;
         let opened = Instant::now();
         step(&mut execution, EffectArg::Idempotent).await?;
         let stepped = Instant::now();
@@ -179,11 +179,11 @@ fn insert_range(conn: &Connection, first: u64, last: u64, steps_each: u32) -> Re
 
 /// Deletes every pre-filled execution with the retention sweep while one task writes steps;
 /// returns notes on the sweep's speed, the writer's longest stall, and memory.
-async fn sweep_while_writing(journal: &Journal) -> Result<Vec<String>> {
+async fn sweep_while_writing(journal: &Journal, writer_id: Uuid) -> Result<Vec<String>> {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (journal, stop) = (journal.clone(), Arc::clone(&stop));
-        tokio::spawn(async move { write_until(&journal, &stop).await })
+        tokio::spawn(async move { write_until(&journal, writer_id, &stop).await })
     };
     let day = Duration::from_hours(24);
     let options = GcOptions {
@@ -195,8 +195,14 @@ async fn sweep_while_writing(journal: &Journal) -> Result<Vec<String>> {
     let rss_start = rss::current_kib().unwrap_or(0);
     let mut rss_max = rss_start;
     let began = Instant::now();
+    // One sample per batch: the time from one batch's acknowledgement to the next, which is
+    // the batch's own transaction and commit.
+    let mut batch_times = Samples::with_capacity(16_384);
+    let mut batch_began = Instant::now();
     let swept = journal
         .collect_garbage(options, |report: &GcReport| {
+            batch_times.record(batch_began.elapsed());
+            batch_began = Instant::now();
             if report.batches.is_multiple_of(64) {
                 rss_max = rss_max.max(rss::current_kib().unwrap_or(0));
             }
@@ -220,6 +226,13 @@ async fn sweep_while_writing(journal: &Journal) -> Result<Vec<String>> {
             deleted as f64 / sweep_time.as_secs_f64()
         ),
         format!(
+            "one sweep batch (its transaction and commit): p50 {:.0} µs, p99 {:.0} µs, longest \
+             {:.1} ms",
+            batch_times.quantile_us(0.5),
+            batch_times.quantile_us(0.99),
+            batch_times.max_us() / 1000.0
+        ),
+        format!(
             "writer during the sweep: {} steps, p50 {:.0} µs, p99 {:.0} µs, longest stall {:.1} ms",
             writes.len(),
             writes.quantile_us(0.5),
@@ -235,8 +248,8 @@ async fn sweep_while_writing(journal: &Journal) -> Result<Vec<String>> {
 }
 
 /// Writes idempotent steps to one execution until told to stop.
-async fn write_until(journal: &Journal, stop: &AtomicBool) -> Result<Samples> {
-    let mut execution = open_running(journal, Uuid::new_v4()).await?;
+async fn write_until(journal: &Journal, id: Uuid, stop: &AtomicBool) -> Result<Samples> {
+    let mut execution = open_running(journal, id).await?;
     let mut latencies = Samples::with_capacity(16_384);
     while !stop.load(Ordering::Relaxed) {
         let began = Instant::now();

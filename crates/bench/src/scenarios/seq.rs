@@ -5,20 +5,18 @@
 use std::path::Path;
 use std::time::Instant;
 
-use uuid::Uuid;
-
 use crate::args::EffectArg;
 use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
-use crate::scenarios::{batching_note, open_running, step};
+use crate::scenarios::{WriterSnapshot, batching_note, open_running, step};
 use crate::stats::Samples;
 
 /// Runs steps of `effect` one after another for the run time.
 pub async fn run(context: &Context, dir: &Path, effect: EffectArg) -> Result<Outcome> {
     let journal = context.journal(&dir.join("journal.db"))?;
-    let mut execution = open_running(&journal, Uuid::new_v4()).await?;
-    let stats_before = journal.writer_stats();
+    let mut execution = open_running(&journal, context.new_id()).await?;
+    let stats_before = WriterSnapshot::take(&journal);
     let mut latencies = Samples::with_capacity(16_384);
     let start = Instant::now();
     let mut ops = 0_u64;

@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use durably_journal::Journal;
-use uuid::Uuid;
 
-use crate::args::EffectArg;
+use crate::args::{EffectArg, IdsArg};
 use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
-use crate::scenarios::{batching_note, open_running, step};
+use crate::scenarios::{WriterSnapshot, batching_note, open_running, step};
 use crate::stats::Samples;
 
 /// Runs the configured executions and reports steps per second.
@@ -26,14 +25,15 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         context.workflow_effect,
     );
     let journal = context.journal(&dir.join("journal.db"))?;
-    let stats_before = journal.writer_stats();
+    let stats_before = WriterSnapshot::take(&journal);
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(concurrency);
+    let ids = context.execution_ids;
     for _ in 0..concurrency {
         let (journal, next) = (journal.clone(), Arc::clone(&next));
         tasks.push(tokio::spawn(async move {
-            worker(&journal, &next, executions, steps, effect).await
+            worker(&journal, &next, ids, (executions, steps, effect)).await
         }));
     }
     let mut latencies = Samples::with_capacity((executions * u64::from(steps)) as usize);
@@ -66,15 +66,14 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 async fn worker(
     journal: &Journal,
     next: &AtomicU64,
-    executions: u64,
-    steps: u32,
-    effect: EffectArg,
+    ids: IdsArg,
+    (executions, steps, effect): (u64, u32, EffectArg),
 ) -> Result<(Samples, Samples)> {
     let mut step_latencies = Samples::default();
     let mut execution_latencies = Samples::default();
     while next.fetch_add(1, Ordering::Relaxed) < executions {
         let began = Instant::now();
-        let mut execution = open_running(journal, Uuid::new_v4()).await?;
+        let mut execution = open_running(journal, ids.new_id()).await?;
         for _ in 0..steps {
             let step_began = Instant::now();
             step(&mut execution, effect).await?;
