@@ -71,6 +71,8 @@ pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 pub const COMPLETED_RETENTION_DEFAULT: Duration = Duration::from_hours(7 * 24);
 /// Default retention of failed and cancelled executions.
 pub const FAILED_RETENTION_DEFAULT: Duration = Duration::from_hours(30 * 24);
+/// Default bound on automatic re-runs of a step found ambiguous after a crash.
+pub const AMBIGUOUS_RERUNS_MAX_DEFAULT: u32 = 3;
 /// Default number of read connections.
 pub const READERS_MAX_DEFAULT: u32 = 4;
 
@@ -86,6 +88,7 @@ pub struct JournalBuilder {
     pub(crate) completed_retention: Duration,
     pub(crate) failed_retention: Duration,
     pub(crate) retry: RetryPolicy,
+    pub(crate) ambiguous_reruns_max: u32,
     pub(crate) lease_ms: Option<u64>,
     pub(crate) readers_max: u32,
     pub(crate) clock: Arc<dyn Clock>,
@@ -104,6 +107,7 @@ impl JournalBuilder {
             completed_retention: COMPLETED_RETENTION_DEFAULT,
             failed_retention: FAILED_RETENTION_DEFAULT,
             retry: RetryPolicy::default(),
+            ambiguous_reruns_max: AMBIGUOUS_RERUNS_MAX_DEFAULT,
             lease_ms: None,
             readers_max: READERS_MAX_DEFAULT,
             clock: Arc::new(SystemClock),
@@ -165,6 +169,16 @@ impl JournalBuilder {
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// How many times a guarded step found ambiguous after a crash is re-run automatically
+    /// (under `Retry`, or `Reconcile` when the probe finds nothing) before it is left for an
+    /// operator as [`crate::Error::Ambiguous`]. Bounds a step that crashes its process every
+    /// time it runs. Default 3.
+    #[must_use]
+    pub fn ambiguous_reruns_max(mut self, reruns_max: u32) -> Self {
+        self.ambiguous_reruns_max = reruns_max;
         self
     }
 

@@ -404,13 +404,8 @@ impl Execution {
             }
             Policy::Retry => {
                 let detail = json!({ "policy": "retry", "attempt": attempts.saturating_add(1) });
-                self.write_attempt(
-                    call,
-                    attempts.saturating_add(1),
-                    event_kind::AMBIGUITY_RETRIED,
-                    detail,
-                )
-                .await?;
+                self.write_rerun(call, attempts, event_kind::AMBIGUITY_RETRIED, detail)
+                    .await?;
                 self.run_and_record(call, attempts.saturating_add(1), f)
                     .await
             }
@@ -430,13 +425,8 @@ impl Execution {
                     return Ok(Guarded::Done(decoded));
                 }
                 let detail = json!({ "policy": "reconcile", "found": false, "attempt": attempts.saturating_add(1) });
-                self.write_attempt(
-                    call,
-                    attempts.saturating_add(1),
-                    event_kind::AMBIGUITY_RECONCILED,
-                    detail,
-                )
-                .await?;
+                self.write_rerun(call, attempts, event_kind::AMBIGUITY_RECONCILED, detail)
+                    .await?;
                 self.run_and_record(call, attempts.saturating_add(1), f)
                     .await
             }
@@ -585,6 +575,64 @@ impl Execution {
                 error,
             }),
             None => Ok(()),
+        }
+    }
+
+    /// Records that an ambiguous step is about to run again (`kind` says why), unless it has
+    /// already been re-run after a crash `ambiguous_reruns_max` times: a step that keeps
+    /// crashing its process (a poison pill) must not be re-run forever, so it is then left in
+    /// the ambiguous window for an operator, with an `ambiguity_failed` event saying why, and
+    /// the caller gets [`Error::Ambiguous`].
+    async fn write_rerun(
+        &self,
+        call: &StepCall<'_>,
+        attempts: u32,
+        kind: &'static str,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let (seq, reruns_max) = (call.seq, self.journal.inner.ambiguous_reruns_max);
+        let rerun = self
+            .write_fenced(move |conn, resource, now| {
+                let reruns: u32 = conn
+                    .prepare_cached(
+                        "SELECT count(*) FROM events WHERE execution_id = ?1 AND seq = ?2
+                           AND (kind = 'ambiguity_retried'
+                                OR (kind = 'ambiguity_reconciled'
+                                    AND json_extract(detail, '$.found') = 0))",
+                    )?
+                    .query_row(params![resource, seq], |row| row.get(0))?;
+                if reruns >= reruns_max {
+                    let detail = json!({
+                        "reason": "re-run limit reached",
+                        "reruns": reruns,
+                        "ambiguous_reruns_max": reruns_max,
+                    });
+                    events::record(
+                        conn,
+                        now,
+                        Some(resource),
+                        Some(seq),
+                        event_kind::AMBIGUITY_FAILED,
+                        &detail,
+                    )?;
+                    return Ok(false);
+                }
+                conn.prepare_cached(
+                    "UPDATE steps SET attempts = ?3 WHERE execution_id = ?1 AND seq = ?2",
+                )?
+                .execute(params![resource, seq, attempts.saturating_add(1)])?;
+                events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
+                Ok(true)
+            })
+            .await?;
+        if rerun {
+            Ok(())
+        } else {
+            Err(Error::Ambiguous {
+                execution_id: self.resource.to_string(),
+                seq: call.seq,
+                name: call.name.to_owned(),
+            })
         }
     }
 

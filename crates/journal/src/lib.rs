@@ -58,8 +58,9 @@ mod sweep;
 mod writer;
 
 pub use config::{
-    BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability, FAILED_RETENTION_DEFAULT,
-    JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
+    AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
+    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
+    RetryPolicy,
 };
 pub use error::{Error, Result};
 pub use execution::Execution;

@@ -152,8 +152,34 @@ pub(crate) fn open_writer(
     // for its lock as every later statement does. Setting the timeout does not touch the file.
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     check_header(&conn, path)?;
+    check_before_wal_switch(&conn, path)?;
     configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| with_path(error, path))?;
     Ok(conn)
+}
+
+/// Switching a file to WAL rewrites its header, and a damaged page may only show up later
+/// (in the migrations or the orphan sweep), when the file is already changed. So a file not
+/// yet in WAL mode (a new one, or one switched back by hand) is read through once by
+/// `PRAGMA quick_check` first, and a damaged one is refused as `Corrupt` while still untouched.
+/// A file already in WAL mode needs no switch, and no check here.
+fn check_before_wal_switch(conn: &Connection, path: &Path) -> Result<()> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .map_err(|error| at_path(error, path))?;
+    if mode.eq_ignore_ascii_case("wal") {
+        return Ok(());
+    }
+    let verdict: String = conn
+        .query_row("PRAGMA quick_check(1)", [], |row| row.get(0))
+        .map_err(|error| at_path(error, path))?;
+    if verdict == "ok" {
+        Ok(())
+    } else {
+        Err(Error::Corrupt {
+            path: path.to_owned(),
+            reason: verdict,
+        })
+    }
 }
 
 /// Refuses files that are not SQLite, or belong to another application, before anything is

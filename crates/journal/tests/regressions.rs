@@ -249,3 +249,66 @@ async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() 
     assert!(journal.steps(huge).unwrap().is_empty());
     assert!(journal.get(small).unwrap().is_none());
 }
+
+/// Opens `id` and enters a guarded Retry step whose closure never returns (a crash inside the
+/// effect), then drops everything. Returns what opening and running the step gave before that.
+#[allow(clippy::unwrap_used)] // A test helper: an unexpected outcome fails the test.
+async fn crash_inside_retry_step(journal: &Journal, id: Uuid, calls: &AtomicU32) -> Option<Error> {
+    let Opened::Running(mut execution) = journal
+        .open_execution(id, "test", "", &"input")
+        .await
+        .unwrap()
+    else {
+        panic!("resumable");
+    };
+    let called = std::sync::Arc::new(tokio::sync::Notify::new());
+    let step = execution.guarded("deliver", Policy::Retry, |_key| {
+        let called = std::sync::Arc::clone(&called);
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            called.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<u32, StepError>(0)
+        }
+    });
+    tokio::select! {
+        outcome = step => Some(outcome.unwrap_err()),
+        () = called.notified() => None,
+    }
+}
+
+#[tokio::test]
+async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
+    let scratch = Scratch::new();
+    let journal = Journal::builder(&scratch.path)
+        .ambiguous_reruns_max(3)
+        .open()
+        .unwrap();
+    let id = Uuid::new_v4();
+    let calls = AtomicU32::new(0);
+    for _ in 0..4 {
+        assert!(
+            crash_inside_retry_step(&journal, id, &calls)
+                .await
+                .is_none()
+        );
+        barrier(&journal).await;
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "the first run and three re-runs"
+    );
+    let error = crash_inside_retry_step(&journal, id, &calls).await;
+    assert!(
+        matches!(error, Some(Error::Ambiguous { seq: 0, .. })),
+        "{error:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "no fourth re-run");
+    let events = journal.events(id).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|event| event.kind == "ambiguity_failed" && event.detail.contains("re-run limit"))
+    );
+}
