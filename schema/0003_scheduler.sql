@@ -36,8 +36,13 @@ CREATE TABLE fires (
                   CHECK (state IN ('pending', 'running', 'completed', 'failed', 'skipped')),
     -- Why a fire was skipped or failed, in words.
     reason        TEXT,
-    -- Fire attempts started (a failed fire is retried a bounded number of times).
+    -- Body calls made: attempts started (a failed fire is retried a bounded number of times),
+    -- plus any re-run of an attempt after a crash in its body (policy Retry).
     attempts      INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    -- 1 while the fire waits for an operator: its body was left ambiguous and the policy
+    -- (Fail, or Retry past the journal's crash bound) will not decide it. Recovery leaves such
+    -- a fire alone while its step is still an intent; `durably resolve` ends the wait.
+    awaiting_operator INTEGER NOT NULL DEFAULT 0 CHECK (awaiting_operator IN (0, 1)),
     registered_at TEXT    NOT NULL,
     started_at    TEXT,
     finished_at   TEXT,
@@ -45,9 +50,8 @@ CREATE TABLE fires (
     CHECK ((state IN ('completed', 'failed', 'skipped')) = (finished_at IS NOT NULL))
 ) STRICT;
 
--- Serves the overlap check and the crash-recovery scan, both
--- `SELECT ... FROM fires WHERE job = ? AND state IN ('pending', 'running')`, and
--- `durably fires --state`.
+-- Serves the overlap check (`WHERE job = ? AND state IN ('pending', 'running')`) and
+-- `durably fires --state`. The crash-recovery scan pages on the primary key (job, slot_ms).
 CREATE INDEX fires_by_job_state ON fires (job, state);
 
 -- Missed slots that were not fired (catch-up policy after downtime or a clock jumped forward),

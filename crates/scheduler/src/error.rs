@@ -104,6 +104,28 @@ pub enum Error {
         slot: String,
     },
 
+    /// An explicit fire named a slot later than the scheduler's clock. Firing it early would
+    /// run the body before its time, and the loop would still have to handle the slots before
+    /// it; explicit fires only ever name slots that are already due.
+    #[error(
+        "{slot} of job {job:?} is later than now ({now}); an explicit fire may name only a slot          at or before now, so wait for it or let the loop fire it"
+    )]
+    SlotInFuture {
+        /// The job id.
+        job: String,
+        /// The rejected slot, RFC 3339.
+        slot: String,
+        /// The scheduler clock's now, RFC 3339.
+        now: String,
+    },
+
+    /// The scheduler is shutting down, so this fire started no new attempt. Its row stays
+    /// unfinished in the ledger and the next pass (here or in another process) resumes it.
+    #[error(
+        "the scheduler is shutting down; the fire was left unfinished and will be resumed by          the next scheduler pass"
+    )]
+    ShuttingDown,
+
     /// The slot ledger holds something this build cannot read (an unknown fire state).
     #[error(
         "the scheduler ledger is inconsistent: {0}; inspect the `fires` table and report a bug"

@@ -38,7 +38,73 @@ pub struct FireContext {
     pub idempotency_key: IdempotencyKey,
     /// The attempt, from 1.
     pub attempt: u32,
+    /// Whether the scheduler running this fire has been asked to shut down.
+    pub(crate) shutdown: ShutdownSignal,
 }
+
+impl FireContext {
+    /// Whether the scheduler running this fire has been asked to shut down. A long body may
+    /// check it and stop early by returning an error (a recorded failed attempt) or, better,
+    /// by finishing its current unit of work; the scheduler starts no further attempt or fire
+    /// once it is set.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.is_set()
+    }
+
+    /// Completes once the scheduler has been asked to shut down (at once if it already was),
+    /// for a body that waits on something and wants to stop cooperatively.
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.wait().await;
+    }
+}
+
+/// A shared flag set when [`Scheduler::run`](crate::Scheduler::run) is asked to shut down, with
+/// a way to wait for it. Clones share the flag; two signals are equal when they are the same.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShutdownSignal(Arc<ShutdownState>);
+
+#[derive(Debug, Default)]
+struct ShutdownState {
+    set: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl ShutdownSignal {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.set.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.set.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    pub(crate) fn clear(&self) {
+        self.0.set.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Completes once the flag is set.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a `set` between the check and the await is seen.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl PartialEq for ShutdownSignal {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ShutdownSignal {}
 
 /// The future a fire body returns.
 pub type FireFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, StepError>> + Send>>;

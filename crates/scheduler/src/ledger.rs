@@ -17,9 +17,17 @@ use crate::catch_up::{SkippedSlots, SlotCount};
 use crate::outcome::FireState;
 use crate::slot::Slot;
 
-/// The most unfinished fires of one job the recovery scan and the overlap check look at in one
-/// pass. More than this many unfinished fires of one job are picked up by later passes.
+/// The most unfinished fires of one job the recovery scan looks at in one pass. The scan pages
+/// through the rest with a keyset cursor on later passes (see [`recoverable`]); fires waiting
+/// for an operator are not scanned at all, so they can never crowd out the others.
 pub(crate) const UNFINISHED_FIRES_SCANNED_MAX: u32 = 100;
+
+/// The SQL condition, on a `fires` row aliased `f`, of a fire waiting for an operator: its
+/// last drive met an ambiguous step (`Error::Ambiguous`: policy `Fail`, or `Retry` past the
+/// journal's crash bound) and that step is still in the ambiguous window. `durably resolve`
+/// completes or removes the intent, which ends the wait.
+const AWAITING_OPERATOR: &str = "(f.awaiting_operator = 1 AND EXISTS (
+        SELECT 1 FROM steps AS s WHERE s.execution_id = f.execution_id AND s.state = 'intent'))";
 
 /// The reason recorded for a slot skipped under [`crate::Overlap::Skip`].
 pub(crate) const REASON_OVERLAP: &str = "previous fire still running";
@@ -127,11 +135,17 @@ pub(crate) struct FireRegistration<'a> {
     pub(crate) above_mark_only: bool,
     /// `Some` under `Overlap::Skip`: whether this process itself is running a fire of the job.
     pub(crate) overlap_skip: Option<bool>,
+    /// For an explicit fire: the slot of the schedule just before this one (epoch ms). The
+    /// mark is raised only if it stands there, so no slot is left between it and this one.
+    pub(crate) mark_after: Option<i64>,
+    /// For an explicit fire: whether to raise a mark not yet set (the slot is at or before
+    /// now, as a first loop pass would have fired it).
+    pub(crate) raise_from_unset: bool,
 }
 
 /// Registers a fire (`INSERT` of a `pending` row, or of a `skipped` one when the previous fire
-/// still runs under `Overlap::Skip`) and raises the high-water mark, in the caller's
-/// transaction.
+/// still runs under `Overlap::Skip`) in the caller's transaction; for the loop
+/// (`above_mark_only`) it also raises the high-water mark.
 pub(crate) fn register_fire(
     conn: &Connection,
     judge: &Judge,
@@ -157,7 +171,7 @@ pub(crate) fn register_fire(
     let overlapping = match fire.overlap_skip {
         None => false,
         Some(true) => true,
-        Some(false) => !live_unfinished(conn, judge, fire.job, Some(fire.slot))?.is_empty(),
+        Some(false) => live_unfinished_exists(conn, judge, fire.job, Some(fire.slot))?,
     };
     let (state, reason, finished_at) = if overlapping {
         ("skipped", Some(REASON_OVERLAP), Some(fire.now))
@@ -179,7 +193,17 @@ pub(crate) fn register_fire(
         fire.now,
         finished_at,
     ])?;
-    raise_mark(conn, fire.job, fire.slot)?;
+    // The loop decides every slot up to the mark (fired or recorded skipped) in the same
+    // transaction, so it raises the mark. An explicit fire raises it only when that hides no
+    // slot from the loop (see `FireRegistration::mark_after`).
+    let raise = fire.above_mark_only
+        || match high_water_mark(conn, fire.job)? {
+            None => fire.raise_from_unset,
+            Some(mark) => fire.mark_after == Some(mark),
+        };
+    if raise {
+        raise_mark(conn, fire.job, fire.slot)?;
+    }
     Ok(match reason {
         Some(reason) => Registered::NewSkipped(reason.to_owned()),
         None => Registered::New,
@@ -223,7 +247,14 @@ pub(crate) fn record_skipped(
     Ok(inserted == 1)
 }
 
-/// Marks attempt `attempt` of a fire as started.
+/// The real number of body calls of a fire so far: the attempts the journal counted over its
+/// steps (each guarded step counts its first call and every re-run after a crash).
+const STEP_ATTEMPTS: &str = "(SELECT coalesce(sum(s.attempts), 0) FROM steps AS s
+                               WHERE s.execution_id = fires.execution_id)";
+
+/// Marks attempt `attempt` of a fire as started, and ends any wait for an operator (the fire
+/// is being driven again). `attempts` becomes the larger of `attempt` and the body calls the
+/// journal counted.
 pub(crate) fn mark_running(
     conn: &Connection,
     job: &str,
@@ -231,11 +262,12 @@ pub(crate) fn mark_running(
     attempt: u32,
     now: &str,
 ) -> JournalResult<()> {
-    conn.prepare_cached(
-        "UPDATE fires SET state = 'running', attempts = max(attempts, ?3),
+    conn.prepare_cached(&format!(
+        "UPDATE fires SET state = 'running', awaiting_operator = 0,
+                          attempts = max(attempts, ?3, {STEP_ATTEMPTS}),
                           started_at = coalesce(started_at, ?4)
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
+    ))?
     .execute(params![job, slot.as_millis(), attempt, now])?;
     Ok(())
 }
@@ -250,41 +282,51 @@ pub(crate) fn mark_finished(
     now: &str,
 ) -> JournalResult<()> {
     debug_assert!(state.is_final());
-    conn.prepare_cached(
-        "UPDATE fires SET state = ?3, reason = ?4, finished_at = ?5
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
+    conn.prepare_cached(&format!(
+        "UPDATE fires SET state = ?3, reason = ?4, finished_at = ?5, awaiting_operator = 0,
+                          attempts = max(attempts, {STEP_ATTEMPTS})
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
+    ))?
     .execute(params![job, slot.as_millis(), state.as_str(), reason, now])?;
     Ok(())
 }
 
-/// Leaves a note on an unfinished fire (an ambiguous body waiting for an operator).
-pub(crate) fn note(conn: &Connection, job: &str, slot: Slot, reason: &str) -> JournalResult<()> {
-    conn.prepare_cached(
-        "UPDATE fires SET reason = ?3
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
+/// Marks an unfinished fire as waiting for an operator (an ambiguous body the policy will not
+/// decide), with the reason. Recovery leaves it alone until its intent is resolved.
+pub(crate) fn await_operator(
+    conn: &Connection,
+    job: &str,
+    slot: Slot,
+    reason: &str,
+) -> JournalResult<()> {
+    conn.prepare_cached(&format!(
+        "UPDATE fires SET reason = ?3, awaiting_operator = 1,
+                          attempts = max(attempts, {STEP_ATTEMPTS})
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
+    ))?
     .execute(params![job, slot.as_millis(), reason])?;
     Ok(())
 }
 
-/// The job's unfinished fires (oldest first, at most [`UNFINISHED_FIRES_SCANNED_MAX`]), each
-/// with whether a live holder has its execution locked. `except` leaves one slot out.
-pub(crate) fn unfinished(
+/// One page of the job's unfinished fires that recovery may resume: oldest first, after the
+/// keyset cursor `after` (epoch milliseconds), at most [`UNFINISHED_FIRES_SCANNED_MAX`], leaving
+/// out fires waiting for an operator. Each comes with whether a live holder has its execution
+/// locked. A page shorter than the maximum is the last one.
+pub(crate) fn recoverable(
     conn: &Connection,
     judge: &Judge,
     job: &str,
-    except: Option<Slot>,
+    after: Option<i64>,
 ) -> JournalResult<Vec<(Slot, bool)>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT slot_ms, execution_id FROM fires
-         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2
-         ORDER BY slot_ms LIMIT ?3",
-    )?;
-    let except_ms = except.map_or(-1, Slot::as_millis);
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT f.slot_ms, f.execution_id FROM fires AS f
+         WHERE f.job = ?1 AND f.state IN ('pending', 'running') AND f.slot_ms > ?2
+           AND NOT {AWAITING_OPERATOR}
+         ORDER BY f.slot_ms LIMIT ?3"
+    ))?;
     let rows = statement
         .query_map(
-            params![job, except_ms, UNFINISHED_FIRES_SCANNED_MAX],
+            params![job, after.unwrap_or(i64::MIN), UNFINISHED_FIRES_SCANNED_MAX],
             |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -292,26 +334,45 @@ pub(crate) fn unfinished(
     for (slot_ms, execution_id) in rows {
         let slot = Slot::from_millis(slot_ms)
             .map_err(|error| JournalError::Inconsistent(format!("fires row of {job}: {error}")))?;
-        let held_live = match durably_lock::read(conn, &execution_id)?.and_then(|row| row.holder) {
-            None => false,
-            Some(holder) => !judge.judge(&holder).is_dead(),
-        };
-        fires.push((slot, held_live));
+        fires.push((slot, held_live(conn, judge, &execution_id)?));
     }
     Ok(fires)
 }
 
-/// The job's unfinished fires that a live holder is running, other than `except`.
-fn live_unfinished(
+fn held_live(conn: &Connection, judge: &Judge, execution_id: &str) -> JournalResult<bool> {
+    Ok(
+        match durably_lock::read(conn, execution_id)?.and_then(|row| row.holder) {
+            None => false,
+            Some(holder) => !judge.judge(&holder).is_dead(),
+        },
+    )
+}
+
+/// Whether a live holder is running an unfinished fire of the job other than `except`. Not
+/// capped: every unfinished fire whose lock has a holder is judged until a live one is found
+/// (fires with a free lock, such as those waiting for an operator, cost no judgement).
+fn live_unfinished_exists(
     conn: &Connection,
     judge: &Judge,
     job: &str,
     except: Option<Slot>,
-) -> JournalResult<Vec<Slot>> {
-    Ok(unfinished(conn, judge, job, except)?
-        .into_iter()
-        .filter_map(|(slot, live)| live.then_some(slot))
-        .collect())
+) -> JournalResult<bool> {
+    let mut statement = conn.prepare_cached(
+        "SELECT f.execution_id FROM fires AS f JOIN locks AS l ON l.resource = f.execution_id
+         WHERE f.job = ?1 AND f.state IN ('pending', 'running') AND f.slot_ms <> ?2
+           AND l.instance_id IS NOT NULL
+         ORDER BY f.slot_ms",
+    )?;
+    let except_ms = except.map_or(i64::MIN, Slot::as_millis);
+    let held = statement
+        .query_map(params![job, except_ms], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for execution_id in held {
+        if held_live(conn, judge, &execution_id)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A fire's state and attempts.

@@ -16,6 +16,7 @@ use crate::job::Job;
 use crate::job_id::JobId;
 use crate::ledger::{self, Registered};
 use crate::outcome::{FireOutcome, FireReport, PassReport};
+use crate::schedule::Schedule;
 use crate::scheduler::{InFlight, Scheduler, early_outcome};
 use crate::slot::Slot;
 
@@ -23,6 +24,13 @@ use crate::slot::Slot;
 type FireTask = Pin<Box<dyn Future<Output = Vec<TaskResult>> + Send>>;
 
 type TaskResult = (JobId, Slot, Result<FireOutcome>);
+
+/// What the registering transaction of one job decided.
+struct Planned {
+    registered: Vec<(Slot, Registered)>,
+    skipped: Option<SkippedSlots>,
+    next: Option<Slot>,
+}
 
 /// What planning one job found.
 struct JobPlan {
@@ -55,10 +63,13 @@ impl Scheduler {
     /// configured `tick_max`, so a wall-clock jump is noticed quickly. A pass that fails for
     /// one job (the database busy, say) is logged and retried on the next pass.
     ///
-    /// On shutdown no new fire starts. Running fires get the shutdown grace to finish; any
-    /// still running then is dropped, leaving its execution running in the journal, and the
-    /// next scheduler to start resumes it.
+    /// On shutdown no new fire starts: a sequence of fires stops before its next fire (left
+    /// `pending`), and a failing fire makes no further attempt (left `running`); bodies can
+    /// watch [`FireContext::shutting_down`](crate::FireContext::shutting_down). Running fires
+    /// get the shutdown grace to finish; any still running then is dropped, leaving its
+    /// execution running in the journal. The next scheduler pass resumes all of them.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        self.inner.shutdown.clear();
         tokio::pin!(shutdown);
         let mut running = JoinSet::new();
         loop {
@@ -83,6 +94,7 @@ impl Scheduler {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        self.inner.shutdown.set();
         let grace = self.inner.shutdown_grace;
         let drain = async {
             while let Some(joined) = running.join_next().await {
@@ -97,6 +109,8 @@ impl Scheduler {
             running.abort_all();
             while running.join_next().await.is_some() {}
         }
+        // Every fire of this run has returned: explicit fires made later may run again.
+        self.inner.shutdown.clear();
     }
 
     /// How long to sleep before the next pass.
@@ -137,28 +151,18 @@ impl Scheduler {
     }
 
     async fn plan_job(&self, job: &Job, report: &mut PassReport) -> Result<JobPlan> {
-        let mut tasks = Vec::new();
-        if let Some(task) = self.recovery_task(job)? {
-            tasks.push(task);
-        }
+        // The overlap check counts the fires this scheduler drives from earlier passes, taken
+        // before recovery enters its own: under `Overlap::Skip` the resumed fires and the new
+        // ones run in one sequence below, so they cannot overlap each other.
+        let running_before = self.running_here(&job.id, None);
+        let recovered = self.recoverable(job)?;
         let now = Slot::from_datetime(self.inner.clock.now())?;
-        let mark = self.high_water_mark(&job.id)?;
-        let due = due_slots(&job.schedule, mark, now, &job.catch_up)?;
-        let changes = due.handled_through != mark || due.skipped.is_some() || !due.fire.is_empty();
-        if !changes {
-            return Ok(JobPlan {
-                tasks,
-                next: due.next,
-            });
-        }
-        let (registered, skipped) = self
-            .register_due(job, &due.fire, due.skipped, due.handled_through)
-            .await?;
-        if let Some(skipped) = skipped {
+        let planned = self.register_due(job, now, running_before).await?;
+        if let Some(skipped) = planned.skipped {
             report.skipped.push((job.id.clone(), skipped));
         }
         let mut to_run = Vec::new();
-        for (slot, registered) in registered {
+        for (slot, registered) in planned.registered {
             let guard = self.enter(&job.id, slot);
             if let Some(outcome) = early_outcome(job, slot, &registered) {
                 if matches!(outcome, FireOutcome::Skipped { .. }) {
@@ -172,9 +176,19 @@ impl Scheduler {
                 to_run.push((slot, guard));
             }
         }
+        let mut tasks = Vec::new();
         match job.overlap {
-            Overlap::Skip => tasks.push(self.sequential_task(job, to_run)),
+            Overlap::Skip => {
+                let mut fires = recovered;
+                fires.extend(to_run);
+                if !fires.is_empty() {
+                    tasks.push(self.sequential_task(job, fires));
+                }
+            }
             Overlap::Allow => {
+                if !recovered.is_empty() {
+                    tasks.push(self.sequential_task(job, recovered));
+                }
                 for fire in to_run {
                     tasks.push(self.sequential_task(job, vec![fire]));
                 }
@@ -182,73 +196,109 @@ impl Scheduler {
         }
         Ok(JobPlan {
             tasks,
-            next: due.next,
+            next: planned.next,
         })
     }
 
-    /// Records the skipped run, registers the due slots after the high-water mark and raises
-    /// the mark to `handled_through`, all in one writer transaction.
-    async fn register_due(
-        &self,
-        job: &Job,
-        fire: &[Slot],
-        skipped: Option<SkippedSlots>,
-        handled_through: Option<Slot>,
-    ) -> Result<(Vec<(Slot, Registered)>, Option<SkippedSlots>)> {
-        let overlap_skip = (job.overlap == Overlap::Skip).then(|| self.running_here(&job.id, None));
+    /// In one writer transaction: reads the high-water mark, decides the due slots from it
+    /// ([`due_slots`] is pure and bounded), records the skipped run, registers the due slots
+    /// and raises the mark to `handled_through`. Deciding inside the transaction means two
+    /// processes planning at once never act on a stale mark: the second sees the first's mark
+    /// and decides only the slots after it.
+    async fn register_due(&self, job: &Job, now: Slot, running_before: bool) -> Result<Planned> {
+        let overlap_skip = (job.overlap == Overlap::Skip).then_some(running_before);
         let judge = self.inner.journal.locker().judge().clone();
-        let (id, now, fire) = (job.id.to_string(), self.now_text(), fire.to_vec());
+        let (id, now_text) = (job.id.to_string(), self.now_text());
         let reason = skip_reason(&job.catch_up);
-        let job_id = job.id.clone();
-        let result = self
+        let (job_id, schedule, catch_up): (JobId, Schedule, CatchUp) =
+            (job.id.clone(), job.schedule.clone(), job.catch_up);
+        let planned = self
             .inner
             .journal
             .write(move |conn| {
-                let recorded = match &skipped {
-                    Some(run) => ledger::record_skipped(conn, &id, run, reason, &now)?,
-                    None => false,
+                let mark = match ledger::high_water_mark(conn, &id)?.map(Slot::from_millis) {
+                    None => None,
+                    Some(Ok(mark)) => Some(mark),
+                    Some(Err(error)) => return Ok(Err(error)),
                 };
-                let mut registered = Vec::with_capacity(fire.len());
-                for slot in fire {
+                let due = match due_slots(&schedule, mark, now, &catch_up) {
+                    Ok(due) => due,
+                    Err(error) => return Ok(Err(error)),
+                };
+                let mut planned = Planned {
+                    registered: Vec::with_capacity(due.fire.len()),
+                    skipped: None,
+                    next: due.next,
+                };
+                if due.handled_through == mark && due.skipped.is_none() && due.fire.is_empty() {
+                    return Ok(Ok(planned));
+                }
+                if let Some(run) = &due.skipped
+                    && ledger::record_skipped(conn, &id, run, reason, &now_text)?
+                {
+                    planned.skipped = Some(*run);
+                }
+                for slot in due.fire {
                     let execution_id = crate::fire_id::fire_id(&job_id, slot).to_string();
                     let registration = ledger::FireRegistration {
                         job: &id,
                         slot,
                         execution_id: &execution_id,
-                        now: &now,
+                        now: &now_text,
                         above_mark_only: true,
                         overlap_skip,
+                        mark_after: None,
+                        raise_from_unset: false,
                     };
-                    registered.push((slot, ledger::register_fire(conn, &judge, &registration)?));
+                    planned
+                        .registered
+                        .push((slot, ledger::register_fire(conn, &judge, &registration)?));
                 }
-                if let Some(handled) = handled_through {
+                if let Some(handled) = due.handled_through {
                     ledger::raise_mark(conn, &id, handled)?;
                 }
-                Ok((registered, skipped.filter(|_| recorded)))
+                Ok(Ok(planned))
             })
-            .await?;
-        Ok(result)
+            .await??;
+        Ok(planned)
     }
 
-    /// A task resuming the job's fires that no live process drives (crash recovery). The
-    /// journal replays each; the job's policy decides an ambiguous body.
-    fn recovery_task(&self, job: &Job) -> Result<Option<FireTask>> {
+    /// The job's fires that no live process drives (crash recovery), entered as driven here.
+    /// The journal replays each; the job's policy decides an ambiguous body. Fires waiting for
+    /// an operator are left out (see [`ledger::recoverable`]); the scan reads one page per
+    /// pass and resumes after it on the next, so any number of stuck fires cannot hide a newer
+    /// abandoned one.
+    fn recoverable(&self, job: &Job) -> Result<Vec<(Slot, InFlight)>> {
         let judge = self.inner.journal.locker().judge().clone();
         let id = job.id.to_string();
-        let unfinished = self
+        let after = crate::scheduler::lock(&self.inner.recovery_cursor)
+            .get(&job.id)
+            .copied();
+        let page = self
             .inner
             .journal
-            .read(|conn| ledger::unfinished(conn, &judge, &id, None))?;
-        let abandoned: Vec<(Slot, InFlight)> = unfinished
+            .read(|conn| ledger::recoverable(conn, &judge, &id, after))?;
+        {
+            let mut cursor = crate::scheduler::lock(&self.inner.recovery_cursor);
+            match page.last() {
+                Some((slot, _)) if page.len() >= ledger::UNFINISHED_FIRES_SCANNED_MAX as usize => {
+                    cursor.insert(job.id.clone(), slot.as_millis());
+                }
+                // The last page: start from the oldest again next pass.
+                _ => {
+                    cursor.remove(&job.id);
+                }
+            }
+        }
+        let abandoned: Vec<(Slot, InFlight)> = page
             .into_iter()
             .filter(|&(slot, held_live)| !held_live && !self.is_in_flight(&job.id, slot))
             .map(|(slot, _)| (slot, self.enter(&job.id, slot)))
             .collect();
-        if abandoned.is_empty() {
-            return Ok(None);
+        if !abandoned.is_empty() {
+            tracing::info!(job = %job.id, fires = abandoned.len(), "resuming abandoned fires");
         }
-        tracing::info!(job = %job.id, fires = abandoned.len(), "resuming abandoned fires");
-        Ok(Some(self.sequential_task(job, abandoned)))
+        Ok(abandoned)
     }
 
     fn sequential_task(&self, job: &Job, fires: Vec<(Slot, InFlight)>) -> FireTask {
@@ -256,6 +306,12 @@ impl Scheduler {
         Box::pin(async move {
             let mut results = Vec::with_capacity(fires.len());
             for (slot, guard) in fires {
+                // Shutdown starts no new fire: the rest stay `pending` (or as they were) in
+                // the ledger, and the next pass, here or elsewhere, resumes them.
+                if scheduler.inner.shutdown.is_set() {
+                    tracing::info!(job = %job.id, %slot, "shutting down: fire left for the next pass");
+                    break;
+                }
                 let outcome = scheduler.drive(&job, slot, guard).await;
                 results.push((job.id.clone(), slot, outcome));
             }

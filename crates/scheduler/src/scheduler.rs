@@ -5,7 +5,7 @@
 //! processes rests on that: the id is the same everywhere, a live holder makes every other
 //! opener get `Locked`, and a finished execution reopens as its recorded outcome.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::catch_up::Overlap;
 use crate::error::{Error, Result};
 use crate::fire_id::fire_id;
-use crate::job::{FireContext, Job};
+use crate::job::{FireContext, Job, ShutdownSignal};
 use crate::job_id::JobId;
 use crate::ledger::{self, FireRegistration, Registered};
 use crate::outcome::{FireOutcome, FireState, Registration};
@@ -52,8 +52,13 @@ pub(crate) struct Inner {
     pub(crate) journal: Journal,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jobs: Mutex<BTreeMap<JobId, Job>>,
-    /// Fires this scheduler is driving now (registered and not yet returned), by job and slot.
-    pub(crate) in_flight: Mutex<HashSet<(JobId, Slot)>>,
+    /// Fires this scheduler is driving now (registered and not yet returned), by job and slot,
+    /// each with how many drivers have entered it (an explicit fire may race the loop).
+    pub(crate) in_flight: Mutex<HashMap<(JobId, Slot), usize>>,
+    /// Where each job's recovery scan resumes: the last slot (epoch ms) of its previous page.
+    pub(crate) recovery_cursor: Mutex<HashMap<JobId, i64>>,
+    /// Set while [`Scheduler::run`] shuts down: no new fire or attempt starts.
+    pub(crate) shutdown: ShutdownSignal,
     pub(crate) tick_max: Duration,
     pub(crate) shutdown_grace: Duration,
 }
@@ -101,7 +106,9 @@ impl SchedulerBuilder {
                 journal: self.journal,
                 clock,
                 jobs: Mutex::new(BTreeMap::new()),
-                in_flight: Mutex::new(HashSet::new()),
+                in_flight: Mutex::new(HashMap::new()),
+                recovery_cursor: Mutex::new(HashMap::new()),
+                shutdown: ShutdownSignal::default(),
                 tick_max: self.tick_max,
                 shutdown_grace: self.shutdown_grace,
             }),
@@ -117,7 +124,13 @@ pub(crate) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        lock(&self.inner.in_flight).remove(&self.key);
+        let mut in_flight = lock(&self.inner.in_flight);
+        if let Some(count) = in_flight.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -234,12 +247,20 @@ impl Scheduler {
     ///   idempotency key).
     ///
     /// An explicit fire may name a slot at or before the high-water mark (a manual backfill);
-    /// the loop never does.
+    /// the loop never does. It may name the upcoming slot (the first after now) early, but no
+    /// later one. It raises the mark only when that hides no slot from the loop: to the first
+    /// slot after the mark, or, before any slot was handled, to a slot at or before now.
+    /// Otherwise the mark stays, the loop still decides every slot after it (fired, or
+    /// recorded as skipped), and a slot an explicit fire already ran is replayed, not re-run.
     ///
     /// # Errors
     ///
     /// - [`Error::UnknownJob`] if `job` is not registered here.
     /// - [`Error::NotASlot`] if `slot` is not on the job's schedule.
+    /// - [`Error::SlotInFuture`] if `slot` lies after the first slot after the scheduler's
+    ///   clock.
+    /// - [`Error::ShuttingDown`] if [`Scheduler::run`] is shutting down before a retry; the
+    ///   fire stays unfinished and the next pass resumes it.
     /// - [`Error::Journal`] on a storage error, or `Ambiguous` when the body was left
     ///   ambiguous and the policy is `Fail` (the fire stays running until `durably resolve`).
     pub async fn fire(&self, job: &JobId, slot: Slot) -> Result<FireOutcome> {
@@ -248,6 +269,15 @@ impl Scheduler {
             return Err(Error::NotASlot {
                 job: job.id.to_string(),
                 slot: slot.to_rfc3339(),
+            });
+        }
+        let now = self.inner.clock.now();
+        let upcoming = job.schedule.next_after(Slot::from_datetime(now)?)?;
+        if slot.as_millis() > now.timestamp_millis() && Some(slot) != upcoming {
+            return Err(Error::SlotInFuture {
+                job: job.id.to_string(),
+                slot: slot.to_rfc3339(),
+                now: format_timestamp(now),
             });
         }
         let registered = self.register_fire(&job, slot, false).await?;
@@ -274,17 +304,17 @@ impl Scheduler {
     /// Whether this scheduler is driving a fire of `job` other than at `except`.
     pub(crate) fn running_here(&self, job: &JobId, except: Option<Slot>) -> bool {
         lock(&self.inner.in_flight)
-            .iter()
+            .keys()
             .any(|(running, slot)| running == job && Some(*slot) != except)
     }
 
     pub(crate) fn is_in_flight(&self, job: &JobId, slot: Slot) -> bool {
-        lock(&self.inner.in_flight).contains(&(job.clone(), slot))
+        lock(&self.inner.in_flight).contains_key(&(job.clone(), slot))
     }
 
     pub(crate) fn enter(&self, job: &JobId, slot: Slot) -> InFlight {
         let key = (job.clone(), slot);
-        lock(&self.inner.in_flight).insert(key.clone());
+        *lock(&self.inner.in_flight).entry(key.clone()).or_insert(0) += 1;
         InFlight {
             inner: Arc::clone(&self.inner),
             key,
@@ -303,6 +333,12 @@ impl Scheduler {
         let judge = self.inner.journal.locker().judge().clone();
         let (id, now) = (job.id.to_string(), self.now_text());
         let execution_id = fire_id(&job.id, slot).to_string();
+        let mark_after = match Slot::from_millis(slot.as_millis() - 1) {
+            Ok(before) => job.schedule.latest_at_or_before(before)?,
+            Err(_) => None,
+        }
+        .map(Slot::as_millis);
+        let raise_from_unset = slot.as_millis() <= self.inner.clock.now().timestamp_millis();
         let registered = self
             .inner
             .journal
@@ -314,6 +350,8 @@ impl Scheduler {
                     now: &now,
                     above_mark_only,
                     overlap_skip,
+                    mark_after,
+                    raise_from_unset,
                 };
                 ledger::register_fire(conn, &judge, &fire)
             })
@@ -390,8 +428,19 @@ impl Scheduler {
         let mut last_error = StepError::fatal("the fire made no attempt");
         for attempt in 1..=job.attempts_max {
             // Only an attempt that has not run yet waits; recorded failures replay at once.
-            if attempt > 1 && attempt as usize > recorded {
-                tokio::time::sleep(job.backoff.before(attempt)).await;
+            // Shutdown starts no new attempt: the fire stays unfinished, and the next pass
+            // replays the recorded attempts and goes on.
+            let fresh = attempt as usize > recorded;
+            if fresh && attempt > 1 {
+                self.stop_if_shutting_down()?;
+                tokio::select! {
+                    biased;
+                    () = self.inner.shutdown.wait() => return Err(Error::ShuttingDown),
+                    () = tokio::time::sleep(job.backoff.before(attempt)) => {}
+                }
+            }
+            if fresh {
+                self.stop_if_shutting_down()?;
             }
             self.mark_running(job, slot, attempt).await?;
             let body = Arc::clone(&job.body);
@@ -401,6 +450,7 @@ impl Scheduler {
                 execution_id,
                 idempotency_key: durably_journal::IdempotencyKey(Uuid::nil()),
                 attempt,
+                shutdown: self.inner.shutdown.clone(),
             };
             let step = execution
                 .guarded(FIRE_STEP_NAME, job.policy.clone(), move |key| {
@@ -409,8 +459,10 @@ impl Scheduler {
                         ..context.clone()
                     };
                     // The scheduler owns fire retries, so the journal must not retry inside the
-                    // step: every error is recorded as this attempt's failure.
-                    let future = body(context);
+                    // step: every error is recorded as this attempt's failure. A panic in the
+                    // body is caught and recorded as this attempt's failure too; left to unwind,
+                    // it would leave the intent ambiguous and be re-run by every recovery.
+                    let future = CatchPanic(body(context));
                     async move {
                         future.await.map_err(|error| StepError {
                             retryable: false,
@@ -455,11 +507,14 @@ impl Scheduler {
                     last_error = error;
                 }
                 Err(error @ JournalError::Ambiguous { .. }) => {
+                    // Logged and noted once: recovery leaves the fire alone until an operator
+                    // resolves the step (see `ledger::recoverable`).
+                    tracing::warn!(job = %job.id, %slot, %error, "fire waits for an operator");
                     let note = format!("waiting for an operator: {error}");
                     let (id, stored) = (job.id.to_string(), note);
                     self.inner
                         .journal
-                        .write(move |conn| ledger::note(conn, &id, slot, &stored))
+                        .write(move |conn| ledger::await_operator(conn, &id, slot, &stored))
                         .await?;
                     return Err(error.into());
                 }
@@ -480,6 +535,13 @@ impl Scheduler {
             error: last_error,
             attempts,
         })
+    }
+
+    fn stop_if_shutting_down(&self) -> Result<()> {
+        if self.inner.shutdown.is_set() {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
     }
 
     async fn mark_running(&self, job: &Job, slot: Slot, attempt: u32) -> Result<()> {
@@ -543,5 +605,36 @@ fn finished_state(finished: &durably_journal::Finished) -> (FireState, Option<St
         (_, Some("skipped")) => (FireState::Skipped, field("reason")),
         (Status::Failed, _) => (FireState::Failed, Some("every attempt failed".to_owned())),
         _ => (FireState::Completed, None),
+    }
+}
+
+/// Runs a fire body's future, turning a panic into a non-retryable failure of the attempt.
+///
+/// The body is polled in place (not spawned), so dropping the fire, as the shutdown grace does,
+/// drops the body with it. After a panic the body's future is not polled again.
+struct CatchPanic(crate::job::FireFuture);
+
+impl std::future::Future for CatchPanic {
+    type Output = std::result::Result<serde_json::Value, StepError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let future = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|text| (*text).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-text panic payload".to_owned());
+                tracing::error!(panic = %message, "fire body panicked");
+                std::task::Poll::Ready(Err(StepError::fatal(format!(
+                    "the fire body panicked: {message}"
+                ))))
+            }
+        }
     }
 }
