@@ -19,7 +19,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-mod journal_support;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -33,18 +33,12 @@ use durably_journal::{
     Error, Execution, Journal, Opened, Policy, Resolution, SCHEMA_VERSION, StepError, StepRecord,
     rusqlite,
 };
-use journal_support::{Held, Scratch, finish, integrity, worker};
+use support::journal::{Held, finish, worker};
+use support::{Scratch, integrity, runtime};
 use uuid::Uuid;
 
 /// The uid and gid of `nobody`, for running a child without root's powers.
 const NOBODY: u32 = 65_534;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Opens execution `id`, which must not be finished.
 async fn start(journal: &Journal, id: Uuid) -> Execution {
@@ -496,7 +490,7 @@ fn a_writer_held_by_another_process_past_the_busy_timeout_is_busy() {
         acknowledge(&mut execution, 0, 2).await;
         let mut guarded_execution = start(&journal, guarded_id).await;
 
-        let holder = Held::spawn(&["hold-write", database]);
+        let mut holder = Held::spawn(&["hold-write", database]);
         assert!(holder.next_line()["locked"].is_number());
         let started = Instant::now();
         let error = execution

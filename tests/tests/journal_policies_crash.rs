@@ -14,11 +14,12 @@
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod journal_support;
+mod support;
 
 use durably_journal::{IdempotencyKey, Journal, Resolution, event_kind};
-use journal_support::{Run, Scratch, integrity, run};
 use serde_json::json;
+use support::journal::{Run, run};
+use support::{Scratch, integrity};
 use uuid::Uuid;
 
 const CRASH_AFTER_INTENT: (&str, &str) = ("FAILPOINTS", "journal::after-intent-commit=return");

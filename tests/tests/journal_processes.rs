@@ -10,13 +10,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod journal_support;
+mod support;
 
 use std::io::Write;
 use std::process::Stdio;
 
 use durably_journal::{Error, Journal, Opened, SCHEMA_VERSION, event_kind};
-use journal_support::{Held, Scratch, finish, integrity, worker};
+use support::journal::{Held, finish, worker};
+use support::{Scratch, integrity, runtime};
 use uuid::Uuid;
 
 const RACERS: usize = 6;
@@ -70,18 +71,21 @@ fn processes_opening_the_same_new_file_at_once_all_succeed() {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+/// The ids of the executions `journal` lists as recoverable.
+fn recoverable_ids(journal: &Journal) -> Vec<String> {
+    journal
+        .recoverable()
         .unwrap()
+        .into_iter()
+        .map(|record| record.execution_id)
+        .collect()
 }
 
 #[test]
 fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
     let scratch = Scratch::new();
     let id = Uuid::new_v4();
-    let holder = Held::spawn(&["hold", scratch.database.to_str().unwrap(), &id.to_string()]);
+    let mut holder = Held::spawn(&["hold", scratch.database.to_str().unwrap(), &id.to_string()]);
     let held = holder.next_line();
     assert_eq!(held["held"].as_i64(), Some(holder.pid()));
     let runtime = runtime();
@@ -114,13 +118,7 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
 
     let pid = holder.pid();
     holder.kill();
-    let recoverable: Vec<String> = journal
-        .recoverable()
-        .unwrap()
-        .into_iter()
-        .map(|record| record.execution_id)
-        .collect();
-    assert_eq!(recoverable, [id.to_string()]);
+    assert_eq!(recoverable_ids(&journal), [id.to_string()]);
     let report = runtime.block_on(journal.sweep(false)).unwrap();
     assert_eq!(report.reclaimed.len(), 1, "{report:?}");
     assert_eq!(
@@ -177,7 +175,7 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
 fn a_holder_that_drops_its_handle_leaves_the_execution_running_and_recoverable() {
     let scratch = Scratch::new();
     let id = Uuid::new_v4();
-    let holder = Held::spawn(&["hold", scratch.database.to_str().unwrap(), &id.to_string()]);
+    let mut holder = Held::spawn(&["hold", scratch.database.to_str().unwrap(), &id.to_string()]);
     holder.next_line();
     assert_eq!(holder.close()["outcome"], "dropped");
 
@@ -186,13 +184,7 @@ fn a_holder_that_drops_its_handle_leaves_the_execution_running_and_recoverable()
         .open()
         .unwrap();
     assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
-    let recoverable: Vec<String> = journal
-        .recoverable()
-        .unwrap()
-        .into_iter()
-        .map(|record| record.execution_id)
-        .collect();
-    assert_eq!(recoverable, [id.to_string()]);
+    assert_eq!(recoverable_ids(&journal), [id.to_string()]);
     let runtime = runtime();
     let Opened::Running(execution) = runtime
         .block_on(journal.open_execution(id, "test", "", &""))

@@ -13,7 +13,7 @@
 // Helpers outside the #[test] functions fail the test by panicking, as the tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lock_support;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -22,8 +22,9 @@ use durably_lock::{
     Acquire, Error, Judge, Judgement, LivenessDir, Locker, LockerConfig, ProcFs, SystemClock, held,
     read,
 };
-use lock_support::{FakeProcesses, Scratch, immediate, insert_holder, own_identity, spawn_holder};
 use rusqlite::Connection;
+use support::Scratch;
+use support::lock::{FakeProcesses, immediate, insert_holder, own_identity, spawn_holder};
 use uuid::Uuid;
 
 /// Crafts a row from this process's identity with `change` applied, and acquires it.
@@ -54,7 +55,7 @@ fn assert_unknown(acquire: &Acquire, reason: &str) {
 
 #[test]
 fn nonsense_the_strict_table_accepts_is_judged_unknown_and_kept() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
     let instance = || Uuid::new_v4().to_string();
     for (resource, pid) in [("negative", -5), ("zero", 0), ("huge", i64::MAX)] {
@@ -170,7 +171,7 @@ fn fake_proc(root: &std::path::Path) {
 
 #[test]
 fn a_missing_or_garbled_proc_is_a_typed_error_or_unknown() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let empty = tempfile::tempdir().unwrap();
     let mut config = LockerConfig::new(scratch.liveness());
     config.processes = Arc::new(ProcFs::at(empty.path()));
@@ -228,7 +229,7 @@ fn a_missing_or_garbled_proc_is_a_typed_error_or_unknown() {
 
 #[test]
 fn a_live_holder_is_alive_whatever_its_row_or_our_proc_says() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let (mut child, instance) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
     assert_eq!(child.expect("acquired"), ["1", "none"]);

@@ -9,14 +9,15 @@
 //! holder, its epoch and the reason. The fence predicate for the old holder at the old epoch is
 //! then checked to fail, both through `Locker::fence` and `release_dead` and directly on the row.
 
-mod lock_support;
+mod support;
 
 use durably_lock::{Acquire, DeathReason, Error, Judgement, TakeOver, read};
-use lock_support::{Scratch, immediate, spawn_holder};
+use support::Scratch;
+use support::lock::{immediate, spawn_holder};
 
 #[test]
 fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let contender = scratch.locker();
     let mut conn = scratch.conn();
     let (mut child, child_instance) = spawn_holder(&scratch.database, "resource", &[]);
@@ -94,7 +95,7 @@ fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off()
 
 #[test]
 fn released_locks_keep_their_epoch_so_epochs_never_decrease() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let mut conn = scratch.conn();
     let (mut child, _) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");

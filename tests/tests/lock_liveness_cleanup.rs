@@ -11,16 +11,17 @@
 //! descriptor (a `flock` is per open file, so threads contend exactly like processes), racing
 //! with cleanups, and requires every registration to succeed.
 
-mod lock_support;
+mod support;
 
 use std::sync::{Arc, Barrier};
 
 use durably_lock::{DeathReason, Judgement, LivenessDir, Locker, LockerConfig, read};
-use lock_support::{Scratch, immediate, spawn_holder};
+use support::Scratch;
+use support::lock::{immediate, spawn_holder};
 
 #[test]
 fn the_cleanup_removes_the_liveness_files_of_killed_instances() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let children: Vec<_> = (0..5)
         .map(|_| spawn_holder(&scratch.database, "unused", &[]))
         .collect();
@@ -66,7 +67,7 @@ fn the_cleanup_removes_the_liveness_files_of_killed_instances() {
 
 #[test]
 fn a_killed_holders_liveness_file_stays_until_its_lock_is_reclaimed() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
     let (mut child, instance) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");

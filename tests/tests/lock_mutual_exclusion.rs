@@ -14,10 +14,10 @@
 // Helpers outside the #[test] functions fail the test by panicking, as the tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lock_support;
+mod support;
 
 use durably_lock::read;
-use lock_support::{Driven, Scratch};
+use support::{Driven, Scratch};
 
 const RACERS: usize = 4;
 const ACQUISITIONS_PER_RACER: u64 = 260;
@@ -26,7 +26,7 @@ const HANDOVERS_MIN: usize = 100;
 
 #[test]
 fn racing_processes_never_hold_one_lock_at_the_same_time() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let log = scratch.dir.path().join("holds.log");
     std::fs::write(&log, b"").unwrap();
     let database = scratch.database.to_str().unwrap();

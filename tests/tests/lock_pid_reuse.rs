@@ -10,7 +10,7 @@
 //! state `Z`. A fake process table then covers the remaining shapes exactly. Crafted rows in
 //! the `locks` table show the same judgements drive `try_acquire`.
 
-mod lock_support;
+mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -20,10 +20,11 @@ use durably_lock::{
     Acquire, DeathReason, HolderRecord, Judge, Judgement, ProcessIdentity, ProcessStat,
     ProcessTable, SystemClock, TakeOver, format_timestamp,
 };
-use lock_support::{
-    FakeProcesses, FakeStat, Scratch, immediate, insert_holder, own_identity, process_state,
-    reused_pid_holder, wait_until,
+use support::lock::{
+    FakeProcesses, FakeStat, immediate, insert_holder, own_identity, process_state,
+    reused_pid_holder,
 };
+use support::{Scratch, wait_until};
 use uuid::Uuid;
 
 /// A record for `holder` whose instance has no liveness file anywhere.
@@ -44,7 +45,7 @@ fn record(holder: &ProcessIdentity) -> HolderRecord {
 
 #[test]
 fn real_proc_tells_a_live_holder_from_a_reused_pid_and_another_boot() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
     let judge = locker.judge();
     let me = own_identity();
@@ -79,7 +80,7 @@ fn real_proc_tells_a_live_holder_from_a_reused_pid_and_another_boot() {
 
 #[test]
 fn a_real_zombie_is_dead() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
     // This test binary itself, listing its tests, exits at once; it is not waited for.
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -112,7 +113,7 @@ fn a_real_zombie_is_dead() {
 
 #[test]
 fn a_fake_process_table_decides_each_shape() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let own = own_identity();
     let processes = FakeProcesses::new(own.clone());
     let judge = Judge::new(
@@ -173,7 +174,7 @@ fn a_fake_process_table_decides_each_shape() {
 
 #[test]
 fn crafted_rows_drive_acquire_by_the_same_judgements() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
     let mut conn = scratch.conn();
     let me = own_identity();

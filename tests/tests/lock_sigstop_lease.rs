@@ -14,15 +14,14 @@
 // Helpers outside the #[test] functions fail the test by panicking, as the tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lock_support;
+mod support;
 
 use std::sync::Arc;
 
 use chrono::Utc;
 use durably_lock::{Acquire, DeathReason, Judgement, Locker, LockerConfig, read};
-use lock_support::{
-    Driven, Scratch, TestClock, immediate, process_state, spawn_holder, wait_until,
-};
+use support::lock::{TestClock, immediate, process_state, spawn_holder};
+use support::{Driven, Scratch, wait_until};
 
 const LEASE_MS: i64 = 60_000;
 
@@ -65,7 +64,7 @@ fn fenced_write_count(scratch: &Scratch, epoch: i64) -> i64 {
 
 #[test]
 fn a_stopped_holder_without_a_lease_is_never_taken_over() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let (mut child, _) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
     assert_eq!(child.expect("acquired"), ["1", "none"]);
@@ -98,7 +97,7 @@ fn a_stopped_holder_without_a_lease_is_never_taken_over() {
 
 #[test]
 fn an_expired_lease_is_taken_over_and_the_returning_holder_is_fenced_off() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     let lease = LEASE_MS.to_string();
     let (mut child, child_instance) =
         spawn_holder(&scratch.database, "resource", &["--lease-ms", &lease]);

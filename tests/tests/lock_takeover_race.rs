@@ -12,12 +12,13 @@
 // Helpers outside the #[test] functions fail the test by panicking, as the tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lock_support;
+mod support;
 
 use std::sync::{Arc, Barrier};
 
 use durably_lock::{Acquire, DeathReason, Judgement, Locker, read};
-use lock_support::{Driven, Scratch, immediate, insert_holder, reused_pid_holder, spawn_holder};
+use support::lock::{immediate, insert_holder, reused_pid_holder, spawn_holder};
+use support::{Driven, Scratch};
 use uuid::Uuid;
 
 const ROUNDS: usize = 100;
@@ -58,7 +59,7 @@ fn two_contenders<T: Send + 'static>(
 
 #[test]
 fn two_compare_and_swaps_on_one_dead_holder_have_one_winner() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     crafted_dead_rows(&scratch, "cas-", ROUNDS);
     let [first, second] = two_contenders(&scratch, |locker, conn, barrier, round| {
         let resource = format!("cas-{round}");
@@ -80,7 +81,7 @@ fn two_compare_and_swaps_on_one_dead_holder_have_one_winner() {
 
 #[test]
 fn two_acquires_on_one_dead_holder_have_one_winner() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     crafted_dead_rows(&scratch, "acquire-", ROUNDS);
     let [first, second] = two_contenders(&scratch, |locker, conn, barrier, round| {
         barrier.wait();
@@ -121,7 +122,7 @@ fn two_acquires_on_one_dead_holder_have_one_winner() {
 
 #[test]
 fn two_processes_acquiring_one_dead_holder_have_one_winner() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::with_lock_tables();
     crafted_dead_rows(&scratch, "process-", 5);
     for round in 0..5 {
         let resource = format!("process-{round}");

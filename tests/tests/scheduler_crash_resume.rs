@@ -10,31 +10,31 @@
 //! blocked fire is final and two later slots have completed. The effect ledger and the `fires`
 //! and `events` tables are then checked.
 
-mod scheduler_support;
+mod support;
 
-use scheduler_support::{Scratch, kill, stop, wait_for};
+use support::{Scratch, wait_until};
 
 /// Runs the kill-and-restart scenario; returns the scratch and the blocked slot.
 fn killed_mid_body(policy: &str) -> (Scratch, i64) {
     let scratch = Scratch::new();
-    let worker = scratch.worker(200, policy, true, "skip");
-    wait_for("the body to block", || !scratch.blocked().is_empty());
-    kill(worker);
+    let mut worker = scratch.worker(200, policy, true, "skip");
+    wait_until("the body to block", || !scratch.blocked().is_empty());
+    worker.kill();
     let blocked = scratch.blocked()[0];
     let restarted = scratch.worker(200, policy, false, "skip");
     let state_of_blocked = |scratch: &Scratch| -> String {
         scratch.query("SELECT state FROM fires WHERE slot_ms = ?1", [blocked])
     };
-    wait_for("the blocked fire to be resolved", || {
+    wait_until("the blocked fire to be resolved", || {
         matches!(state_of_blocked(&scratch).as_str(), "completed" | "skipped")
     });
-    wait_for("two later slots", || {
+    wait_until("two later slots", || {
         scratch.query::<i64>(
             "SELECT count(*) FROM fires WHERE state = 'completed' AND slot_ms > ?1",
             [blocked],
         ) >= 2
     });
-    stop(restarted);
+    restarted.finish();
     // Every slot other than the blocked one ran exactly once.
     for (slot, calls) in scratch.effects_by_slot() {
         if slot != blocked {

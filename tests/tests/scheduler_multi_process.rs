@@ -9,26 +9,26 @@
 //! appear exactly once (the slots are contiguous on the 100 ms grid), and the `fires` ledger in
 //! the database must agree: one completed fire per slot, none unfinished.
 
-mod scheduler_support;
+mod support;
 
 use std::collections::BTreeSet;
 
-use scheduler_support::{Scratch, stop, wait_for};
+use support::{Scratch, wait_until};
 
 #[test]
 fn three_processes_fire_every_slot_exactly_once() {
     let scratch = Scratch::new();
     // Create the file first so the three do not race to migrate a file that does not exist.
-    drop(durably_journal::Journal::open(scratch.database()).unwrap());
+    drop(durably_journal::Journal::open(&scratch.database).unwrap());
     let workers: Vec<_> = (0..3)
         .map(|_| scratch.worker(100, "skip", false, "allow"))
         .collect();
-    wait_for("three seconds of slots", || scratch.effects().len() >= 30);
+    wait_until("three seconds of slots", || scratch.effects().len() >= 30);
     for worker in workers {
-        stop(worker);
+        worker.finish();
     }
 
-    let conn = rusqlite::Connection::open(scratch.database()).unwrap();
+    let conn = rusqlite::Connection::open(&scratch.database).unwrap();
     let mut statement = conn
         .prepare("SELECT slot_ms, state, reason FROM fires WHERE state <> 'completed'")
         .unwrap();

@@ -15,19 +15,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use chrono::{TimeDelta, Utc};
-use durably_journal::{Error, Journal, Opened, Policy, StepError};
+use durably_journal::{Error, Execution, Journal, Opened, Policy, StepError};
 use support::{ManualClock, Scratch, integrity, start};
 use uuid::Uuid;
+
+/// How long journal A's lease lasts: an hour of B's clock is far past it.
+const LEASE_MS: u64 = 60_000;
+
+/// Journal A on the scratch file, with an opt-in lease, holding a new execution: returns the
+/// journal, the execution's id and A's handle to it.
+async fn leased_holder(scratch: &Scratch) -> (Journal, Uuid, Execution) {
+    let a = Journal::builder(&scratch.path)
+        .lease_ms(LEASE_MS)
+        .open()
+        .unwrap();
+    let id = Uuid::new_v4();
+    let old = start(&a, id).await;
+    (a, id, old)
+}
 
 #[tokio::test]
 async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing() {
     let scratch = Scratch::new();
-    let a = Journal::builder(&scratch.path)
-        .lease_ms(60_000)
-        .open()
-        .unwrap();
-    let id = Uuid::new_v4();
-    let mut old = start(&a, id).await;
+    let (a, id, mut old) = leased_holder(&scratch).await;
     let _: u32 = old
         .pure("before takeover", || async { Ok(1) })
         .await
@@ -106,12 +116,7 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
 #[tokio::test]
 async fn a_pure_step_after_a_takeover_is_not_recorded() {
     let scratch = Scratch::new();
-    let a = Journal::builder(&scratch.path)
-        .lease_ms(60_000)
-        .open()
-        .unwrap();
-    let id = Uuid::new_v4();
-    let mut old = start(&a, id).await;
+    let (_a, id, mut old) = leased_holder(&scratch).await;
 
     let later: Arc<ManualClock> = ManualClock::at(Utc::now() + TimeDelta::hours(1));
     let b = Journal::builder(&scratch.path).clock(later).open().unwrap();

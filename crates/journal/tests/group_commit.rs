@@ -240,7 +240,10 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
     while submitted.load(Ordering::SeqCst) < GOOD + 3
         || journal.writer_stats().queued < (GOOD + 3) as u64
     {
-        assert!(std::time::Instant::now() < deadline, "requests never queued");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "requests never queued"
+        );
         tokio::task::yield_now().await;
     }
     gate.open().await;

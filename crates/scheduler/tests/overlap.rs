@@ -17,6 +17,7 @@ use std::time::Duration;
 use durably_scheduler::{FireOutcome, FireState, Job, JobId, Overlap, Scheduler, StepError};
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, slot};
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 /// A job whose body at slot T0 blocks until `release`; other slots return at once.
 fn blocking_job(overlap: Overlap, calls: &Calls, release: &Arc<Notify>) -> Job {
@@ -54,14 +55,21 @@ async fn wait_running(scheduler: &Scheduler, job: &JobId) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
+/// The task running the fire of slot T0.
+type FirstFire = JoinHandle<durably_scheduler::Result<FireOutcome>>;
+
+/// Registers the blocking job under `overlap` on a scheduler of its own and fires its slot T0 in
+/// a task; returns once that fire is running, with the scheduler, the job's id, its calls, the
+/// `Notify` that releases the fire, and the task.
+async fn fire_first_slot(
+    scratch: &Scratch,
+    clock: &Arc<ManualClock>,
+    overlap: Overlap,
+) -> (Scheduler, JobId, Calls, Arc<Notify>, FirstFire) {
     let (calls, release) = (Calls::default(), Arc::new(Notify::new()));
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(clock);
     let _ = scheduler
-        .register(blocking_job(Overlap::Skip, &calls, &release))
+        .register(blocking_job(overlap, &calls, &release))
         .await
         .unwrap();
     let job = JobId::new("long").unwrap();
@@ -70,6 +78,15 @@ async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
         async move { scheduler.fire(&job, slot(T0_MS)).await }
     });
     wait_running(&scheduler, &job).await;
+    (scheduler, job, calls, release, first)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let (scheduler, job, calls, release, first) =
+        fire_first_slot(&scratch, &clock, Overlap::Skip).await;
 
     // Explicit fire of the next slot.
     let next = slot(T0_MS + MINUTE_MS);
@@ -110,18 +127,8 @@ async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
 async fn allow_runs_the_next_slot_alongside() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
-    let (calls, release) = (Calls::default(), Arc::new(Notify::new()));
-    let scheduler = scratch.scheduler(&clock);
-    let _ = scheduler
-        .register(blocking_job(Overlap::Allow, &calls, &release))
-        .await
-        .unwrap();
-    let job = JobId::new("long").unwrap();
-    let first = tokio::spawn({
-        let (scheduler, job) = (scheduler.clone(), job.clone());
-        async move { scheduler.fire(&job, slot(T0_MS)).await }
-    });
-    wait_running(&scheduler, &job).await;
+    let (scheduler, job, calls, release, first) =
+        fire_first_slot(&scratch, &clock, Overlap::Allow).await;
     let next = scheduler.fire(&job, slot(T0_MS + MINUTE_MS)).await.unwrap();
     assert!(matches!(next, FireOutcome::Ran { .. }), "{next:?}");
     release.notify_one();

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use durably_lock::{Acquire, Error, LivenessDir, Locker, LockerConfig};
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
 type Outcome = Result<(), Box<dyn std::error::Error>>;
 
@@ -42,7 +42,11 @@ fn main() -> Outcome {
         let answer = match (words.next(), words.next().map(str::parse::<u64>)) {
             (Some("acquire"), None) => acquire(&locker, &mut conn, resource)?,
             (Some("fence"), Some(Ok(epoch))) => fenced_write(&locker, &mut conn, resource, epoch)?,
-            (Some("release"), Some(Ok(epoch))) => release(&locker, &mut conn, resource, epoch)?,
+            (Some("release"), Some(Ok(epoch))) => {
+                under_epoch(&mut conn, format!("released {epoch}"), |transaction| {
+                    locker.release(transaction, resource, epoch)
+                })?
+            }
             (Some("exit"), None) => break,
             _ => return Err(format!("unknown command {line:?}").into()),
         };
@@ -77,33 +81,30 @@ fn fenced_write(
     resource: &str,
     epoch: u64,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    match locker.fence(&transaction, resource, epoch) {
-        Ok(()) => {}
-        // Dropping the transaction rolls it back: nothing is written under a stale epoch.
-        Err(error @ Error::LockLost { .. }) => return Ok(format!("lost {error}")),
-        Err(error) => return Err(error.into()),
-    }
-    transaction.execute(
-        "INSERT INTO fenced_writes (resource, epoch, pid) VALUES (?1, ?2, ?3)",
-        params![resource, epoch as i64, std::process::id()],
-    )?;
-    transaction.commit()?;
-    Ok(format!("fenced {epoch}"))
+    under_epoch(conn, format!("fenced {epoch}"), |transaction| {
+        locker.fence(transaction, resource, epoch)?;
+        transaction.execute(
+            "INSERT INTO fenced_writes (resource, epoch, pid) VALUES (?1, ?2, ?3)",
+            params![resource, epoch as i64, std::process::id()],
+        )?;
+        Ok(())
+    })
 }
 
-fn release(
-    locker: &Locker,
+/// Runs `work` in its own `BEGIN IMMEDIATE` transaction and commits it, answering `done`. A lost
+/// lock is an answer, `lost <error>`, not a failure: dropping the transaction rolls it back, so
+/// nothing is written under a stale epoch.
+fn under_epoch(
     conn: &mut Connection,
-    resource: &str,
-    epoch: u64,
+    done: String,
+    work: impl FnOnce(&Transaction<'_>) -> durably_lock::Result<()>,
 ) -> Result<String, Box<dyn std::error::Error>> {
     let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    match locker.release(&transaction, resource, epoch) {
+    match work(&transaction) {
         Ok(()) => {}
         Err(error @ Error::LockLost { .. }) => return Ok(format!("lost {error}")),
         Err(error) => return Err(error.into()),
     }
     transaction.commit()?;
-    Ok(format!("released {epoch}"))
+    Ok(done)
 }
