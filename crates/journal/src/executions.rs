@@ -42,6 +42,12 @@ pub struct Finished {
     pub error: Option<String>,
 }
 
+/// What an operator saw of a step in the ambiguous window ([`Journal::seen_intent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenIntent {
+    resolutions: u64,
+}
+
 /// An operator's answer for a step stuck in the ambiguous window.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {
@@ -302,6 +308,55 @@ impl Journal {
     /// [`Error::Locked`] while a live process holds the execution, [`Error::Refused`] when the
     /// step is not ambiguous, [`Error::NotFound`], [`Error::PayloadTooLarge`].
     pub async fn resolve(&self, id: Uuid, seq: u32, resolution: Resolution) -> Result<()> {
+        self.resolve_expecting(id, seq, None, resolution).await
+    }
+
+    /// What is known now of step `seq` if it is in the ambiguous window: pass it to
+    /// [`Journal::resolve_seen`] after checking the outside world, so the answer applies only to
+    /// the intent that was checked. `None` when the step is not ambiguous.
+    ///
+    /// # Errors
+    /// A storage error.
+    pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
+        self.read(|conn| {
+            let resource = id.to_string();
+            let state: Option<String> = conn
+                .prepare_cached("SELECT state FROM steps WHERE execution_id = ?1 AND seq = ?2")?
+                .query_row(params![resource, seq], |row| row.get(0))
+                .optional()?;
+            if state.as_deref() != Some("intent") {
+                return Ok(None);
+            }
+            Ok(Some(SeenIntent {
+                resolutions: resolutions_of(conn, &resource, seq)?,
+            }))
+        })
+    }
+
+    /// As [`Journal::resolve`], but refused when the step changed since `seen` was taken: another
+    /// operator resolved it meanwhile (and it may have run again), so the outside world that was
+    /// checked no longer describes this intent.
+    ///
+    /// # Errors
+    /// As [`Journal::resolve`]; [`Error::Refused`] when the step changed.
+    pub async fn resolve_seen(
+        &self,
+        id: Uuid,
+        seq: u32,
+        seen: SeenIntent,
+        resolution: Resolution,
+    ) -> Result<()> {
+        self.resolve_expecting(id, seq, Some(seen), resolution)
+            .await
+    }
+
+    async fn resolve_expecting(
+        &self,
+        id: Uuid,
+        seq: u32,
+        seen: Option<SeenIntent>,
+        resolution: Resolution,
+    ) -> Result<()> {
         let value = match &resolution {
             Resolution::Completed(value) => Some(payload::encode(
                 value,
@@ -316,11 +371,31 @@ impl Journal {
             .writer
             .write(move |conn| {
                 with_operator_lock(conn, &locker, &handles, id, &now, |resource| {
+                    if let Some(seen) = seen
+                        && resolutions_of(conn, resource, seq)? != seen.resolutions
+                    {
+                        return Err(Error::Refused(format!(
+                            "step {seq} of execution {resource} was resolved by someone else since \
+                             it was looked at, and may have run again; look at it again"
+                        )));
+                    }
                     resolve_step(conn, resource, seq, value.as_deref(), &now)
                 })
             })
             .await
     }
+}
+
+/// How many times operators have resolved step `seq`: every resolution starts a new intent, so
+/// this count tells one intent of a step from the next.
+fn resolutions_of(conn: &Connection, resource: &str, seq: u32) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM events
+             WHERE execution_id = ?1 AND seq = ?2 AND kind = 'operator_resolved'",
+        )?
+        .query_row(params![resource, seq], |row| row.get(0))?;
+    Ok(count.max(0) as u64)
 }
 
 fn resolve_step(

@@ -65,7 +65,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
-pub use executions::{Finished, Opened, Resolution};
+pub use executions::{Finished, Opened, Resolution, SeenIntent};
 pub use journal::Journal;
 pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};
 pub use step::{Effect, Guarded, IdempotencyKey, Policy, Probe, ProbeFuture, Skipped, StepError};

@@ -312,3 +312,34 @@ async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
             .any(|event| event.kind == "ambiguity_failed" && event.detail.contains("re-run limit"))
     );
 }
+
+#[tokio::test]
+async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_the_step_reran() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    ambiguous_step(&journal, id).await;
+    barrier(&journal).await;
+    // Operator one looks at the intent (and would check the outside world)...
+    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    // ...meanwhile operator two answers "not done", and the step runs again and crashes again.
+    journal
+        .resolve(id, 0, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap();
+    barrier(&journal).await;
+    ambiguous_step(&journal, id).await;
+    barrier(&journal).await;
+    // Operator one's answer was about the old intent: it must not apply to the new one.
+    let error = journal
+        .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Refused(_)), "{error:?}");
+    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    let fresh = journal.seen_intent(id, 0).unwrap().expect("still ambiguous");
+    journal
+        .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap();
+}

@@ -294,12 +294,22 @@ impl Workload {
         let Some(_operator) = OperatorLock::acquire(&self.dir)? else {
             return Ok(false);
         };
+        // Look at the intent before the outside world, and answer only for that intent: the
+        // step may be resolved by another operator and run again while this one decides
+        // (a race the torture run found, when the answer was applied to the newer intent).
+        let Some(seen) = self.journal.seen_intent(execution_id, seq)? else {
+            return Ok(true);
+        };
         let found = ledger_value(&self.dir.join(LEDGER_FILE), key)?;
         let (resolution, word) = match &found {
             Some(value) => (Resolution::Completed(json!(value)), "completed"),
             None => (Resolution::NotDone, "not-done"),
         };
-        match self.journal.resolve(execution_id, seq, resolution).await {
+        match self
+            .journal
+            .resolve_seen(execution_id, seq, seen, resolution)
+            .await
+        {
             Ok(()) => {
                 let id = execution_id.to_string();
                 let value = found.as_deref().unwrap_or("-");
