@@ -337,7 +337,10 @@ async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_th
         .unwrap_err();
     assert!(matches!(error, Error::Refused(_)), "{error:?}");
     assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
-    let fresh = journal.seen_intent(id, 0).unwrap().expect("still ambiguous");
+    let fresh = journal
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("still ambiguous");
     journal
         .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
         .await
