@@ -25,34 +25,16 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let path = dir.join("journal.db");
     // Create the schema once, before the workers race to open the file.
     drop(context.journal(&path)?);
-    let program = std::env::current_exe()
-        .map_err(|source| BenchError::io("find the benchmark binary", "current_exe", source))?;
-    let start_at_ms = unix_millis() + START_DELAY_MS;
-    let durability = context.durability.as_str();
-    let mut children = Vec::new();
-    for _ in 0..context.processes {
-        let child = Command::new(&program)
-            .args(["--durability", durability, "multiprocess-worker", "--db"])
-            .arg(&path)
-            .args(["--millis", &context.run_time.as_millis().to_string()])
-            .args(["--start-at-ms", &start_at_ms.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|source| BenchError::io("start a worker", &program, source))?;
-        children.push(tokio::task::spawn_blocking(move || {
-            child.wait_with_output()
-        }));
-    }
+    let reports = run_workers(
+        context,
+        "multiprocess-worker",
+        &path,
+        context.run_time,
+        context.processes,
+    )
+    .await?;
     let mut outcome = Outcome::default();
-    for child in children {
-        let output = child
-            .await?
-            .map_err(|source| BenchError::io("wait for a worker", &program, source))?;
-        if !output.status.success() {
-            return Err(BenchError::Worker(format!("exited with {}", output.status)));
-        }
-        let report = WorkerReport::parse(&String::from_utf8_lossy(&output.stdout))?;
+    for report in reports {
         outcome.ops += report.steps;
         outcome.elapsed = outcome.elapsed.max(report.elapsed);
         outcome.latencies.merge(&report.latencies);
@@ -64,6 +46,54 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         context.processes
     ));
     Ok(outcome)
+}
+
+/// Re-executes this binary `count` times with the hidden `subcommand` on the journal at `path`,
+/// all starting together after [`START_DELAY_MS`] and writing for `run_time`, and returns what
+/// each printed.
+pub async fn run_workers(
+    context: &Context,
+    subcommand: &str,
+    path: &Path,
+    run_time: Duration,
+    count: u32,
+) -> Result<Vec<WorkerReport>> {
+    let program = std::env::current_exe()
+        .map_err(|source| BenchError::io("find the benchmark binary", "current_exe", source))?;
+    let start_at_ms = unix_millis() + START_DELAY_MS;
+    let mut children = Vec::new();
+    for _ in 0..count {
+        let child = Command::new(&program)
+            .args([
+                "--durability",
+                context.durability.as_str(),
+                subcommand,
+                "--db",
+            ])
+            .arg(path)
+            .args(["--millis", &run_time.as_millis().to_string()])
+            .args(["--start-at-ms", &start_at_ms.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| BenchError::io("start a worker", &program, source))?;
+        children.push(tokio::task::spawn_blocking(move || {
+            child.wait_with_output()
+        }));
+    }
+    let mut reports = Vec::with_capacity(children.len());
+    for child in children {
+        let output = child
+            .await?
+            .map_err(|source| BenchError::io("wait for a worker", &program, source))?;
+        if !output.status.success() {
+            return Err(BenchError::Worker(format!("exited with {}", output.status)));
+        }
+        reports.push(WorkerReport::parse(&String::from_utf8_lossy(
+            &output.stdout,
+        ))?);
+    }
+    Ok(reports)
 }
 
 /// What one worker printed.

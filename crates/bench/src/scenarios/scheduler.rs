@@ -5,7 +5,6 @@
 //! scenario checks that the fires that ran add up to the slots covered, once each.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use durably_journal::Journal;
@@ -16,7 +15,7 @@ use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::report::Outcome;
 use crate::rss;
-use crate::scenarios::multiprocess::{START_DELAY_MS, WorkerReport, unix_millis};
+use crate::scenarios::multiprocess::{run_workers, unix_millis};
 use crate::stats::Samples;
 
 /// The benchmark job's id.
@@ -88,38 +87,9 @@ async fn fire_for(journal: &Journal, run_time: Duration) -> Result<(Samples, u64
 /// exactly-once check.
 async fn two_processes(context: &Context, path: &Path, run_time: Duration) -> Result<String> {
     drop(context.journal(path)?);
-    let program = std::env::current_exe()
-        .map_err(|source| BenchError::io("find the benchmark binary", "current_exe", source))?;
-    let start_at_ms = unix_millis() + START_DELAY_MS;
-    let mut children = Vec::new();
-    for _ in 0..2 {
-        let child = Command::new(&program)
-            .args([
-                "--durability",
-                context.durability.as_str(),
-                "scheduler-worker",
-                "--db",
-            ])
-            .arg(path)
-            .args(["--millis", &run_time.as_millis().to_string()])
-            .args(["--start-at-ms", &start_at_ms.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|source| BenchError::io("start a worker", &program, source))?;
-        children.push(tokio::task::spawn_blocking(move || {
-            child.wait_with_output()
-        }));
-    }
+    let reports = run_workers(context, "scheduler-worker", path, run_time, 2).await?;
     let (mut ran, mut elapsed, mut latencies) = (0, Duration::ZERO, Samples::default());
-    for child in children {
-        let output = child
-            .await?
-            .map_err(|source| BenchError::io("wait for a worker", &program, source))?;
-        if !output.status.success() {
-            return Err(BenchError::Worker(format!("exited with {}", output.status)));
-        }
-        let report = WorkerReport::parse(&String::from_utf8_lossy(&output.stdout))?;
+    for report in reports {
         ran += report.steps;
         elapsed = elapsed.max(report.elapsed);
         latencies.merge(&report.latencies);
