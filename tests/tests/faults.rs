@@ -300,6 +300,23 @@ fn a_read_only_file_is_read_only_and_loses_nothing() {
     }
 }
 
+/// Spawns `command`, whose program may be a file this process has just written. Another test
+/// thread that forks at that moment holds the copy's write descriptor until its child execs,
+/// and the kernel refuses to run a file open for writing (`ETXTBSY`): a known Linux race, so
+/// the spawn is tried again, a bounded number of times.
+fn spawn_fresh_copy(command: &mut Command) -> std::process::Child {
+    const SPAWN_TRIES_MAX: u32 = 100;
+    for _ in 1..SPAWN_TRIES_MAX {
+        match command.spawn() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            spawned => return spawned.unwrap(),
+        }
+    }
+    command.spawn().unwrap()
+}
+
 /// In another process, for a user the permission bits really stop: a `journal_worker` child
 /// opens a `0444` file; when the tests run as root, the child runs as `nobody`.
 #[test]
@@ -330,7 +347,7 @@ fn a_read_only_file_for_another_user_is_read_only_and_loses_nothing() {
         // std drops root's supplementary groups when it switches the uid.
         command.uid(NOBODY).gid(NOBODY);
     }
-    let answer = finish(command.spawn().unwrap()).answer().clone();
+    let answer = finish(spawn_fresh_copy(&mut command)).answer().clone();
     assert_eq!(
         (answer["outcome"].as_str(), answer["kind"].as_str()),
         (Some("error"), Some("read_only")),
