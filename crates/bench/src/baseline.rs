@@ -17,6 +17,11 @@ use crate::stats::Samples;
 pub struct Baseline {
     /// Committed transactions per second.
     pub commits_per_s: f64,
+    /// The 99th percentile of one commit, in microseconds.
+    pub commit_p99_us: f64,
+    /// The longest single commit, in microseconds: this disk's fsync tail right now, which
+    /// bounds from below the worst latency any scenario can show.
+    pub commit_max_us: f64,
 }
 
 /// Opens a connection with the journal's write pragmas.
@@ -57,6 +62,8 @@ pub fn measure(dir: &Path, durability: Durability, duration: Duration) -> Result
     let elapsed = start.elapsed().as_secs_f64();
     Ok(Baseline {
         commits_per_s: commits as f64 / elapsed,
+        commit_p99_us: samples.quantile_us(0.99),
+        commit_max_us: samples.max_us(),
     })
 }
 

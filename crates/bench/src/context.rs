@@ -115,10 +115,17 @@ impl Context {
         let before =
             baseline::measure_async(scratch.path(), self.durability, self.baseline_time).await?;
         rss::reset_peak();
-        let outcome = self.dispatch(name, scratch.path()).await?;
+        let mut outcome = self.dispatch(name, scratch.path()).await?;
         let peak_rss_kib = rss::peak_kib();
         let after =
             baseline::measure_async(scratch.path(), self.durability, self.baseline_time).await?;
+        outcome.notes.push(format!(
+            "baseline commits: p99 {:.0} / {:.0} µs, longest {:.1} / {:.1} ms (before / after)",
+            before.commit_p99_us,
+            after.commit_p99_us,
+            before.commit_max_us / 1000.0,
+            after.commit_max_us / 1000.0
+        ));
         Row {
             scenario: name.as_str(),
             baseline_commits_per_s: f64::midpoint(before.commits_per_s, after.commits_per_s),

@@ -55,6 +55,12 @@ impl Samples {
         self.nanos.iter().copied().max().unwrap_or(0) as f64 / 1_000.0
     }
 
+    /// How many samples are longer than `limit`.
+    pub fn count_over(&self, limit: Duration) -> usize {
+        let limit = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.iter().filter(|&&nanos| nanos > limit).count()
+    }
+
     /// The samples in whole microseconds, for a worker to print to its parent.
     pub fn to_micros_line(&self) -> String {
         let mut line = String::with_capacity(self.nanos.len() * 6);

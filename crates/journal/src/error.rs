@@ -212,6 +212,13 @@ pub enum Error {
     /// The writer thread has stopped (the journal is closing or the writer failed).
     #[error("the journal writer has stopped; reopen the journal")]
     WriterStopped,
+    /// A long read run on a blocking thread did not return (the runtime is shutting down, or
+    /// the read panicked). Nothing was written.
+    #[error("a read of the journal did not finish ({reason}); nothing was written, retry it")]
+    ReadFailed {
+        /// Why the blocking thread did not return an answer.
+        reason: String,
+    },
     /// A file-system operation on the database's directory failed.
     #[error("cannot {action} {path}: {source}")]
     Io {

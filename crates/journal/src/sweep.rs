@@ -124,11 +124,19 @@ impl Journal {
                     chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX),
                 )
                 .map_or_else(|| "0000".to_owned(), format_timestamp);
-            let due = self.read(|conn| count_due(conn, statuses, &cutoff))?;
             let deleted = if options.dry_run {
-                due
+                // A count over every due execution takes a second on a journal of millions:
+                // on a blocking thread, so the caller's async worker keeps running its tasks.
+                let journal = self.clone();
+                tokio::task::spawn_blocking(move || {
+                    journal.read(|conn| count_due(conn, statuses, &cutoff))
+                })
+                .await
+                .map_err(|error| Error::ReadFailed {
+                    reason: error.to_string(),
+                })??
             } else {
-                self.delete_in_batches(statuses, &cutoff, due, options, &mut report, &mut progress)
+                self.delete_in_batches(statuses, &cutoff, options, &mut report, &mut progress)
                     .await?
             };
             if statuses.0 == "completed" {
@@ -154,26 +162,17 @@ impl Journal {
         &self,
         statuses: (&'static str, &'static str),
         cutoff: &str,
-        due: u64,
         options: GcOptions,
         report: &mut GcReport,
         progress: &mut impl FnMut(&GcReport),
     ) -> Result<u64> {
         let batch = options.batch_executions_max.max(1);
-        // Bounded: every pass deletes at least one execution or one chunk of a huge one's
-        // children, so the passes needed are at most the executions due plus the chunks of all
-        // child rows, plus one pass that finds nothing left.
-        let children = self.read(|conn| {
-            let rows: i64 = conn
-                .prepare_cached(
-                    "SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM events)",
-                )?
-                .query_row([], |row| row.get(0))?;
-            Ok(rows.max(0) as u64)
-        })?;
-        let passes = due + children / GC_BATCH_ROWS_MAX + 1;
         let mut deleted = 0;
-        for _ in 0..passes {
+        // Ends: every pass deletes at least one execution or one chunk of a huge one's
+        // children, or finds nothing and stops. No count bounds it up front: counting every
+        // due execution and child row took a second on a journal of millions, and the read
+        // stalled the caller's async worker (and every task queued on it) meanwhile.
+        loop {
             let cutoff = cutoff.to_owned();
             let batch_deleted = self
                 .write(move |conn| delete_batch(conn, statuses, &cutoff, batch))

@@ -27,6 +27,9 @@ use crate::stats::Samples;
 /// Executions inserted per pre-fill transaction.
 const PREFILL_BATCH_EXECUTIONS: u64 = 50_000;
 
+/// The issue's bound on the writer's longest stall during the retention sweep.
+const STALL_TARGET: Duration = Duration::from_millis(50);
+
 /// Latencies of one open / step / finalize cycle each.
 #[derive(Debug, Default)]
 struct Cycle {
@@ -233,11 +236,14 @@ async fn sweep_while_writing(journal: &Journal, writer_id: Uuid) -> Result<Vec<S
             batch_times.max_us() / 1000.0
         ),
         format!(
-            "writer during the sweep: {} steps, p50 {:.0} µs, p99 {:.0} µs, longest stall {:.1} ms",
+            "writer during the sweep: {} steps, p50 {:.0} µs, p99 {:.0} µs, longest stall {:.1} \
+             ms; {} steps waited over {} ms",
             writes.len(),
             writes.quantile_us(0.5),
             writes.quantile_us(0.99),
-            writes.max_us() / 1000.0
+            writes.max_us() / 1000.0,
+            writes.count_over(STALL_TARGET),
+            STALL_TARGET.as_millis()
         ),
         format!(
             "RSS during the sweep: {:.1} MiB at start, {:.1} MiB at most",
