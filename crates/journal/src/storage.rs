@@ -21,6 +21,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../schema/0003_scheduler.sql"),
     ),
     ("0004_views", include_str!("../../../schema/0004_views.sql")),
+    // Rebuilding `steps` drops the views that read it; they are created again as 0004 made them.
+    (
+        "0005_steps_in_commit_order",
+        concat!(
+            include_str!("../../../schema/0005_steps_in_commit_order.sql"),
+            include_str!("../../../schema/0004_views.sql")
+        ),
+    ),
 ];
 
 /// The schema version this build writes and understands.
