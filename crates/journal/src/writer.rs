@@ -239,7 +239,7 @@ fn commit_batch(
     counters: &Counters,
     busy_timeout_ms: u64,
 ) {
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(error) = cached(conn, "BEGIN IMMEDIATE") {
         fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
         return;
     }
@@ -260,7 +260,7 @@ fn commit_batch(
             return;
         }
     }
-    if let Err(error) = conn.execute_batch("COMMIT") {
+    if let Err(error) = cached(conn, "COMMIT") {
         // A failed COMMIT may leave the transaction open; roll it back so the next batch starts
         // clean. Its own failure is moot: the batch is reported failed either way.
         let _ = conn.execute_batch("ROLLBACK");
@@ -295,7 +295,8 @@ fn run_in_savepoint(conn: &Connection, job: &mut dyn Job) -> bool {
 }
 
 /// Runs one statement through the connection's statement cache. The savepoint statements run
-/// twice per request; parsing them each time was a measurable share of the writer's time.
+/// twice per request and BEGIN and COMMIT once per batch; parsing them each time was a
+/// measurable share of the writer's time.
 fn cached(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
     conn.prepare_cached(sql)?.execute([])
 }
