@@ -755,6 +755,20 @@ impl Execution {
     /// # Errors
     /// [`Error::LockLost`], [`Error::PayloadTooLarge`], or a storage error.
     pub async fn complete(self, output: &impl Serialize) -> Result<()> {
+        self.complete_with(output, |_| Ok(())).await
+    }
+
+    /// As [`Execution::complete`], and runs `also` in the same transaction: the program's own
+    /// rows in the journal's database (a scheduler's ledger, an outbox) commit together with
+    /// the execution's end, or not at all.
+    ///
+    /// # Errors
+    /// As [`Execution::complete`], or `also`'s own error, in which case nothing was written and
+    /// the execution is still running (reopen it to finish it).
+    pub async fn complete_with<F>(self, output: &impl Serialize, also: F) -> Result<()>
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
         let output = payload::encode(
             output,
             "the execution output",
@@ -770,7 +784,7 @@ impl Execution {
                 seq,
             });
         }
-        self.finalize(Status::Completed, output).await
+        self.finalize(Status::Completed, output, also).await
     }
 
     /// Finalizes the execution as failed with `error`, and releases its lock, in one transaction.
@@ -778,15 +792,30 @@ impl Execution {
     /// # Errors
     /// As [`Execution::complete`].
     pub async fn fail(self, error: &impl Serialize) -> Result<()> {
+        self.fail_with(error, |_| Ok(())).await
+    }
+
+    /// As [`Execution::fail`], and runs `also` in the same transaction (see
+    /// [`Execution::complete_with`]).
+    ///
+    /// # Errors
+    /// As [`Execution::complete_with`].
+    pub async fn fail_with<F>(self, error: &impl Serialize, also: F) -> Result<()>
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
         let error = payload::encode(
             error,
             "the execution error",
             self.journal.payload_bytes_max(),
         )?;
-        self.finalize(Status::Failed, error).await
+        self.finalize(Status::Failed, error, also).await
     }
 
-    async fn finalize(mut self, status: Status, payload: String) -> Result<()> {
+    async fn finalize<F>(mut self, status: Status, payload: String, also: F) -> Result<()>
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
         let locker = Arc::clone(&self.journal.inner.locker);
         let epoch = self.epoch;
         self.write_fenced(move |conn, resource, now| {
@@ -804,6 +833,7 @@ impl Execution {
                  WHERE execution_id = ?1"
             ))?
             .execute(params![resource, status.as_str(), payload, now])?;
+            also(conn)?;
             locker.release(conn, resource, epoch)?;
             Ok(())
         })

@@ -407,3 +407,46 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
     );
     assert_eq!(always.load(Ordering::SeqCst), 3);
 }
+
+/// `complete_with` commits the program's own rows with the execution's end, and an error in
+/// them writes nothing: the execution stays running and can be reopened and finished.
+#[tokio::test]
+async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    journal
+        .write(|conn| {
+            conn.execute_batch("CREATE TABLE outbox (message TEXT NOT NULL) STRICT")?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let id = Uuid::now_v7();
+    let execution = start(&journal, id).await;
+    let refused = execution
+        .complete_with(&"done", |conn| {
+            conn.execute("INSERT INTO outbox (message) VALUES ('sent')", [])?;
+            Err(Error::Refused("the outbox said no".to_owned()))
+        })
+        .await;
+    assert!(matches!(refused, Err(Error::Refused(_))), "{refused:?}");
+    barrier(&journal).await;
+    let outbox_rows = || -> i64 {
+        journal
+            .read(|conn| Ok(conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?))
+            .unwrap()
+    };
+    assert_eq!(outbox_rows(), 0, "the failed end wrote nothing");
+    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+
+    let execution = start(&journal, id).await;
+    execution
+        .complete_with(&"done", |conn| {
+            conn.execute("INSERT INTO outbox (message) VALUES ('sent')", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outbox_rows(), 1);
+    assert_eq!(journal.get(id).unwrap().unwrap().status, "completed");
+}

@@ -9,8 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use durably_journal::{Error as JournalError, Guarded, Journal, Opened, Status, StepError};
+use durably_journal::{
+    Error as JournalError, Guarded, Journal, Opened, Result as JournalResult, Status, StepError,
+};
 use durably_lock::{Clock, format_timestamp};
+use rusqlite::Connection;
 use serde_json::json;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -475,8 +478,11 @@ impl Scheduler {
                 Ok(Guarded::Done(output)) => {
                     let record =
                         json!({ "fire": "completed", "attempts": attempt, "output": output });
-                    execution.complete(&record).await?;
-                    self.finish_ledger(job, slot, FireState::Completed, None)
+                    execution
+                        .complete_with(
+                            &record,
+                            self.ledger_finish(job, slot, FireState::Completed, None),
+                        )
                         .await?;
                     return Ok(FireOutcome::Ran {
                         execution_id,
@@ -492,10 +498,10 @@ impl Scheduler {
                          again (idempotency key {})",
                         skipped.idempotency_key
                     );
+                    let finish =
+                        self.ledger_finish(job, slot, FireState::Skipped, Some(reason.clone()));
                     execution
-                        .complete(&json!({ "fire": "skipped", "reason": reason }))
-                        .await?;
-                    self.finish_ledger(job, slot, FireState::Skipped, Some(reason.clone()))
+                        .complete_with(&json!({ "fire": "skipped", "reason": reason }), finish)
                         .await?;
                     return Ok(FireOutcome::Skipped {
                         execution_id,
@@ -523,12 +529,15 @@ impl Scheduler {
         }
         let attempts = job.attempts_max;
         let record = json!({ "fire": "failed", "attempts": attempts, "error": last_error });
-        execution.fail(&record).await?;
         let reason = format!(
             "{attempts} attempts failed; the last: {}",
             last_error.message
         );
-        self.finish_ledger(job, slot, FireState::Failed, Some(reason))
+        execution
+            .fail_with(
+                &record,
+                self.ledger_finish(job, slot, FireState::Failed, Some(reason)),
+            )
             .await?;
         Ok(FireOutcome::Failed {
             execution_id,
@@ -560,14 +569,25 @@ impl Scheduler {
         state: FireState,
         reason: Option<String>,
     ) -> Result<()> {
-        let (id, now) = (job.id.to_string(), self.now_text());
         self.inner
             .journal
-            .write(move |conn| {
-                ledger::mark_finished(conn, &id, slot, state, reason.as_deref(), &now)
-            })
+            .write(self.ledger_finish(job, slot, state, reason))
             .await?;
         Ok(())
+    }
+
+    /// The ledger write that records a fire's final state. It runs in the transaction that
+    /// finalizes the fire's execution when there is one, so the two never disagree after a
+    /// crash, and the fire costs one commit less.
+    fn ledger_finish(
+        &self,
+        job: &Job,
+        slot: Slot,
+        state: FireState,
+        reason: Option<String>,
+    ) -> impl FnOnce(&Connection) -> JournalResult<()> + Send + 'static {
+        let (id, now) = (job.id.to_string(), self.now_text());
+        move |conn| ledger::mark_finished(conn, &id, slot, state, reason.as_deref(), &now)
     }
 }
 

@@ -247,3 +247,36 @@ async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
     assert!(matches!(replay, FireOutcome::Replayed { .. }));
     assert_eq!(calls.total(), 1);
 }
+
+/// The ledger's final state is written in the transaction that finalizes the fire's execution:
+/// a fire that runs once costs six writer requests (register, open, mark running, the body's
+/// intent and result, and the end of both), and the two rows end at the same instant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_ends_its_execution_and_its_ledger_row_in_one_transaction() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let scheduler = scratch.scheduler(&clock);
+    let _ = scheduler
+        .register(counting_job("report", &calls).build().unwrap())
+        .await
+        .unwrap();
+    let job = JobId::new("report").unwrap();
+
+    let before = scheduler.journal().writer_stats().requests;
+    let ran = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(ran, FireOutcome::Ran { attempts: 1, .. }),
+        "{ran:?}"
+    );
+    let requests = scheduler.journal().writer_stats().requests - before;
+    assert_eq!(requests, 6, "register, open, running, intent, result, end");
+    assert_eq!(
+        scratch.count(
+            "SELECT count(*) FROM fires AS f JOIN executions AS e USING (execution_id)
+             WHERE f.state = 'completed' AND e.status = 'completed'
+               AND f.finished_at = e.finalized_at"
+        ),
+        1
+    );
+}
