@@ -15,9 +15,23 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_scheduler::{FireOutcome, FireState, Job, JobId, Registration, StepError};
+use durably_scheduler::{FireOutcome, FireState, Job, JobId, Registration, Scheduler, StepError};
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 use tokio::sync::Notify;
+
+/// A scheduler on `scratch` with the counting job `report` registered.
+async fn registered_report(
+    scratch: &Scratch,
+    clock: &Arc<ManualClock>,
+    calls: &Calls,
+) -> (Scheduler, JobId) {
+    let scheduler = scratch.scheduler(clock);
+    let _ = scheduler
+        .register(counting_job("report", calls).build().unwrap())
+        .await
+        .unwrap();
+    (scheduler, JobId::new("report").unwrap())
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fire_runs_once_then_replays_everywhere() {
@@ -213,12 +227,7 @@ async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
-    let _ = scheduler
-        .register(counting_job("report", &calls).build().unwrap())
-        .await
-        .unwrap();
-    let job = JobId::new("report").unwrap();
+    let (scheduler, job) = registered_report(&scratch, &clock, &calls).await;
     let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
 
     let changed = counting_job("report", &calls)
@@ -256,12 +265,7 @@ async fn a_fire_ends_its_execution_and_its_ledger_row_in_one_transaction() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
-    let _ = scheduler
-        .register(counting_job("report", &calls).build().unwrap())
-        .await
-        .unwrap();
-    let job = JobId::new("report").unwrap();
+    let (scheduler, job) = registered_report(&scratch, &clock, &calls).await;
 
     let before = scheduler.journal().writer_stats().requests;
     let ran = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
