@@ -139,5 +139,21 @@ async fn a_version_4_journal_is_migrated_and_replays_its_steps_and_its_ambiguous
         params![id.to_string(), AT],
     );
     assert!(duplicate.is_err(), "(execution_id, seq) stays unique");
+    for (effect, policy, state) in [
+        ("bogus", None, "completed"),
+        ("guarded", Some("bogus"), "completed"),
+        ("pure", None, "bogus"),
+    ] {
+        let refused = conn.execute(
+            "INSERT INTO steps (execution_id, seq, name, effect, policy, state, idempotency_key,
+                                attempts, result_at)
+             VALUES (?1, 9, 'bad', ?2, ?3, ?4, 'k', 0, ?5)",
+            params![id.to_string(), effect, policy, state, AT],
+        );
+        assert!(
+            refused.is_err(),
+            "the CHECKs still refuse {effect}/{policy:?}/{state}"
+        );
+    }
     assert_eq!(integrity(&scratch.path), "ok");
 }
