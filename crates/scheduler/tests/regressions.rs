@@ -39,6 +39,36 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// `Scheduler::run` on its own task, until [`Running::shut_down`].
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    runner: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(scheduler: &Scheduler) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let scheduler = scheduler.clone();
+        let runner = tokio::spawn(async move {
+            scheduler
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Self { stop, runner }
+    }
+
+    /// Asks the loop to stop and waits, at most [`WAIT_MAX`], until `run` has returned.
+    async fn shut_down(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(WAIT_MAX, self.runner)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
 fn all_window() -> CatchUp {
     CatchUp::All {
         window: Duration::from_hours(24),
@@ -124,23 +154,9 @@ async fn crash_inside_bodies(
         )
         .unwrap();
     }
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let runner = tokio::spawn({
-        let scheduler = scheduler.clone();
-        async move {
-            scheduler
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        }
-    });
+    let running = Running::start(&scheduler);
     wait_for("the bodies to start", || calls.total() >= started).await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT_MAX, runner)
-        .await
-        .unwrap()
-        .unwrap();
+    running.shut_down().await;
 }
 
 /// Bug 1 (HIGH): an explicit fire of a slot ahead of the high-water mark raised the mark, so
@@ -491,23 +507,9 @@ async fn shutdown_starts_no_new_fire_or_attempt() {
     scheduler.register(job).await.unwrap();
     let _ = scheduler.run_once().await; // T0
     clock.set_millis(T0_MS + 10 * MINUTE_MS);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let runner = tokio::spawn({
-        let scheduler = scheduler.clone();
-        async move {
-            scheduler
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        }
-    });
+    let running = Running::start(&scheduler);
     wait_for("the first catch-up fire to start", || calls.total() == 2).await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT_MAX, runner)
-        .await
-        .unwrap()
-        .unwrap();
+    running.shut_down().await;
     assert_eq!(calls.total(), 2, "no fire started after shutdown");
     assert_eq!(
         scratch.count("SELECT count(*) FROM fires WHERE state = 'pending'"),
@@ -550,24 +552,10 @@ async fn shutdown_interrupts_the_retry_backoff() {
     };
     let scheduler = scratch.scheduler(&clock);
     scheduler.register(job).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let runner = tokio::spawn({
-        let scheduler = scheduler.clone();
-        async move {
-            scheduler
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        }
-    });
+    let running = Running::start(&scheduler);
     wait_for("the first attempt", || calls.load(Ordering::SeqCst) == 1).await;
-    stop.send(()).unwrap();
     // The hour of backoff is cut short: `run` returns well within the wait bound.
-    tokio::time::timeout(WAIT_MAX, runner)
-        .await
-        .unwrap()
-        .unwrap();
+    running.shut_down().await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let id = JobId::new("b").unwrap();
     assert_eq!(
