@@ -23,6 +23,7 @@ use crate::records::{Status, event_kind};
 use crate::replay::RecordedStep;
 pub(crate) use crate::replay::Replay;
 use crate::step::{Effect, Guarded, IdempotencyKey, Policy, Skipped, StepError};
+use crate::writer::Undo;
 
 /// The handle that drives one open execution. Steps are numbered in call order; on a resumed
 /// execution, steps already recorded return their recorded outcome without calling the closure.
@@ -88,7 +89,8 @@ struct ResultRow {
 }
 
 impl ResultRow {
-    /// A guarded step's intent row gets its result; other steps get their one row.
+    /// A guarded step's intent row gets its result; other steps get their one row. One
+    /// statement either way, so it may run without a savepoint ([`Undo::OneStatement`]).
     fn record(&self, conn: &Connection, resource: &str, now: &str) -> Result<()> {
         let Self {
             seq,
@@ -505,7 +507,7 @@ impl Execution {
             policy.as_str(),
             call.key().to_string(),
         );
-        self.write_fenced(move |conn, resource, now| {
+        self.write_fenced_statement(move |conn, resource, now| {
             conn.prepare_cached(
                 "INSERT INTO steps (execution_id, seq, name, effect, policy, state,
                                     idempotency_key, attempts, intent_at)
@@ -560,7 +562,7 @@ impl Execution {
         for try_number in 1..=RESULT_WRITE_TRIES_MAX {
             let row = row.clone();
             match self
-                .write_fenced(move |conn, resource, now| row.record(conn, resource, now))
+                .write_fenced_statement(move |conn, resource, now| row.record(conn, resource, now))
                 .await
             {
                 Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
@@ -721,8 +723,28 @@ impl Execution {
         .await
     }
 
-    /// Runs `work` in the writer after the fence check, in the same transaction.
+    /// Runs `work` in the writer after the fence check, in the same transaction, inside its own
+    /// savepoint.
     async fn write_fenced<T, W>(&self, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
+    {
+        self.write_fenced_with(Undo::Savepoint, work).await
+    }
+
+    /// [`Execution::write_fenced`] for `work` that changes rows with one statement at most (see
+    /// [`Undo::OneStatement`]); the fence check only reads. A step's intent and its result, the
+    /// writes every step makes, take this way.
+    async fn write_fenced_statement<T, W>(&self, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
+    {
+        self.write_fenced_with(Undo::OneStatement, work).await
+    }
+
+    async fn write_fenced_with<T, W>(&self, undo: Undo, work: W) -> Result<T>
     where
         T: Send + 'static,
         W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
@@ -730,7 +752,9 @@ impl Execution {
         let locker = Arc::clone(&self.journal.inner.locker);
         let (resource, epoch, now) = (Arc::clone(&self.resource), self.epoch, self.journal.now());
         self.journal
-            .write(move |conn| {
+            .inner
+            .writer
+            .write_with(undo, move |conn| {
                 locker.fence(conn, &resource, epoch)?;
                 work(conn, &resource, &now)
             })

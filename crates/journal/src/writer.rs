@@ -43,8 +43,25 @@ struct Counters {
     commits_failed: AtomicU64,
 }
 
-/// One request: runs inside its savepoint, then learns whether its batch committed.
+/// How a failed request's writes are taken back while its batch neighbours still commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undo {
+    /// The request runs inside its own SAVEPOINT, rolled back if it fails. Right for any
+    /// request.
+    Savepoint,
+    /// The request changes rows with at most one statement, and can fail only before that
+    /// statement or inside it, where SQLite takes the statement back on its own. It needs no
+    /// savepoint: that saves two statements and the sub-journal's page copies per request,
+    /// about 9 % of the concurrent benchmark's throughput. The writer checks the promise: such
+    /// a request that fails after changing rows rolls its whole batch back.
+    OneStatement,
+}
+
+/// One request: runs (inside its savepoint, if it needs one), then learns whether its batch
+/// committed.
 trait Job: Send {
+    /// How the request's writes are taken back if it fails.
+    fn undo(&self) -> Undo;
     /// Runs the request's writes. `false` when it failed (its savepoint is rolled back).
     fn run(&mut self, conn: &Connection) -> bool;
     /// Delivers the outcome: the request's own result if the batch committed, else `failure`.
@@ -52,6 +69,7 @@ trait Job: Send {
 }
 
 struct TypedJob<T, F> {
+    undo: Undo,
     work: Option<F>,
     outcome: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
@@ -62,6 +80,10 @@ where
     T: Send,
     F: FnOnce(&Connection) -> Result<T> + Send,
 {
+    fn undo(&self) -> Undo {
+        self.undo
+    }
+
     fn run(&mut self, conn: &Connection) -> bool {
         let Some(work) = self.work.take() else {
             return false;
@@ -150,7 +172,8 @@ impl Writer {
         Ok((writer, WriterThread(Some(thread))))
     }
 
-    /// Submits `work` and waits until the commit that contains it has returned.
+    /// Submits `work` and waits until the commit that contains it has returned. It runs inside
+    /// its own savepoint.
     ///
     /// # Errors
     /// The request's own error, the batch's commit error, [`Error::AckTimeout`], or
@@ -160,8 +183,21 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.write_with(Undo::Savepoint, work).await
+    }
+
+    /// [`Writer::write`], with the way a failure of `work` is taken back chosen by the caller.
+    ///
+    /// # Errors
+    /// As [`Writer::write`].
+    pub(crate) async fn write_with<T, F>(&self, undo: Undo, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
         let (reply, acknowledged) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(TypedJob {
+            undo,
             work: Some(work),
             outcome: None,
             reply,
@@ -189,6 +225,7 @@ impl Writer {
     {
         let (reply, _ignored) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(TypedJob {
+            undo: Undo::Savepoint,
             work: Some(work),
             outcome: None,
             reply,
@@ -245,8 +282,15 @@ fn commit_batch(
     }
     let mut failed = 0_u64;
     for job in batch.iter_mut() {
-        if !run_in_savepoint(conn, job.as_mut()) {
-            failed += 1;
+        match run_request(conn, job.as_mut()) {
+            Ok(true) => {}
+            Ok(false) => failed += 1,
+            Err(error) => {
+                // Its rows cannot be taken back alone; none of the batch may commit.
+                let _ = conn.execute_batch("ROLLBACK");
+                fail_all(batch, &error, counters);
+                return;
+            }
         }
         // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction
         // on its own. Running the rest of the batch would then write in autocommit mode,
@@ -276,6 +320,30 @@ fn commit_batch(
         .fetch_add(failed, Ordering::Relaxed);
     for job in batch.drain(..) {
         job.finish(None);
+    }
+}
+
+/// Runs one request so that a failure takes back its own writes only. `Ok(false)` when it
+/// failed alone; `Err` when a request that promised [`Undo::OneStatement`] failed after
+/// changing rows, which nothing can take back short of the whole batch.
+fn run_request(conn: &Connection, job: &mut dyn Job) -> Result<bool> {
+    match job.undo() {
+        Undo::Savepoint => Ok(run_in_savepoint(conn, job)),
+        Undo::OneStatement => {
+            // A statement SQLite took back adds nothing to the total (sqlite3VdbeSetChanges
+            // is given 0 when a statement is rolled back).
+            let changes_before = conn.total_changes();
+            let ok = job.run(conn);
+            if !ok && conn.total_changes() != changes_before {
+                return Err(Error::CommitFailed {
+                    reason: "a request without a savepoint failed after changing rows, so its \
+                             whole batch was rolled back; this is a bug in durably, please \
+                             report it"
+                        .to_owned(),
+                });
+            }
+            Ok(ok)
+        }
     }
 }
 
@@ -315,5 +383,178 @@ fn fail_all(batch: &mut Vec<Box<dyn Job>>, error: &Error, counters: &Counters) {
     counters.commits_failed.fetch_add(1, Ordering::Relaxed);
     for job in batch.drain(..) {
         job.finish(Some(replicate(error)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rusqlite::Connection;
+
+    use super::{Undo, Writer, WriterThread};
+    use crate::error::Error;
+
+    /// A writer on a scratch file with one table whose `id` is unique. The thread comes first:
+    /// bound in this order, the writer is dropped before the thread is joined, which waits for
+    /// every writer handle to be gone.
+    fn scratch_writer(dir: &tempfile::TempDir) -> (WriterThread, Writer) {
+        let conn = Connection::open(dir.path().join("writer.db")).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE rows (id INTEGER PRIMARY KEY, who TEXT NOT NULL) STRICT;",
+        )
+        .unwrap();
+        let (writer, thread) = Writer::start(conn, 1_000, Duration::from_secs(20)).unwrap();
+        (thread, writer)
+    }
+
+    fn insert(id: i64, who: &'static str) -> impl FnOnce(&Connection) -> crate::Result<()> {
+        move |conn| {
+            conn.execute("INSERT INTO rows (id, who) VALUES (?1, ?2)", (id, who))?;
+            Ok(())
+        }
+    }
+
+    /// Waits until every one of `requests` is queued behind the held request, lets the writer
+    /// go on, and returns their outcomes: they all ran in the one batch after the held one.
+    async fn one_batch<T: Send + 'static>(
+        writer: &Writer,
+        (release, held): Held,
+        requests: Vec<tokio::task::JoinHandle<T>>,
+    ) -> Vec<T> {
+        let queued = requests.len() as u64;
+        while writer.stats().queued < queued {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        held.await.unwrap();
+        let mut outcomes = Vec::new();
+        for request in requests {
+            outcomes.push(request.await.unwrap());
+        }
+        outcomes
+    }
+
+    fn rows(dir: &tempfile::TempDir) -> Vec<(i64, String)> {
+        let conn = Connection::open(dir.path().join("writer.db")).unwrap();
+        let mut statement = conn
+            .prepare("SELECT id, who FROM rows ORDER BY id")
+            .unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// Submits `work` from a task.
+    fn submit<F>(writer: &Writer, undo: Undo, work: F) -> tokio::task::JoinHandle<crate::Result<()>>
+    where
+        F: FnOnce(&Connection) -> crate::Result<()> + Send + 'static,
+    {
+        let writer = writer.clone();
+        tokio::spawn(async move { writer.write_with(undo, work).await })
+    }
+
+    /// A request the writer thread is inside, and what lets it finish (dropping the sender).
+    type Held = (std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>);
+
+    /// Blocks the writer thread inside a request until the returned sender is dropped.
+    async fn hold(writer: &Writer) -> Held {
+        let (entered_sender, entered) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let held = {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                writer
+                    .write(move |_| {
+                        entered_sender.send(()).unwrap();
+                        let _ = released.recv();
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            })
+        };
+        while entered.try_recv().is_err() {
+            tokio::task::yield_now().await;
+        }
+        (release, held)
+    }
+
+    // A current-thread runtime: a spawned task's request is in the queue after its first poll,
+    // so the requests below all wait for the same batch behind the held one.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_one_statement_request_whose_statement_fails_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer) = scratch_writer(&dir);
+        writer.write(insert(1, "before")).await.unwrap();
+        let held = hold(&writer).await;
+        let before = writer.stats();
+        let requests = vec![
+            submit(&writer, Undo::OneStatement, insert(2, "neighbour")),
+            // The same id again: the statement fails, and SQLite takes it back by itself.
+            submit(&writer, Undo::OneStatement, insert(1, "duplicate")),
+            submit(&writer, Undo::Savepoint, insert(3, "other neighbour")),
+        ];
+        let outcomes = one_batch(&writer, held, requests).await;
+        let after = writer.stats();
+
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+        assert!(
+            matches!(&outcomes[1], Err(Error::Storage(rusqlite::Error::SqliteFailure(failure, _)))
+                if failure.code == rusqlite::ErrorCode::ConstraintViolation),
+            "{:?}",
+            outcomes[1]
+        );
+        // The held request's batch, then one batch for all three.
+        assert_eq!(after.commits - before.commits, 2, "{before:?} -> {after:?}");
+        assert_eq!(after.requests_failed - before.requests_failed, 1);
+        assert_eq!(
+            rows(&dir),
+            [
+                (1, "before".to_owned()),
+                (2, "neighbour".to_owned()),
+                (3, "other neighbour".to_owned())
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_one_statement_request_that_fails_after_writing_rolls_its_batch_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer) = scratch_writer(&dir);
+        let held = hold(&writer).await;
+        let before = writer.stats();
+        let requests = vec![
+            submit(&writer, Undo::Savepoint, insert(1, "neighbour")),
+            // Breaks its promise: a row written, then a failure no statement journal covers.
+            submit(&writer, Undo::OneStatement, |conn| {
+                insert(2, "broken promise")(conn)?;
+                Err(Error::Inconsistent("failed after writing".to_owned()))
+            }),
+            submit(&writer, Undo::OneStatement, insert(3, "after it")),
+        ];
+        let outcomes = one_batch(&writer, held, requests).await;
+        let after = writer.stats();
+
+        // The request that broke its promise gets its own error; its neighbours are told the
+        // batch failed, the one before it included, whose insert had already run.
+        assert!(
+            matches!(&outcomes[1], Err(Error::Inconsistent(_))),
+            "{outcomes:?}"
+        );
+        for neighbour in [&outcomes[0], &outcomes[2]] {
+            assert!(
+                matches!(neighbour, Err(Error::CommitFailed { .. })),
+                "{outcomes:?}"
+            );
+        }
+        assert_eq!(after.commits_failed - before.commits_failed, 1);
+        assert!(rows(&dir).is_empty(), "nothing of the batch committed");
+        // The writer goes on with a clean transaction.
+        writer.write(insert(4, "next")).await.unwrap();
+        assert_eq!(rows(&dir), [(4, "next".to_owned())]);
     }
 }
