@@ -7,6 +7,7 @@
 
 mod args;
 mod baseline;
+mod ceiling;
 mod context;
 mod error;
 mod proc_io;

@@ -11,7 +11,7 @@ use crate::args::EffectArg;
 use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
-use crate::scenarios::{WriterSnapshot, batching_note, open_running, step};
+use crate::scenarios::{WriterSnapshot, batching_note, ceiling_note, open_running, step};
 use crate::stats::Samples;
 
 /// The default number of parallel executions.
@@ -41,10 +41,12 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         latencies.merge(&samples);
         elapsed = elapsed.max(finished.duration_since(start));
     }
-    let notes = vec![
+    let mut notes = vec![
         format!("{concurrency} executions in parallel, guarded steps"),
         batching_note(&journal, stats_before),
     ];
+    let steps_per_s = ops as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
+    notes.push(ceiling_note(context, dir, concurrency, EffectArg::Guarded, steps_per_s).await?);
     Ok(Outcome {
         ops,
         elapsed,

@@ -8,10 +8,14 @@ pub mod scheduler;
 pub mod seq;
 pub mod workflows;
 
+use std::path::Path;
+
 use durably_journal::{Execution, Guarded, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
 use crate::args::EffectArg;
+use crate::ceiling;
+use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::proc_io;
 
@@ -50,6 +54,33 @@ pub async fn step(execution: &mut Execution, effect: EffectArg) -> Result<u32> {
             }
         }
     }
+}
+
+/// Measures the storage ceiling (see [`ceiling`]) for transactions of one request from each
+/// of `requests` executions' `effect` steps, on a blocking thread for as long as a baseline, and says how close
+/// `steps_per_s` came to it.
+pub async fn ceiling_note(
+    context: &Context,
+    dir: &Path,
+    requests: usize,
+    effect: EffectArg,
+    steps_per_s: f64,
+) -> Result<String> {
+    let path = dir.join("ceiling.db");
+    let ids: Vec<Uuid> = (0..requests).map(|_| context.new_id()).collect();
+    let (durability, duration) = (context.durability, context.baseline_time);
+    let found = tokio::task::spawn_blocking(move || {
+        ceiling::measure(&path, durability, &ids, effect, duration)
+    })
+    .await??;
+    Ok(format!(
+        "storage ceiling: raw SQLite writing the same rows into the journal's tables, \
+         {requests} request(s) a transaction, no engine: {:.0} steps/s in {:.0} commits/s; \
+         durably ran at {:.0} % of it",
+        found.steps_per_s,
+        found.commits_per_s,
+        100.0 * steps_per_s / found.steps_per_s.max(f64::EPSILON)
+    ))
 }
 
 /// The writer's counters and this process's bytes written, at one moment.

@@ -9,7 +9,7 @@ use crate::args::EffectArg;
 use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
-use crate::scenarios::{WriterSnapshot, batching_note, open_running, step};
+use crate::scenarios::{WriterSnapshot, batching_note, ceiling_note, open_running, step};
 use crate::stats::Samples;
 
 /// Runs steps of `effect` one after another for the run time.
@@ -27,7 +27,11 @@ pub async fn run(context: &Context, dir: &Path, effect: EffectArg) -> Result<Out
         ops += 1;
     }
     let elapsed = start.elapsed();
-    let notes = vec![batching_note(&journal, stats_before)];
+    let steps_per_s = ops as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
+    let notes = vec![
+        batching_note(&journal, stats_before),
+        ceiling_note(context, dir, 1, effect, steps_per_s).await?,
+    ];
     execution.complete(&ops).await?;
     Ok(Outcome {
         ops,
