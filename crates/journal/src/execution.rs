@@ -71,6 +71,9 @@ impl StepCall<'_> {
 
 type StepOutcome<T> = std::result::Result<T, StepError>;
 
+/// The caller's writes that go into a guarded step's intent transaction.
+type IntentHook = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
 /// How many times a step's result write is tried when the database is busy. The effect has
 /// already run, so giving up early would leave an ambiguous step for no good reason.
 const RESULT_WRITE_TRIES_MAX: u32 = 3;
@@ -206,7 +209,7 @@ impl Execution {
         F: FnMut() -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        let outcome = self.step(name, Effect::Pure, None, |_| f()).await?;
+        let outcome = self.step(name, Effect::Pure, None, None, |_| f()).await?;
         self.never_skipped(outcome)
     }
 
@@ -221,7 +224,7 @@ impl Execution {
         F: FnMut(IdempotencyKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        let outcome = self.step(name, Effect::Idempotent, None, f).await?;
+        let outcome = self.step(name, Effect::Idempotent, None, None, f).await?;
         self.never_skipped(outcome)
     }
 
@@ -242,7 +245,38 @@ impl Execution {
         F: FnMut(IdempotencyKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        self.step(name, Effect::Guarded, Some(&policy), f).await
+        self.step(name, Effect::Guarded, Some(&policy), None, f)
+            .await
+    }
+
+    /// As [`Execution::guarded`], and runs `with_intent` in the transaction that records the
+    /// step's intent: the program's own rows (a scheduler marking its fire running) commit
+    /// together with the intent, or not at all, and cost no commit of their own.
+    ///
+    /// `with_intent` runs only if this call records an intent. A step replayed from an earlier
+    /// run (completed, failed, or found ambiguous) records none, and `with_intent` is dropped
+    /// without running: what it wrote committed with that step's intent, on the earlier run.
+    ///
+    /// # Errors
+    /// As [`Execution::guarded`], or `with_intent`'s own error, in which case neither the
+    /// intent nor anything of `with_intent` was written and the closure did not run; the
+    /// handle is then halted at this step, as after any failed intent write.
+    pub async fn guarded_with<T, F, Fut, W>(
+        &mut self,
+        name: &str,
+        policy: Policy,
+        with_intent: W,
+        f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+        W: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        let with_intent: IntentHook = Box::new(with_intent);
+        self.step(name, Effect::Guarded, Some(&policy), Some(with_intent), f)
+            .await
     }
 
     fn never_skipped<T>(&self, outcome: Guarded<T>) -> Result<T> {
@@ -260,6 +294,7 @@ impl Execution {
         name: &str,
         effect: Effect,
         policy: Option<&Policy>,
+        with_intent: Option<IntentHook>,
         f: F,
     ) -> Result<Guarded<T>>
     where
@@ -299,7 +334,11 @@ impl Execution {
                     .instrument(span.clone())
                     .await
             }
-            None => self.run_fresh(&call, f).instrument(span.clone()).await,
+            None => {
+                self.run_fresh(&call, with_intent, f)
+                    .instrument(span.clone())
+                    .await
+            }
         };
         span.record("outcome", outcome_word(&result));
         if matches!(&result, Ok(_) | Err(Error::StepFailed { .. })) {
@@ -309,14 +348,19 @@ impl Execution {
         result
     }
 
-    async fn run_fresh<T, F, Fut>(&self, call: &StepCall<'_>, mut f: F) -> Result<Guarded<T>>
+    async fn run_fresh<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        with_intent: Option<IntentHook>,
+        mut f: F,
+    ) -> Result<Guarded<T>>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(IdempotencyKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
         if let Some(policy) = call.policy {
-            self.write_intent(call, policy).await?;
+            self.write_intent(call, policy, with_intent).await?;
             fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
         }
         self.run_and_record(call, 1, &mut f).await
@@ -500,21 +544,33 @@ impl Execution {
             })
     }
 
-    async fn write_intent(&self, call: &StepCall<'_>, policy: &Policy) -> Result<()> {
+    /// Records a guarded step's intent, with `with_intent`'s rows when there are any. The
+    /// intent alone is one statement and needs no savepoint; with the caller's rows it takes
+    /// one.
+    async fn write_intent(
+        &self,
+        call: &StepCall<'_>,
+        policy: &Policy,
+        with_intent: Option<IntentHook>,
+    ) -> Result<()> {
         let (seq, name, policy, key) = (
             call.seq,
             call.name.to_owned(),
             policy.as_str(),
             call.key().to_string(),
         );
-        self.write_fenced_statement(move |conn, resource, now| {
+        let undo = match with_intent {
+            Some(_) => Undo::Savepoint,
+            None => Undo::OneStatement,
+        };
+        self.write_fenced_with(undo, move |conn, resource, now| {
             conn.prepare_cached(
                 "INSERT INTO steps (execution_id, seq, name, effect, policy, state,
                                     idempotency_key, attempts, intent_at)
                  VALUES (?1, ?2, ?3, 'guarded', ?4, 'intent', ?5, 1, ?6)",
             )?
             .execute(params![resource, seq, name, policy, key, now])?;
-            Ok(())
+            with_intent.map_or(Ok(()), |write| write(conn))
         })
         .await
     }
@@ -734,8 +790,8 @@ impl Execution {
     }
 
     /// [`Execution::write_fenced`] for `work` that changes rows with one statement at most (see
-    /// [`Undo::OneStatement`]); the fence check only reads. A step's intent and its result, the
-    /// writes every step makes, take this way.
+    /// [`Undo::OneStatement`]); the fence check only reads. Every step's result takes this way,
+    /// and so does a guarded step's intent when no caller rows go with it.
     async fn write_fenced_statement<T, W>(&self, work: W) -> Result<T>
     where
         T: Send + 'static,

@@ -450,3 +450,88 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
     assert_eq!(outbox_rows(), 1);
     assert_eq!(journal.get(id).unwrap().unwrap().status, "completed");
 }
+
+/// `guarded_with` commits the program's own rows with the step's intent, before the effect
+/// runs; an error in them writes neither and runs nothing; and a step replayed on a later run
+/// records no intent, so the rows are not written again.
+#[tokio::test]
+async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    journal
+        .write(|conn| {
+            conn.execute_batch("CREATE TABLE marks (step TEXT NOT NULL) STRICT")?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let marks = || -> i64 {
+        journal
+            .read(|conn| Ok(conn.query_row("SELECT count(*) FROM marks", [], |row| row.get(0))?))
+            .unwrap()
+    };
+    let mark = |conn: &durably_journal::rusqlite::Connection| -> durably_journal::Result<()> {
+        conn.execute("INSERT INTO marks (step) VALUES ('charge')", [])?;
+        Ok(())
+    };
+    let id = Uuid::now_v7();
+
+    let mut execution = start(&journal, id).await;
+    let ran = AtomicU32::new(0);
+    let refused = execution
+        .guarded_with(
+            "charge",
+            Policy::Fail,
+            move |conn| {
+                mark(conn)?;
+                Err(Error::Refused("the ledger said no".to_owned()))
+            },
+            |_key| async {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<u32, StepError>(7)
+            },
+        )
+        .await;
+    assert!(matches!(refused, Err(Error::Refused(_))), "{refused:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "no intent, so no effect");
+    drop(execution);
+    barrier(&journal).await;
+    assert_eq!(marks(), 0, "the failed intent wrote nothing");
+    assert!(journal.steps(id).unwrap().is_empty());
+
+    let mut execution = start(&journal, id).await;
+    let rows_at_effect = std::sync::Arc::new(AtomicU32::new(u32::MAX));
+    let seen = std::sync::Arc::clone(&rows_at_effect);
+    let reader = journal.clone();
+    let done = execution
+        .guarded_with("charge", Policy::Fail, mark, move |_key| {
+            let (seen, reader) = (std::sync::Arc::clone(&seen), reader.clone());
+            async move {
+                // Committed with the intent, so visible to any reader once the effect runs.
+                let count: u32 = reader
+                    .read(|conn| {
+                        Ok(conn.query_row("SELECT count(*) FROM marks", [], |row| row.get(0))?)
+                    })
+                    .unwrap();
+                seen.store(count, Ordering::SeqCst);
+                Ok::<u32, StepError>(7)
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.into_result().unwrap(), 7);
+    assert_eq!(rows_at_effect.load(Ordering::SeqCst), 1);
+    drop(execution);
+    barrier(&journal).await;
+
+    let mut execution = start(&journal, id).await;
+    let replayed = execution
+        .guarded_with("charge", Policy::Fail, mark, |_key| async {
+            Ok::<u32, StepError>(8)
+        })
+        .await
+        .unwrap();
+    assert_eq!(replayed.into_result().unwrap(), 7, "replayed, not run");
+    execution.complete(&"done").await.unwrap();
+    assert_eq!(marks(), 1, "the replay recorded no intent and no rows");
+}

@@ -444,8 +444,10 @@ impl Scheduler {
             }
             if fresh {
                 self.stop_if_shutting_down()?;
+            } else {
+                // A recorded attempt replays and writes no intent to mark the fire with.
+                self.mark_running(job, slot, attempt).await?;
             }
-            self.mark_running(job, slot, attempt).await?;
             let body = Arc::clone(&job.body);
             let context = FireContext {
                 job: job.id.clone(),
@@ -455,24 +457,32 @@ impl Scheduler {
                 attempt,
                 shutdown: self.inner.shutdown.clone(),
             };
+            // A fresh attempt marks the fire running in its intent's transaction: the ledger and
+            // the journal agree after any crash, and the fire costs one commit less.
+            let mark_running = self.ledger_running(job, slot, attempt);
             let step = execution
-                .guarded(FIRE_STEP_NAME, job.policy.clone(), move |key| {
-                    let context = FireContext {
-                        idempotency_key: key,
-                        ..context.clone()
-                    };
-                    // The scheduler owns fire retries, so the journal must not retry inside the
-                    // step: every error is recorded as this attempt's failure. A panic in the
-                    // body is caught and recorded as this attempt's failure too; left to unwind,
-                    // it would leave the intent ambiguous and be re-run by every recovery.
-                    let future = CatchPanic(body(context));
-                    async move {
-                        future.await.map_err(|error| StepError {
-                            retryable: false,
-                            ..error
-                        })
-                    }
-                })
+                .guarded_with(
+                    FIRE_STEP_NAME,
+                    job.policy.clone(),
+                    mark_running,
+                    move |key| {
+                        let context = FireContext {
+                            idempotency_key: key,
+                            ..context.clone()
+                        };
+                        // The scheduler owns fire retries, so the journal must not retry inside the
+                        // step: every error is recorded as this attempt's failure. A panic in the
+                        // body is caught and recorded as this attempt's failure too; left to unwind,
+                        // it would leave the intent ambiguous and be re-run by every recovery.
+                        let future = CatchPanic(body(context));
+                        async move {
+                            future.await.map_err(|error| StepError {
+                                retryable: false,
+                                ..error
+                            })
+                        }
+                    },
+                )
                 .await;
             match step {
                 Ok(Guarded::Done(output)) => {
@@ -554,12 +564,22 @@ impl Scheduler {
     }
 
     async fn mark_running(&self, job: &Job, slot: Slot, attempt: u32) -> Result<()> {
-        let (id, now) = (job.id.to_string(), self.now_text());
         self.inner
             .journal
-            .write(move |conn| ledger::mark_running(conn, &id, slot, attempt, &now))
+            .write(self.ledger_running(job, slot, attempt))
             .await?;
         Ok(())
+    }
+
+    /// The ledger write that marks attempt `attempt` of a fire as started.
+    fn ledger_running(
+        &self,
+        job: &Job,
+        slot: Slot,
+        attempt: u32,
+    ) -> impl FnOnce(&Connection) -> JournalResult<()> + Send + 'static {
+        let (id, now) = (job.id.to_string(), self.now_text());
+        move |conn| ledger::mark_running(conn, &id, slot, attempt, &now)
     }
 
     async fn finish_ledger(
