@@ -60,8 +60,14 @@ fn run(cli: &Cli, db_from_env: bool) -> Result<ExitCode> {
             let db = if db_from_env { None } else { db };
             return demo::run(db);
         }
-        Command::DemoWorker(args) => return demo::worker::run(args),
-        Command::DemoScheduler(args) => return demo::scheduled::worker(args),
+        Command::DemoWorker(args) => {
+            demo::exit_with_parent();
+            return demo::worker::run(args);
+        }
+        Command::DemoScheduler(args) => {
+            demo::exit_with_parent();
+            return demo::scheduled::worker(args);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

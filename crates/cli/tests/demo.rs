@@ -1,12 +1,15 @@
 //! What these prove: `durably demo` runs end to end in well under 30 seconds, demonstrates
-//! every policy with the effect counts its policies promise (it exits non-zero otherwise), and
-//! refuses to overwrite a database the user named. Method: run the built binary once on a
-//! scratch path, then check its output and the database it left.
+//! every policy with the effect counts its policies promise (it exits non-zero otherwise),
+//! refuses to overwrite a database the user named, and, killed mid-run, leaves no child
+//! process behind. Method: run the built binary on a scratch path, then check its output and
+//! the database it left, or kill it and watch its child.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{assert_code, durably, stderr, stdout};
@@ -64,4 +67,51 @@ fn the_demo_proves_each_policy_and_leaves_a_readable_database() {
         "{}",
         stderr(&again)
     );
+}
+
+/// A demo killed mid-run (SIGKILL: nothing of it runs after) takes its children with it. Its
+/// first worker, which stops inside a guarded step and waits there for the demo to kill it,
+/// ends by itself instead. A child that lived on would append to the effect ledger of the next
+/// run on the same path, and that run would report effects that ran twice.
+#[test]
+fn a_killed_demo_leaves_no_child_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_durably"))
+        .args(["demo", "--db", db.to_str().unwrap()])
+        .env_remove("DURABLY_DB")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The demo relays its first worker's narration as "worker <pid>: ..." lines.
+    let worker: u32 = BufReader::new(demo.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|line| {
+            let rest = line.trim_start().strip_prefix("worker ")?;
+            rest.split(':').next()?.parse().ok()
+        })
+        .expect("the demo names its first worker");
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+
+    // Its parent gone, a worker ends within milliseconds. Unwatched, it would wait at its crash
+    // point for 20 s (the worker's own bound) and then go on: the deadline is well inside that.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(worker) {
+        assert!(
+            Instant::now() < deadline,
+            "worker {worker} outlived its demo"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process runs: it exists and is not a zombie waiting to be reaped.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state is the first field after the parenthesised command name.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }

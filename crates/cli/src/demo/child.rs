@@ -53,7 +53,7 @@ impl Worker {
         execution: Uuid,
         crash: CrashPoint,
     ) -> Result<Self> {
-        let mut command = own_binary()?;
+        let mut command = demo_child()?;
         command
             .arg("demo-worker")
             .arg("--journal")
@@ -69,7 +69,6 @@ impl Worker {
             .arg("--crash")
             .arg(value_name(&crash));
         let mut child = command
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -133,13 +132,45 @@ impl Worker {
 ///
 /// # Errors
 /// The path of the running executable is unknown.
-pub fn own_binary() -> Result<Command> {
+fn own_binary() -> Result<Command> {
     let exe = std::env::current_exe().map_err(|error| {
         CliError::failure(format!("cannot find the durably binary to re-run: {error}"))
     })?;
     let mut command = Command::new(exe);
     command.env_remove("DURABLY_DB");
     Ok(command)
+}
+
+/// This very binary, to re-run as a demo child that lives only as long as the demo: its stdin
+/// is a pipe the demo holds open and never writes to (see [`exit_with_parent`]). The
+/// [`Child`]'s `stdin` must stay open until the child is done: `Child::wait` closes it first.
+///
+/// # Errors
+/// As [`own_binary`].
+pub fn demo_child() -> Result<Command> {
+    let mut command = own_binary()?;
+    command.stdin(Stdio::piped());
+    Ok(command)
+}
+
+/// The exit status of a demo child whose demo is gone.
+const PARENT_GONE_EXIT: i32 = 3;
+
+/// In a demo child: ends the process as soon as the demo that started it is gone. The demo
+/// holds the write end of this process's stdin and never writes to it, so the read below
+/// returns only when the demo closes it, or dies (even by SIGKILL, the kernel closes it).
+/// Without this, the children of a demo killed mid-run would live on, blocked inside a step
+/// or still firing slots, and append to the effect ledger of the next run on the same path,
+/// which would then report effects that ran twice.
+pub fn exit_with_parent() {
+    // If the thread cannot start, the child runs unwatched, as it would have without this.
+    let _ = std::thread::Builder::new()
+        .name("demo-lifeline".to_owned())
+        .spawn(|| {
+            let mut byte = [0_u8; 1];
+            let _ = std::io::Read::read(&mut std::io::stdin(), &mut byte);
+            std::process::exit(PARENT_GONE_EXIT);
+        });
 }
 
 /// Runs `durably ARGS` to completion, relaying its output indented, and returns its status.

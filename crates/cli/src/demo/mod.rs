@@ -15,6 +15,8 @@ pub mod scheduled;
 mod story;
 pub mod worker;
 
+pub use child::exit_with_parent;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;

@@ -11,7 +11,7 @@ use durably_journal::Journal;
 use durably_scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
 use serde_json::json;
 
-use super::child::own_binary;
+use super::child::demo_child;
 use super::ledger::Ledger;
 use super::{Demo, narrate};
 use crate::error::{CliError, Result};
@@ -66,9 +66,15 @@ pub fn run(demo: &Demo, number: usize) -> Result<Fires> {
          derived from (job, slot), so the journal lets exactly one process run it."
     ))?;
     let start_at_ms = now_ms + START_DELAY_MS;
-    let children = (0..2)
+    let mut children = (0..2)
         .map(|_| spawn(demo, first_slot_ms, start_at_ms))
         .collect::<Result<Vec<_>>>()?;
+    // Held until both have finished: `wait_with_output` closes a child's stdin, and a closed
+    // stdin tells a demo child its demo is gone.
+    let _lifelines: Vec<_> = children
+        .iter_mut()
+        .map(|child| child.stdin.take())
+        .collect();
     for child in children {
         let output = child
             .wait_with_output()
@@ -100,7 +106,7 @@ pub fn run(demo: &Demo, number: usize) -> Result<Fires> {
 }
 
 fn spawn(demo: &Demo, first_slot_ms: i64, start_at_ms: i64) -> Result<std::process::Child> {
-    own_binary()?
+    demo_child()?
         .arg("demo-scheduler")
         .arg("--journal")
         .arg(&demo.db)
@@ -110,7 +116,6 @@ fn spawn(demo: &Demo, first_slot_ms: i64, start_at_ms: i64) -> Result<std::proce
         .arg(first_slot_ms.to_string())
         .arg("--start-at-ms")
         .arg(start_at_ms.to_string())
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
