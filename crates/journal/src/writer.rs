@@ -52,7 +52,7 @@ pub(crate) enum Undo {
     /// The request changes rows with at most one statement, and can fail only before that
     /// statement or inside it, where SQLite takes the statement back on its own. It needs no
     /// savepoint: that saves two statements and the sub-journal's page copies per request,
-    /// about 9 % of the concurrent benchmark's throughput. The writer checks the promise: such
+    /// about 6 % of the concurrent benchmark's throughput. The writer checks the promise: such
     /// a request that fails after changing rows rolls its whole batch back.
     OneStatement,
 }
