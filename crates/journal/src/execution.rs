@@ -559,9 +559,10 @@ impl Execution {
             policy.as_str(),
             call.key().to_string(),
         );
-        let undo = match with_intent {
-            Some(_) => Undo::Savepoint,
-            None => Undo::OneStatement,
+        let undo = if with_intent.is_some() {
+            Undo::Savepoint
+        } else {
+            Undo::OneStatement
         };
         self.write_fenced_with(undo, move |conn, resource, now| {
             conn.prepare_cached(
@@ -618,7 +619,9 @@ impl Execution {
         for try_number in 1..=RESULT_WRITE_TRIES_MAX {
             let row = row.clone();
             match self
-                .write_fenced_statement(move |conn, resource, now| row.record(conn, resource, now))
+                .write_fenced_with(Undo::OneStatement, move |conn, resource, now| {
+                    row.record(conn, resource, now)
+                })
                 .await
             {
                 Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
@@ -789,17 +792,10 @@ impl Execution {
         self.write_fenced_with(Undo::Savepoint, work).await
     }
 
-    /// [`Execution::write_fenced`] for `work` that changes rows with one statement at most (see
-    /// [`Undo::OneStatement`]); the fence check only reads. Every step's result takes this way,
-    /// and so does a guarded step's intent when no caller rows go with it.
-    async fn write_fenced_statement<T, W>(&self, work: W) -> Result<T>
-    where
-        T: Send + 'static,
-        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
-    {
-        self.write_fenced_with(Undo::OneStatement, work).await
-    }
-
+    /// [`Execution::write_fenced`], with the way a failure of `work` is taken back chosen by the
+    /// caller. Every step's result, and a guarded step's intent when no caller rows go with it,
+    /// change rows with one statement after the fence check, which only reads: they take
+    /// [`Undo::OneStatement`].
     async fn write_fenced_with<T, W>(&self, undo: Undo, work: W) -> Result<T>
     where
         T: Send + 'static,

@@ -41,19 +41,27 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         latencies.merge(&samples);
         elapsed = elapsed.max(finished.duration_since(start));
     }
-    let mut notes = vec![
+    let notes = vec![
         format!("{concurrency} executions in parallel, guarded steps"),
         batching_note(&journal, stats_before),
     ];
-    let steps_per_s = ops as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
-    notes.push(ceiling_note(context, dir, concurrency, EffectArg::Guarded, steps_per_s).await?);
-    Ok(Outcome {
+    let mut outcome = Outcome {
         ops,
         elapsed,
         latencies,
         notes,
         peak_rss_kib_elsewhere: None,
-    })
+    };
+    let ceiling = ceiling_note(
+        context,
+        dir,
+        concurrency,
+        EffectArg::Guarded,
+        outcome.ops_per_s(),
+    )
+    .await?;
+    outcome.notes.push(ceiling);
+    Ok(outcome)
 }
 
 /// One execution's loop; returns its step latencies and when its last step finished.

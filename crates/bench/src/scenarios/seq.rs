@@ -27,17 +27,16 @@ pub async fn run(context: &Context, dir: &Path, effect: EffectArg) -> Result<Out
         ops += 1;
     }
     let elapsed = start.elapsed();
-    let steps_per_s = ops as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
-    let notes = vec![
-        batching_note(&journal, stats_before),
-        ceiling_note(context, dir, 1, effect, steps_per_s).await?,
-    ];
+    let notes = vec![batching_note(&journal, stats_before)];
     execution.complete(&ops).await?;
-    Ok(Outcome {
+    let mut outcome = Outcome {
         ops,
         elapsed,
         latencies,
         notes,
         peak_rss_kib_elsewhere: None,
-    })
+    };
+    let ceiling = ceiling_note(context, dir, 1, effect, outcome.ops_per_s()).await?;
+    outcome.notes.push(ceiling);
+    Ok(outcome)
 }
