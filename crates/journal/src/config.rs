@@ -12,7 +12,10 @@ use crate::journal::Journal;
 /// How much a crash may take back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// `synchronous=FULL`: an acknowledged commit survives power loss. The default.
+    /// An acknowledged commit survives power loss. The default. The WAL is fsynced before every
+    /// acknowledgement: by the writer itself, so that the fsync of one batch overlaps the next
+    /// batch's statements (the write connection runs `synchronous=NORMAL` and leaves the
+    /// commit's fsync to the writer).
     #[default]
     Full,
     /// `synchronous=NORMAL`: an acknowledged commit survives `kill -9` of the process but may

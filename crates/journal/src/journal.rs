@@ -95,7 +95,9 @@ impl Journal {
             .min_idle(Some(0))
             .connection_timeout(Duration::from_millis(busy_timeout_ms.max(1000)))
             .build(manager)?;
-        let (writer, writer_thread) = Writer::start(conn, busy_timeout_ms, config.ack_timeout)?;
+        let wal_sync = storage::writer_wal_sync(&conn, &path, config.durability)?;
+        let (writer, writer_thread) =
+            Writer::start(conn, busy_timeout_ms, config.ack_timeout, wal_sync)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,

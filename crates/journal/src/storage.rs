@@ -8,6 +8,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
+use crate::writer::WalSync;
 
 /// The numbered migrations of `schema/`, in order. `PRAGMA user_version` is the number applied.
 const MIGRATIONS: &[(&str, &str)] = &[
@@ -43,7 +44,7 @@ pub const APPLICATION_ID: i64 = 0x6475_7261;
 /// | pragma          | value                  | why                                                 |
 /// |-----------------|------------------------|-----------------------------------------------------|
 /// | `journal_mode`  | `wal`                  | readers never block the writer; one fsync a commit  |
-/// | `synchronous`   | `FULL` (2) / `NORMAL` (1) | FULL: a commit survives power loss; NORMAL: only process crashes |
+/// | `synchronous`   | `FULL` (2) / `NORMAL` (1) | FULL: a commit survives power loss; NORMAL: only process crashes. With `Full`, [`writer_wal_sync`] switches the writer to NORMAL and has it fsync the WAL itself |
 /// | `foreign_keys`  | `ON`                   | steps and events die with their execution           |
 /// | `busy_timeout`  | configured             | wait for other processes' writers, then `Busy`      |
 /// | `query_only`    | `ON` on read connections | a read connection can never write by mistake      |
@@ -62,6 +63,42 @@ pub(crate) fn configure_writer(
     set_and_verify(conn, "foreign_keys", "ON", "1")?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
+}
+
+/// Hands the fsync of [`Durability::Full`] from SQLite's COMMIT to the writer (see
+/// `writer::wal_sync`): opens the WAL file for the writer to sync, then lets the connection
+/// commit with `synchronous=NORMAL`. Called once the open's own writes (migrations, the orphan
+/// sweep) have committed with SQLite's fsync. `None` for [`Durability::ProcessCrash`], whose
+/// commits are never synced.
+///
+/// The WAL file exists: the connection has read the database in WAL mode, and SQLite deletes
+/// the file only when the last connection to the database closes, which this one is not while
+/// the writer runs. SQLite takes no POSIX lock on the WAL file (only on the database and its
+/// `-shm`), so another descriptor on it cannot release one.
+pub(crate) fn writer_wal_sync(
+    conn: &Connection,
+    path: &Path,
+    durability: Durability,
+) -> Result<Option<Box<dyn WalSync>>> {
+    if durability == Durability::ProcessCrash {
+        return Ok(None);
+    }
+    let mut wal_path = path.as_os_str().to_owned();
+    wal_path.push("-wal");
+    let wal_path = std::path::PathBuf::from(wal_path);
+    // Write access is only for fsync, which some systems refuse on a read-only descriptor;
+    // nothing is ever written through it.
+    let wal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&wal_path)
+        .map_err(|source| Error::Io {
+            action: "open the WAL file to sync",
+            path: wal_path,
+            source,
+        })?;
+    set_and_verify(conn, "synchronous", "1", "1").map_err(|error| with_path(error, path))?;
+    Ok(Some(Box::new(wal)))
 }
 
 /// How long to wait between two tries of switching a new file to WAL.

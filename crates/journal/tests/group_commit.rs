@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use durably_journal::{Error, Journal, rusqlite};
+use durably_journal::{Durability, Error, Journal, rusqlite};
 use support::{Scratch, integrity, start};
 use uuid::Uuid;
 
@@ -78,13 +78,49 @@ async fn sixty_four_concurrent_executions_share_commits_and_lose_nothing() {
     assert_eq!(requests, expected_requests);
     assert_eq!(after.requests_failed, before.requests_failed);
     assert_eq!(after.commits_failed, before.commits_failed);
-    eprintln!("{requests} requests in {commits} commits");
+    let syncs = after.syncs - before.syncs;
+    eprintln!("{requests} requests in {commits} commits, {syncs} WAL syncs");
     assert!(
         commits * 4 <= requests,
         "{commits} commits for {requests} requests: concurrent callers did not share commits"
     );
+    assert!(
+        (1..=commits).contains(&syncs),
+        "{syncs} WAL syncs for {commits} commits"
+    );
     drop(journal);
     assert_eq!(integrity(&scratch.path), "ok");
+}
+
+/// Under `Durability::Full` the writer syncs the WAL itself before it acknowledges (SQLite's
+/// COMMIT then skips its own fsync), never more often than it commits; under `ProcessCrash`
+/// nothing is synced at all.
+#[tokio::test(flavor = "current_thread")]
+async fn only_full_durability_syncs_the_wal_and_never_more_than_once_a_commit() {
+    for durability in [Durability::Full, Durability::ProcessCrash] {
+        let scratch = Scratch::new();
+        let journal = Journal::builder(&scratch.path)
+            .durability(durability)
+            .open()
+            .unwrap();
+        let mut execution = start(&journal, Uuid::new_v4()).await;
+        for seq in 0..3_u32 {
+            let value: u32 = execution
+                .pure(&format!("step {seq}"), || async move { Ok(seq) })
+                .await
+                .unwrap();
+            assert_eq!(value, seq);
+        }
+        execution.complete(&()).await.unwrap();
+        let stats = journal.writer_stats();
+        match durability {
+            Durability::Full => assert!(
+                (1..=stats.commits).contains(&stats.syncs),
+                "{durability:?}: {stats:?}"
+            ),
+            Durability::ProcessCrash => assert_eq!(stats.syncs, 0, "{stats:?}"),
+        }
+    }
 }
 
 /// Holds the writer inside one request until released, so that requests submitted meanwhile

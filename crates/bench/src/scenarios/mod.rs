@@ -118,6 +118,13 @@ pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
         "writer: {requests} requests in {commits} commits ({:.1} requests/commit)",
         per_commit(requests as f64)
     );
+    let syncs = after.stats.syncs.saturating_sub(before.stats.syncs);
+    if syncs > 0 {
+        note = format!(
+            "{note}, {syncs} WAL fsyncs ({:.1} requests/fsync)",
+            requests as f64 / syncs as f64
+        );
+    }
     if let (Some(first), Some(last)) = (before.written_bytes, after.written_bytes) {
         let bytes = per_commit(last.saturating_sub(first) as f64);
         note = format!(

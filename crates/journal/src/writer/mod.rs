@@ -1,9 +1,11 @@
 //! The group-commit writer: one thread owns the only write connection and applies everything
-//! queued in one `BEGIN IMMEDIATE ... COMMIT`, each request inside its own SAVEPOINT.
+//! queued in one `BEGIN IMMEDIATE ... COMMIT`, each request inside its own SAVEPOINT (or none,
+//! see [`Undo`]).
 //!
-//! Invariant: a request is acknowledged only after the COMMIT that contains it has returned,
-//! that is after the fsync (with `synchronous=FULL`). There is no flush interval: a lone request
-//! pays for one commit, and requests that queue while a commit is in flight share the next one.
+//! Invariant: a request is acknowledged only after the COMMIT that contains it has returned and,
+//! with [`Durability::Full`](crate::Durability::Full), after an fsync of the WAL that began after
+//! that COMMIT (see [`wal_sync`]). There is no flush interval: a lone request pays for one commit,
+//! and requests that queue while a commit is in flight share the next one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +15,11 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result, classify, replicate};
+
+mod wal_sync;
+
+use wal_sync::Syncer;
+pub(crate) use wal_sync::WalSync;
 
 /// How many requests one commit takes at most. Bounds the time the write lock is held.
 pub(crate) const BATCH_REQUESTS_MAX: usize = 512;
@@ -25,7 +32,7 @@ pub(crate) const QUEUE_REQUESTS_MAX: usize = 4096;
 pub struct WriterStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Requests acknowledged as committed.
+    /// Requests committed (each is acknowledged once its commit is durable).
     pub requests: u64,
     /// Requests that failed inside their savepoint (their batch neighbours were unaffected).
     pub requests_failed: u64,
@@ -33,6 +40,9 @@ pub struct WriterStats {
     pub commits_failed: u64,
     /// Requests waiting in the queue right now, not yet taken by the writer.
     pub queued: u64,
+    /// The writer's own fsyncs of the WAL ([`Durability::Full`](crate::Durability::Full)). Each
+    /// makes every commit before it durable, so there are at most as many as commits.
+    pub syncs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +51,7 @@ struct Counters {
     requests: AtomicU64,
     requests_failed: AtomicU64,
     commits_failed: AtomicU64,
+    syncs: AtomicU64,
 }
 
 /// How a failed request's writes are taken back while its batch neighbours still commit.
@@ -130,46 +141,65 @@ pub(crate) struct Writer {
 /// database file and removes it; a program (or a test, or `cp`) that touches the file after
 /// dropping its journal sees it whole. Without the join it would race the closing thread.
 #[derive(Debug)]
-pub(crate) struct WriterThread(Option<std::thread::JoinHandle<()>>);
+pub(crate) struct WriterThread {
+    thread: Option<std::thread::JoinHandle<()>>,
+    syncer: Option<std::thread::ThreadId>,
+}
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
-        let Some(thread) = self.0.take() else {
+        let Some(thread) = self.thread.take() else {
             return;
         };
         // A request's closure may own the last handle of the journal, and is dropped on the
-        // writer thread itself: that thread cannot wait for its own end.
-        if thread.thread().id() != std::thread::current().id() {
+        // writer thread itself: that thread cannot wait for its own end. A request's outcome
+        // may own it too, and is dropped on the syncer thread when its caller stopped waiting:
+        // the writer thread waits for the syncer's end, so the syncer cannot wait for it.
+        let current = std::thread::current().id();
+        if thread.thread().id() != current && self.syncer != Some(current) {
             let _ = thread.join();
         }
     }
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`. The thread ends once every [`Writer`] is dropped;
-    /// dropping the returned [`WriterThread`] after them waits for that.
+    /// Starts the writer thread on `conn`. With `wal`, a committed batch is acknowledged only
+    /// after `wal` has synced it (the connection then commits without an fsync of its own);
+    /// without, as soon as its COMMIT returns. The thread ends once every [`Writer`] is
+    /// dropped; dropping the returned [`WriterThread`] after them waits for that.
     pub(crate) fn start(
         conn: Connection,
         busy_timeout_ms: u64,
         ack_timeout: Duration,
+        wal: Option<Box<dyn WalSync>>,
     ) -> Result<(Self, WriterThread)> {
         let (queue, receiver) = mpsc::channel(QUEUE_REQUESTS_MAX);
         let counters = Arc::new(Counters::default());
+        let thread_error = |source| Error::Io {
+            action: "start the writer thread for",
+            path: std::path::PathBuf::from("the journal"),
+            source,
+        };
+        let syncer = wal
+            .map(|wal| Syncer::start(wal, Arc::clone(&counters)))
+            .transpose()
+            .map_err(thread_error)?;
+        let syncer_thread = syncer.as_ref().and_then(Syncer::thread_id);
         let thread_counters = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("durably-writer".to_owned())
-            .spawn(move || run(&conn, receiver, &thread_counters, busy_timeout_ms))
-            .map_err(|source| Error::Io {
-                action: "start the writer thread for",
-                path: std::path::PathBuf::from("the journal"),
-                source,
-            })?;
+            .spawn(move || run(&conn, receiver, &thread_counters, busy_timeout_ms, syncer))
+            .map_err(thread_error)?;
         let writer = Self {
             queue,
             counters,
             ack_timeout,
         };
-        Ok((writer, WriterThread(Some(thread))))
+        let thread = WriterThread {
+            thread: Some(thread),
+            syncer: syncer_thread,
+        };
+        Ok((writer, thread))
     }
 
     /// Submits `work` and waits until the commit that contains it has returned. It runs inside
@@ -247,15 +277,19 @@ impl Writer {
             requests_failed: self.counters.requests_failed.load(Ordering::Relaxed),
             commits_failed: self.counters.commits_failed.load(Ordering::Relaxed),
             queued: (self.queue.max_capacity() - self.queue.capacity()) as u64,
+            syncs: self.counters.syncs.load(Ordering::Relaxed),
         }
     }
 }
 
+/// The writer thread's loop. It owns the syncer, so the syncer's last acknowledgements are
+/// delivered before the connection closes.
 fn run(
     conn: &Connection,
     mut receiver: mpsc::Receiver<Box<dyn Job>>,
     counters: &Counters,
     busy_timeout_ms: u64,
+    syncer: Option<Syncer>,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(BATCH_REQUESTS_MAX);
     while let Some(first) = receiver.blocking_recv() {
@@ -266,19 +300,36 @@ fn run(
                 Err(_) => break,
             }
         }
-        commit_batch(conn, &mut batch, counters, busy_timeout_ms);
+        if let Some(refusal) = syncer.as_ref().and_then(Syncer::refusal) {
+            fail_all(&mut batch, &refusal, counters);
+            continue;
+        }
+        if !commit_batch(conn, &mut batch, counters, busy_timeout_ms) {
+            continue;
+        }
+        match &syncer {
+            Some(syncer) => syncer.acknowledge(
+                std::mem::replace(&mut batch, Vec::with_capacity(BATCH_REQUESTS_MAX)),
+                !receiver.is_empty(),
+            ),
+            None => batch.drain(..).for_each(|job| job.finish(None)),
+        }
     }
+    // Waits for the syncer's last acknowledgements, while the connection is still open.
+    drop(syncer);
 }
 
+/// Runs and commits one batch. `true` when it committed, with its requests left in `batch` to
+/// be acknowledged; `false` when it failed, and every request was told.
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Box<dyn Job>>,
     counters: &Counters,
     busy_timeout_ms: u64,
-) {
+) -> bool {
     if let Err(error) = cached(conn, "BEGIN IMMEDIATE") {
         fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
-        return;
+        return false;
     }
     let mut failed = 0_u64;
     for job in batch.iter_mut() {
@@ -289,7 +340,7 @@ fn commit_batch(
                 // Its rows cannot be taken back alone; none of the batch may commit.
                 let _ = conn.execute_batch("ROLLBACK");
                 fail_all(batch, &error, counters);
-                return;
+                return false;
             }
         }
         // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction
@@ -301,7 +352,7 @@ fn commit_batch(
                     .to_owned(),
             };
             fail_all(batch, &error, counters);
-            return;
+            return false;
         }
     }
     if let Err(error) = cached(conn, "COMMIT") {
@@ -309,7 +360,7 @@ fn commit_batch(
         // clean. Its own failure is moot: the batch is reported failed either way.
         let _ = conn.execute_batch("ROLLBACK");
         fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
-        return;
+        return false;
     }
     counters.commits.fetch_add(1, Ordering::Relaxed);
     counters
@@ -318,9 +369,7 @@ fn commit_batch(
     counters
         .requests_failed
         .fetch_add(failed, Ordering::Relaxed);
-    for job in batch.drain(..) {
-        job.finish(None);
-    }
+    true
 }
 
 /// Runs one request so that a failure takes back its own writes only. `Ok(false)` when it
@@ -392,21 +441,77 @@ mod tests {
 
     use rusqlite::Connection;
 
-    use super::{Undo, Writer, WriterThread};
+    use super::{Undo, WalSync, Writer, WriterThread};
     use crate::error::Error;
 
     /// A writer on a scratch file with one table whose `id` is unique. The thread comes first:
     /// bound in this order, the writer is dropped before the thread is joined, which waits for
     /// every writer handle to be gone.
     fn scratch_writer(dir: &tempfile::TempDir) -> (WriterThread, Writer) {
+        scratch_writer_syncing(dir, None)
+    }
+
+    fn scratch_writer_syncing(
+        dir: &tempfile::TempDir,
+        wal: Option<Box<dyn WalSync>>,
+    ) -> (WriterThread, Writer) {
         let conn = Connection::open(dir.path().join("writer.db")).unwrap();
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
              CREATE TABLE rows (id INTEGER PRIMARY KEY, who TEXT NOT NULL) STRICT;",
         )
         .unwrap();
-        let (writer, thread) = Writer::start(conn, 1_000, Duration::from_secs(20)).unwrap();
+        let (writer, thread) = Writer::start(conn, 1_000, Duration::from_secs(20), wal).unwrap();
         (thread, writer)
+    }
+
+    /// A stand-in for the WAL's fsync: each sync says it began, then waits for the test to
+    /// give its outcome.
+    struct GatedSync {
+        began: std::sync::mpsc::Sender<()>,
+        outcome: std::sync::Mutex<std::sync::mpsc::Receiver<std::io::Result<()>>>,
+    }
+
+    impl WalSync for GatedSync {
+        fn sync(&self) -> std::io::Result<()> {
+            self.began.send(()).unwrap();
+            self.outcome.lock().unwrap().recv().unwrap()
+        }
+    }
+
+    /// A writer whose WAL syncs are gated: returns the receiver told when a sync begins and
+    /// the sender of each sync's outcome.
+    fn gated_writer(
+        dir: &tempfile::TempDir,
+    ) -> (
+        WriterThread,
+        Writer,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<std::io::Result<()>>,
+    ) {
+        let (began, sync_began) = std::sync::mpsc::channel();
+        let (give_outcome, outcome) = std::sync::mpsc::channel();
+        let wal = GatedSync {
+            began,
+            outcome: std::sync::Mutex::new(outcome),
+        };
+        let (thread, writer) = scratch_writer_syncing(dir, Some(Box::new(wal)));
+        (thread, writer, sync_began, give_outcome)
+    }
+
+    /// Waits, off the runtime's threads, until a gated sync has begun.
+    async fn sync_begins(
+        sync_began: std::sync::mpsc::Receiver<()>,
+    ) -> std::sync::mpsc::Receiver<()> {
+        tokio::task::spawn_blocking(move || {
+            sync_began
+                .recv_timeout(Duration::from_secs(20))
+                .expect("no WAL sync began for a committed request");
+            sync_began
+        })
+        .await
+        .unwrap()
     }
 
     fn insert(id: i64, who: &'static str) -> impl FnOnce(&Connection) -> crate::Result<()> {
@@ -556,5 +661,87 @@ mod tests {
         // The writer goes on with a clean transaction.
         writer.write(insert(4, "next")).await.unwrap();
         assert_eq!(rows(&dir), [(4, "next".to_owned())]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_committed_request_is_acknowledged_only_after_the_wal_sync_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer, sync_began, give_outcome) = gated_writer(&dir);
+        let request = submit(&writer, Undo::OneStatement, insert(1, "synced"));
+        let sync_began = sync_begins(sync_began).await;
+
+        // Committed, so another connection reads it, but the fsync has not returned.
+        assert_eq!(rows(&dir), [(1, "synced".to_owned())]);
+        assert!(
+            !request.is_finished(),
+            "acknowledged before the WAL sync returned"
+        );
+        assert_eq!(writer.stats().syncs, 0);
+
+        give_outcome.send(Ok(())).unwrap();
+        request.await.unwrap().unwrap();
+        let stats = writer.stats();
+        assert_eq!((stats.commits, stats.syncs), (1, 1), "{stats:?}");
+        drop(sync_began);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_wal_sync_fails_its_batch_and_every_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer, sync_began, give_outcome) = gated_writer(&dir);
+        let request = submit(&writer, Undo::OneStatement, insert(1, "in doubt"));
+        let _sync_began = sync_begins(sync_began).await;
+        give_outcome
+            .send(Err(std::io::Error::other("the disk went away")))
+            .unwrap();
+
+        let outcome = request.await.unwrap();
+        assert!(
+            matches!(&outcome, Err(Error::CommitFailed { reason })
+                if reason.contains("the WAL could not be synced")
+                    && reason.contains("the disk went away")),
+            "{outcome:?}"
+        );
+        // The kernel may have dropped the unsynced pages, so no later commit can be trusted:
+        // the writer refuses to write at all, and says why.
+        let later = writer.write(insert(2, "after the failure")).await;
+        assert!(
+            matches!(&later, Err(Error::CommitFailed { reason })
+                if reason.contains("refuses further writes")),
+            "{later:?}"
+        );
+        assert_eq!(rows(&dir), [(1, "in doubt".to_owned())]);
+        let stats = writer.stats();
+        assert_eq!(
+            (stats.commits, stats.syncs, stats.commits_failed),
+            (1, 0, 2),
+            "{stats:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_handed_to_the_syncer_thread_waits_for_its_own_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer, sync_began, give_outcome) = gated_writer(&dir);
+        let (release, held) = hold(&writer).await;
+        let queued = submit(&writer, Undo::OneStatement, insert(1, "queued"));
+        while writer.stats().queued < 1 {
+            tokio::task::yield_now().await;
+        }
+        // The held batch commits with a request queued behind it, so the writer hands it to the
+        // syncer thread and goes on; the queued one, alone after it, the writer syncs itself.
+        drop(release);
+        let sync_began = sync_begins(sync_began).await;
+        let sync_began = sync_begins(sync_began).await;
+        assert_eq!(rows(&dir), [(1, "queued".to_owned())]);
+        assert!(!held.is_finished() && !queued.is_finished());
+
+        give_outcome.send(Ok(())).unwrap();
+        give_outcome.send(Ok(())).unwrap();
+        held.await.unwrap();
+        queued.await.unwrap().unwrap();
+        let stats = writer.stats();
+        assert_eq!((stats.commits, stats.syncs), (2, 2), "{stats:?}");
+        drop(sync_began);
     }
 }
