@@ -1,0 +1,11 @@
+-- durably-journal: an index of the steps in the ambiguous window.
+--
+-- Steps with an intent and no result are rare: at most one per running execution, and only
+-- while its guarded effect runs or after a crash inside it. Finding them had no index but the
+-- execution's own steps: completing an execution read every step it had recorded (to refuse
+-- completing over an ambiguous one), the scheduler's "awaiting operator" check did the same per
+-- fire, and the `ambiguous_steps` view read the whole table. This partial index holds only the
+-- intents, so each of those reads touches the few rows it is about. A guarded step adds its
+-- entry with its intent and removes it with its result; every open intent shares the index's
+-- few pages.
+CREATE INDEX steps_in_intent ON steps (execution_id, seq) WHERE state = 'intent';
