@@ -30,10 +30,6 @@ const MIGRATIONS: &[(&str, &str)] = &[
             include_str!("../../../schema/0004_views.sql")
         ),
     ),
-    (
-        "0006_open_intents",
-        include_str!("../../../schema/0006_open_intents.sql"),
-    ),
 ];
 
 /// The schema version this build writes and understands.

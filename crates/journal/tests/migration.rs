@@ -69,31 +69,6 @@ async fn a_version_4_journal_is_migrated_and_replays_its_steps_and_its_ambiguous
     write_v4_journal(&scratch, id);
 
     let journal = scratch.open();
-    {
-        // Migration 6 indexed the intent that was already open: the ambiguous window is found
-        // without reading the execution's other steps, and the operators' view uses it.
-        let conn = Connection::open(&scratch.path).unwrap();
-        let open: Vec<i64> = conn
-            .prepare("SELECT seq FROM steps INDEXED BY steps_in_intent WHERE state = 'intent'")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(open, [1]);
-        let plan: Vec<String> = conn
-            .prepare("EXPLAIN QUERY PLAN SELECT * FROM ambiguous_steps")
-            .unwrap()
-            .query_map([], |row| row.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert!(
-            plan.iter()
-                .any(|step| step.contains("USING INDEX steps_in_intent")),
-            "{plan:?}"
-        );
-    }
     let calls = AtomicU32::new(0);
     let mut execution = start(&journal, id).await;
     assert!(execution.is_resume());

@@ -158,6 +158,59 @@ async fn complete_after_an_ambiguous_step_is_refused() {
     assert!(events.iter().any(|event| event.kind == "ambiguity_failed"));
 }
 
+/// The completion check reads only the steps this run did not reach; an ambiguous step among
+/// them must still stop the execution from completing.
+#[tokio::test]
+async fn complete_is_refused_over_a_recorded_intent_this_run_never_reached() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    {
+        let mut execution = start(&journal, id).await;
+        for seq in 0..3_u32 {
+            let value: u32 = execution
+                .pure(&format!("step {seq}"), || async move { Ok(seq) })
+                .await
+                .unwrap();
+            assert_eq!(value, seq);
+        }
+        // Step 3 stays in the ambiguous window: the closure runs only after the intent is
+        // durable, then never returns.
+        let called = std::sync::Arc::new(tokio::sync::Notify::new());
+        let step = execution.guarded("charge", Policy::Fail, |_key| {
+            let called = std::sync::Arc::clone(&called);
+            async move {
+                called.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<u32, StepError>(0)
+            }
+        });
+        tokio::select! {
+            _ = step => panic!("the step cannot finish"),
+            () = called.notified() => {}
+        }
+    }
+    barrier(&journal).await;
+
+    // A shorter path through the program: two steps replayed, then complete.
+    let mut execution = start(&journal, id).await;
+    for seq in 0..2_u32 {
+        let value: u32 = execution
+            .pure(&format!("step {seq}"), || async move { Ok(seq) })
+            .await
+            .unwrap();
+        assert_eq!(value, seq);
+    }
+    let error = execution.complete(&"done").await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Refused(message) if message.contains("step 3 is ambiguous")),
+        "{error:?}"
+    );
+    barrier(&journal).await;
+    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+    assert_eq!(journal.steps(id).unwrap()[3].state, "intent");
+}
+
 #[tokio::test]
 async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous() {
     let scratch = Scratch::new();
