@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use durably_journal::{Durability, Error, Journal, rusqlite};
-use support::{Scratch, integrity, start};
+use support::{Scratch, integrity, pure_steps, start};
 use uuid::Uuid;
 
 const EXECUTIONS: usize = 64;
@@ -104,13 +104,7 @@ async fn only_full_durability_syncs_the_wal_and_never_more_than_once_a_commit() 
             .open()
             .unwrap();
         let mut execution = start(&journal, Uuid::new_v4()).await;
-        for seq in 0..3_u32 {
-            let value: u32 = execution
-                .pure(&format!("step {seq}"), || async move { Ok(seq) })
-                .await
-                .unwrap();
-            assert_eq!(value, seq);
-        }
+        pure_steps(&mut execution, 0..3).await;
         execution.complete(&()).await.unwrap();
         let stats = journal.writer_stats();
         match durability {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use durably_journal::{Error, Guarded, Journal, Opened, Policy, StepError};
-use support::{Scratch, barrier, start};
+use support::{Scratch, barrier, leave_guarded_step_ambiguous, pure_steps, start};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,20 +104,7 @@ async fn panic_inside_a_request_fails_that_request_and_the_writer_lives_on() {
 /// Leaves a guarded step in the ambiguous window by dropping its future after the intent.
 async fn ambiguous_step(journal: &Journal, id: Uuid) {
     let mut execution = start(journal, id).await;
-    // The closure is only called once the intent is durable; it says so, then never returns.
-    let called = std::sync::Arc::new(tokio::sync::Notify::new());
-    let step = execution.guarded("charge", Policy::Fail, |_key| {
-        let called = std::sync::Arc::clone(&called);
-        async move {
-            called.notify_one();
-            std::future::pending::<()>().await;
-            Ok::<u32, StepError>(0)
-        }
-    });
-    tokio::select! {
-        _ = step => panic!("the step cannot finish"),
-        () = called.notified() => {}
-    }
+    leave_guarded_step_ambiguous(&mut execution).await;
     let error = execution.pure("next", || async { Ok(1_u32) }).await;
     assert!(
         matches!(error, Err(Error::Halted { seq: 0, .. })),
@@ -167,40 +154,15 @@ async fn complete_is_refused_over_a_recorded_intent_this_run_never_reached() {
     let id = Uuid::new_v4();
     {
         let mut execution = start(&journal, id).await;
-        for seq in 0..3_u32 {
-            let value: u32 = execution
-                .pure(&format!("step {seq}"), || async move { Ok(seq) })
-                .await
-                .unwrap();
-            assert_eq!(value, seq);
-        }
-        // Step 3 stays in the ambiguous window: the closure runs only after the intent is
-        // durable, then never returns.
-        let called = std::sync::Arc::new(tokio::sync::Notify::new());
-        let step = execution.guarded("charge", Policy::Fail, |_key| {
-            let called = std::sync::Arc::clone(&called);
-            async move {
-                called.notify_one();
-                std::future::pending::<()>().await;
-                Ok::<u32, StepError>(0)
-            }
-        });
-        tokio::select! {
-            _ = step => panic!("the step cannot finish"),
-            () = called.notified() => {}
-        }
+        pure_steps(&mut execution, 0..3).await;
+        // Step 3 stays in the ambiguous window.
+        leave_guarded_step_ambiguous(&mut execution).await;
     }
     barrier(&journal).await;
 
     // A shorter path through the program: two steps replayed, then complete.
     let mut execution = start(&journal, id).await;
-    for seq in 0..2_u32 {
-        let value: u32 = execution
-            .pure(&format!("step {seq}"), || async move { Ok(seq) })
-            .await
-            .unwrap();
-        assert_eq!(value, seq);
-    }
+    pure_steps(&mut execution, 0..2).await;
     let error = execution.complete(&"done").await.unwrap_err();
     assert!(
         matches!(&error, Error::Refused(message) if message.contains("step 3 is ambiguous")),

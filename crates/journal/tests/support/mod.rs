@@ -69,6 +69,36 @@ pub async fn start(journal: &Journal, id: Uuid) -> durably_journal::Execution {
     }
 }
 
+/// Runs pure steps `seqs` (each named `step {seq}`, returning its seq) and checks each value.
+pub async fn pure_steps(execution: &mut durably_journal::Execution, seqs: std::ops::Range<u32>) {
+    for seq in seqs {
+        let value: u32 = execution
+            .pure(&format!("step {seq}"), || async move { Ok(seq) })
+            .await
+            .unwrap();
+        assert_eq!(value, seq);
+    }
+}
+
+/// Leaves the handle's next step, a guarded one under `Policy::Fail`, in the ambiguous window:
+/// its closure runs only once the intent is durable, says so and never returns, and the step's
+/// future is dropped there.
+pub async fn leave_guarded_step_ambiguous(execution: &mut durably_journal::Execution) {
+    let called = Arc::new(tokio::sync::Notify::new());
+    let step = execution.guarded("charge", durably_journal::Policy::Fail, |_key| {
+        let called = Arc::clone(&called);
+        async move {
+            called.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<u32, durably_journal::StepError>(0)
+        }
+    });
+    tokio::select! {
+        _ = step => panic!("the step cannot finish"),
+        () = called.notified() => {}
+    }
+}
+
 /// Waits until every write queued before it has committed: the writer is first in, first out,
 /// so once this empty write is acknowledged, a detached release queued by `Drop` is durable.
 pub async fn barrier(journal: &Journal) {
