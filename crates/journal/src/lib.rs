@@ -8,7 +8,8 @@
 //!
 //! Every write goes through one group-commit writer thread: requests queued while a commit is
 //! in flight share the next `BEGIN IMMEDIATE ... COMMIT`, and each is acknowledged only after
-//! that commit has returned.
+//! that commit has returned and, with [`Durability::Full`], after an fsync of the WAL that
+//! began after it. That fsync runs on a second thread while the writer runs the next batch.
 //!
 //! ```
 //! use durably_journal::{Guarded, Journal, Opened, Policy, StepError};
