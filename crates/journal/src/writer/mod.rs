@@ -567,25 +567,33 @@ mod tests {
 
     /// Blocks the writer thread inside a request until the returned sender is dropped.
     async fn hold(writer: &Writer) -> Held {
-        let (entered_sender, entered) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let held = {
-            let writer = writer.clone();
-            tokio::spawn(async move {
-                writer
-                    .write(move |_| {
-                        entered_sender.send(()).unwrap();
-                        let _ = released.recv();
-                        Ok(())
-                    })
-                    .await
-                    .unwrap();
-            })
-        };
+        let (entered, held) = holding_request(writer, |_| Ok(()));
         while entered.try_recv().is_err() {
             tokio::task::yield_now().await;
         }
-        (release, held)
+        held
+    }
+
+    /// Submits `work` wrapped so that the writer, once inside it, says so and then waits until
+    /// the returned sender is dropped. Returns the receiver told when the writer is inside.
+    fn holding_request<F>(writer: &Writer, work: F) -> (std::sync::mpsc::Receiver<()>, Held)
+    where
+        F: FnOnce(&Connection) -> crate::Result<()> + Send + 'static,
+    {
+        let (entered_sender, entered) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let writer = writer.clone();
+        let held = tokio::spawn(async move {
+            writer
+                .write(move |conn| {
+                    entered_sender.send(()).unwrap();
+                    let _ = released.recv();
+                    work(conn)
+                })
+                .await
+                .unwrap();
+        });
+        (entered, (release, held))
     }
 
     // A current-thread runtime: a spawned task's request is in the queue after its first poll,
@@ -720,26 +728,41 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_batch_handed_to_the_syncer_thread_waits_for_its_own_sync() {
+    async fn a_batch_committed_during_an_fsync_waits_for_the_next_one() {
         let dir = tempfile::tempdir().unwrap();
         let (_thread, writer, sync_began, give_outcome) = gated_writer(&dir);
-        let (release, held) = hold(&writer).await;
-        let queued = submit(&writer, Undo::OneStatement, insert(1, "queued"));
+        let (release_first, first) = hold(&writer).await;
+        let (second_entered, (release_second, second)) =
+            holding_request(&writer, insert(1, "second"));
         while writer.stats().queued < 1 {
             tokio::task::yield_now().await;
         }
-        // The held batch commits with a request queued behind it, so the writer hands it to the
-        // syncer thread and goes on; the queued one, alone after it, the writer syncs itself.
-        drop(release);
+        // The first batch commits with the second queued behind it, so the writer hands it to
+        // the syncer thread and goes on into the second, which holds it until the fsync of the
+        // first has begun.
+        drop(release_first);
         let sync_began = sync_begins(sync_began).await;
-        let sync_began = sync_begins(sync_began).await;
-        assert_eq!(rows(&dir), [(1, "queued".to_owned())]);
-        assert!(!held.is_finished() && !queued.is_finished());
+        let second_entered = tokio::task::spawn_blocking(move || second_entered.recv())
+            .await
+            .unwrap();
+        assert!(second_entered.is_ok());
+        drop(release_second);
+        while writer.stats().commits < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(rows(&dir), [(1, "second".to_owned())]);
+        assert!(!first.is_finished() && !second.is_finished());
 
+        // The first fsync began before the second commit, so it acknowledges only the first.
         give_outcome.send(Ok(())).unwrap();
+        first.await.unwrap();
+        let sync_began = sync_begins(sync_began).await;
+        assert!(
+            !second.is_finished(),
+            "acknowledged by an fsync that began before its commit"
+        );
         give_outcome.send(Ok(())).unwrap();
-        held.await.unwrap();
-        queued.await.unwrap().unwrap();
+        second.await.unwrap();
         let stats = writer.stats();
         assert_eq!((stats.commits, stats.syncs), (2, 2), "{stats:?}");
         drop(sync_began);

@@ -19,7 +19,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 
 use super::{Counters, Job};
@@ -49,36 +49,56 @@ type Committed = Vec<Box<dyn Job>>;
 struct Shared {
     wal: Box<dyn WalSync>,
     counters: Arc<Counters>,
+    /// Held for each fsync and the verdict on it. Linux reports a failed write-back to the
+    /// next fsync of the file description and not again, so two fsyncs at once could see one
+    /// fail and the other succeed for the same lost pages; one at a time, the failure is
+    /// recorded before any later fsync can succeed.
+    syncing: Mutex<()>,
     /// Set by the first failed fsync, never cleared.
     failure: OnceLock<String>,
 }
 
 impl Shared {
-    /// Syncs the WAL (unless an earlier sync failed), then acknowledges `batches`, or fails
-    /// them when the WAL is not known durable.
-    fn sync_and_acknowledge(&self, batches: impl IntoIterator<Item = Committed>) {
-        if self.failure.get().is_none() {
-            match self.wal.sync() {
+    /// Syncs the WAL (unless an earlier sync failed) while `syncing` is held, then
+    /// acknowledges `batches`, or fails them when the WAL is not known durable.
+    fn sync_and_acknowledge(
+        &self,
+        syncing: MutexGuard<'_, ()>,
+        batches: impl IntoIterator<Item = Committed>,
+    ) {
+        let verdict = match self.failure.get() {
+            Some(reason) => Err(reason.clone()),
+            None => match self.wal.sync() {
                 Ok(()) => {
                     self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
                 }
                 Err(error) => {
-                    let _ = self.failure.set(format!(
+                    let reason = format!(
                         "the WAL could not be synced to disk ({error}); this journal refuses \
                          further writes: restart the program to reopen it"
-                    ));
+                    );
+                    let _ = self.failure.set(reason.clone());
+                    Err(reason)
                 }
-            }
-        }
+            },
+        };
+        drop(syncing);
         for batch in batches {
-            match self.failure.get() {
-                None => batch.into_iter().for_each(|job| job.finish(None)),
-                Some(reason) => {
+            match &verdict {
+                Ok(()) => batch.into_iter().for_each(|job| job.finish(None)),
+                Err(reason) => {
                     self.counters.commits_failed.fetch_add(1, Ordering::Relaxed);
                     fail_batch(batch, reason);
                 }
             }
         }
+    }
+
+    /// Waits for any fsync under way, then holds the right to the next one.
+    fn wait_to_sync(&self) -> MutexGuard<'_, ()> {
+        // The lock guards no data, so a panic while it was held leaves nothing to repair.
+        self.syncing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -96,6 +116,7 @@ impl Syncer {
         let shared = Arc::new(Shared {
             wal,
             counters,
+            syncing: Mutex::new(()),
             failure: OnceLock::new(),
         });
         let (sender, receiver) = mpsc::channel();
@@ -110,21 +131,33 @@ impl Syncer {
         })
     }
 
-    /// Has a committed batch acknowledged once durable. With `more_queued`, the writer has a
-    /// next batch to run, and the syncer thread syncs while it does. Without, the writer has
-    /// nothing else to do and syncs on its own thread: waking the syncer costs a lone caller
-    /// tens of microseconds on a virtual machine, where an idle CPU must be woken first.
+    /// Has a committed batch acknowledged once durable.
+    ///
+    /// With `more_queued`, the writer has a next batch to run, and the syncer thread syncs
+    /// while it does. Without, the writer has nothing else to do and syncs on its own thread:
+    /// waking the syncer costs a lone caller tens of microseconds on a virtual machine, where
+    /// an idle CPU must be woken first. If the syncer thread is in an fsync at that moment, the
+    /// batch goes to it all the same: its next fsync, right after, covers the batch, and the
+    /// writer is free for the next request meanwhile.
     pub(super) fn acknowledge(&self, batch: Committed, more_queued: bool) {
         if !more_queued {
-            self.shared.sync_and_acknowledge([batch]);
-            return;
+            match self.shared.syncing.try_lock() {
+                Ok(syncing) => return self.shared.sync_and_acknowledge(syncing, [batch]),
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    return self
+                        .shared
+                        .sync_and_acknowledge(poisoned.into_inner(), [batch]);
+                }
+                Err(TryLockError::WouldBlock) => {}
+            }
         }
         let Some(sender) = &self.sender else {
             return;
         };
         if let Err(mpsc::SendError(batch)) = sender.send(batch) {
             // The thread is gone (a request's drop panicked in it): sync here instead.
-            self.shared.sync_and_acknowledge([batch]);
+            self.shared
+                .sync_and_acknowledge(self.shared.wait_to_sync(), [batch]);
         }
     }
 
@@ -154,7 +187,10 @@ impl Drop for Syncer {
 
 fn run(shared: &Shared, receiver: &mpsc::Receiver<Committed>) {
     while let Ok(first) = receiver.recv() {
-        shared.sync_and_acknowledge(std::iter::once(first).chain(receiver.try_iter()));
+        let syncing = shared.wait_to_sync();
+        // Taken after the wait, so the fsync covers every batch committed until it begins.
+        let batches: Vec<Committed> = std::iter::once(first).chain(receiver.try_iter()).collect();
+        shared.sync_and_acknowledge(syncing, batches);
     }
 }
 
