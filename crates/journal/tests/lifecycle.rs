@@ -21,7 +21,7 @@ use chrono::{TimeDelta, TimeZone, Utc};
 use durably_journal::{
     Error, GcOptions, Journal, Opened, Policy, RetryPolicy, Status, StepError, event_kind,
 };
-use support::{ManualClock, Scratch, barrier, start};
+use support::{ManualClock, Scratch, barrier, count_rows, create_table, start};
 use uuid::Uuid;
 
 fn mode_of(path: &std::path::Path) -> u32 {
@@ -414,13 +414,11 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
 async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
-    journal
-        .write(|conn| {
-            conn.execute_batch("CREATE TABLE outbox (message TEXT NOT NULL) STRICT")?;
-            Ok(())
-        })
-        .await
-        .unwrap();
+    create_table(
+        &journal,
+        "CREATE TABLE outbox (message TEXT NOT NULL) STRICT",
+    )
+    .await;
     let id = Uuid::now_v7();
     let execution = start(&journal, id).await;
     let refused = execution
@@ -431,11 +429,7 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
         .await;
     assert!(matches!(refused, Err(Error::Refused(_))), "{refused:?}");
     barrier(&journal).await;
-    let outbox_rows = || -> i64 {
-        journal
-            .read(|conn| Ok(conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?))
-            .unwrap()
-    };
+    let outbox_rows = || count_rows(&journal, "outbox");
     assert_eq!(outbox_rows(), 0, "the failed end wrote nothing");
     assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
 
@@ -458,18 +452,8 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
 async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
-    journal
-        .write(|conn| {
-            conn.execute_batch("CREATE TABLE marks (step TEXT NOT NULL) STRICT")?;
-            Ok(())
-        })
-        .await
-        .unwrap();
-    let marks = || -> i64 {
-        journal
-            .read(|conn| Ok(conn.query_row("SELECT count(*) FROM marks", [], |row| row.get(0))?))
-            .unwrap()
-    };
+    create_table(&journal, "CREATE TABLE marks (step TEXT NOT NULL) STRICT").await;
+    let marks = || count_rows(&journal, "marks");
     let mark = |conn: &durably_journal::rusqlite::Connection| -> durably_journal::Result<()> {
         conn.execute("INSERT INTO marks (step) VALUES ('charge')", [])?;
         Ok(())
@@ -508,11 +492,7 @@ async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
             let (seen, reader) = (std::sync::Arc::clone(&seen), reader.clone());
             async move {
                 // Committed with the intent, so visible to any reader once the effect runs.
-                let count: u32 = reader
-                    .read(|conn| {
-                        Ok(conn.query_row("SELECT count(*) FROM marks", [], |row| row.get(0))?)
-                    })
-                    .unwrap();
+                let count = u32::try_from(count_rows(&reader, "marks")).unwrap();
                 seen.store(count, Ordering::SeqCst);
                 Ok::<u32, StepError>(7)
             }

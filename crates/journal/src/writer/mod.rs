@@ -308,10 +308,7 @@ fn run(
             continue;
         }
         match &syncer {
-            Some(syncer) => syncer.acknowledge(
-                std::mem::replace(&mut batch, Vec::with_capacity(BATCH_REQUESTS_MAX)),
-                !receiver.is_empty(),
-            ),
+            Some(syncer) => syncer.acknowledge(&mut batch, !receiver.is_empty()),
             None => batch.drain(..).for_each(|job| job.finish(None)),
         }
     }

@@ -22,7 +22,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 
-use super::{Counters, Job};
+use super::{BATCH_REQUESTS_MAX, Counters, Job, fail_all};
 use crate::error::Error;
 
 /// What makes the WAL durable: an fsync of its file in production, a stand-in in tests.
@@ -60,12 +60,9 @@ struct Shared {
 
 impl Shared {
     /// Syncs the WAL (unless an earlier sync failed) while `syncing` is held, then
-    /// acknowledges `batches`, or fails them when the WAL is not known durable.
-    fn sync_and_acknowledge(
-        &self,
-        syncing: MutexGuard<'_, ()>,
-        batches: impl IntoIterator<Item = Committed>,
-    ) {
+    /// acknowledges `batches`, or fails them when the WAL is not known durable. The batches
+    /// are left empty, with their capacity.
+    fn sync_and_acknowledge(&self, syncing: MutexGuard<'_, ()>, batches: &mut [Committed]) {
         let verdict = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
             None => match self.wal.sync() {
@@ -84,12 +81,16 @@ impl Shared {
             },
         };
         drop(syncing);
-        for batch in batches {
-            match &verdict {
-                Ok(()) => batch.into_iter().for_each(|job| job.finish(None)),
-                Err(reason) => {
-                    self.counters.commits_failed.fetch_add(1, Ordering::Relaxed);
-                    fail_batch(batch, reason);
+        match verdict {
+            Ok(()) => {
+                for batch in batches {
+                    batch.drain(..).for_each(|job| job.finish(None));
+                }
+            }
+            Err(reason) => {
+                let error = Error::CommitFailed { reason };
+                for batch in batches {
+                    fail_all(batch, &error, &self.counters);
                 }
             }
         }
@@ -99,6 +100,16 @@ impl Shared {
     fn wait_to_sync(&self) -> MutexGuard<'_, ()> {
         // The lock guards no data, so a panic while it was held leaves nothing to repair.
         self.syncing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The right to the next fsync, unless one is under way.
+    fn try_to_sync(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.syncing.try_lock() {
+            Ok(syncing) => Some(syncing),
+            // As in `wait_to_sync`: nothing to repair.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -131,7 +142,7 @@ impl Syncer {
         })
     }
 
-    /// Has a committed batch acknowledged once durable.
+    /// Has a committed batch acknowledged once durable, and leaves `batch` empty for the next.
     ///
     /// With `more_queued`, the writer has a next batch to run, and the syncer thread syncs
     /// while it does. Without, the writer has nothing else to do and syncs on its own thread:
@@ -139,25 +150,22 @@ impl Syncer {
     /// an idle CPU must be woken first. If the syncer thread is in an fsync at that moment, the
     /// batch goes to it all the same: its next fsync, right after, covers the batch, and the
     /// writer is free for the next request meanwhile.
-    pub(super) fn acknowledge(&self, batch: Committed, more_queued: bool) {
-        if !more_queued {
-            match self.shared.syncing.try_lock() {
-                Ok(syncing) => return self.shared.sync_and_acknowledge(syncing, [batch]),
-                Err(TryLockError::Poisoned(poisoned)) => {
-                    return self
-                        .shared
-                        .sync_and_acknowledge(poisoned.into_inner(), [batch]);
-                }
-                Err(TryLockError::WouldBlock) => {}
-            }
+    pub(super) fn acknowledge(&self, batch: &mut Committed, more_queued: bool) {
+        if !more_queued && let Some(syncing) = self.shared.try_to_sync() {
+            return self
+                .shared
+                .sync_and_acknowledge(syncing, std::slice::from_mut(batch));
         }
         let Some(sender) = &self.sender else {
             return;
         };
-        if let Err(mpsc::SendError(batch)) = sender.send(batch) {
+        let handed = std::mem::replace(batch, Vec::with_capacity(BATCH_REQUESTS_MAX));
+        if let Err(mpsc::SendError(mut handed)) = sender.send(handed) {
             // The thread is gone (a request's drop panicked in it): sync here instead.
-            self.shared
-                .sync_and_acknowledge(self.shared.wait_to_sync(), [batch]);
+            self.shared.sync_and_acknowledge(
+                self.shared.wait_to_sync(),
+                std::slice::from_mut(&mut handed),
+            );
         }
     }
 
@@ -189,15 +197,8 @@ fn run(shared: &Shared, receiver: &mpsc::Receiver<Committed>) {
     while let Ok(first) = receiver.recv() {
         let syncing = shared.wait_to_sync();
         // Taken after the wait, so the fsync covers every batch committed until it begins.
-        let batches: Vec<Committed> = std::iter::once(first).chain(receiver.try_iter()).collect();
-        shared.sync_and_acknowledge(syncing, batches);
-    }
-}
-
-fn fail_batch(batch: Committed, reason: &str) {
-    for job in batch {
-        job.finish(Some(Error::CommitFailed {
-            reason: reason.to_owned(),
-        }));
+        let mut batches: Vec<Committed> =
+            std::iter::once(first).chain(receiver.try_iter()).collect();
+        shared.sync_and_acknowledge(syncing, &mut batches);
     }
 }

@@ -99,6 +99,25 @@ pub async fn leave_guarded_step_ambiguous(execution: &mut durably_journal::Execu
     }
 }
 
+/// Creates a table of the program's own in the journal's file, through the writer.
+pub async fn create_table(journal: &Journal, sql: &'static str) {
+    journal
+        .write(move |conn| {
+            conn.execute_batch(sql)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+/// The rows of `table`, read through the journal's read pool.
+pub fn count_rows(journal: &Journal, table: &str) -> i64 {
+    let query = format!("SELECT count(*) FROM {table}");
+    journal
+        .read(|conn| Ok(conn.query_row(&query, [], |row| row.get(0))?))
+        .unwrap()
+}
+
 /// Waits until every write queued before it has committed: the writer is first in, first out,
 /// so once this empty write is acknowledged, a detached release queued by `Drop` is durable.
 pub async fn barrier(journal: &Journal) {
