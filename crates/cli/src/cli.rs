@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use durably_journal::{SeenIntent, SeenIntentParseError};
 use uuid::Uuid;
 
 use crate::demo::scheduled::SchedulerArgs;
@@ -178,6 +179,11 @@ pub struct ResolveArgs {
     /// The effect did not happen: the next run executes the step, with the same key.
     #[arg(long)]
     pub not_done: bool,
+    /// The intent you checked, as `durably show ID` printed it (like `a1-r0`). The answer is
+    /// then refused if the step ran again or was answered since, instead of being applied to
+    /// an intent nobody checked.
+    #[arg(long, value_name = "TOKEN", value_parser = parse_seen)]
+    pub seen: Option<SeenIntent>,
 }
 
 fn parse_execution_id(text: &str) -> Result<Uuid, String> {
@@ -187,6 +193,11 @@ fn parse_execution_id(text: &str) -> Result<Uuid, String> {
              0190a0b2-7c3e-7d41-9a8f-2b1c3d4e5f60 (`durably ls` lists them)"
         )
     })
+}
+
+fn parse_seen(text: &str) -> Result<SeenIntent, String> {
+    text.parse()
+        .map_err(|error: SeenIntentParseError| error.to_string())
 }
 
 fn parse_age(text: &str) -> Result<humantime::Duration, String> {

@@ -92,7 +92,9 @@ fn show_prints_steps_events_and_bounded_escaped_previews() {
     assert!(text.contains("charge"), "{text}");
     assert!(text.contains("ambiguous window"), "{text}");
     assert!(
-        text.contains(&format!("durably resolve {ambiguous} 1")),
+        text.contains(&format!(
+            "durably resolve {ambiguous} 1 --seen a1-r0 --completed"
+        )),
         "{text}"
     );
 
@@ -309,8 +311,42 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
         message.contains(&std::process::id().to_string()),
         "{message}"
     );
+    // Dropping the last handle of its journal waits for the writer to commit the release and
+    // close the file.
     drop(held);
-    runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(50)).await });
+
+    // The intent the operator checks is named by the token `show` prints; an answer about
+    // another intent of the step is refused, and a malformed token is a usage error.
+    let before = json(&durably(&["--db", db, "--json", "show", &ambiguous]));
+    assert_eq!(before["steps"][0]["seen"], serde_json::Value::Null);
+    let seen = before["steps"][1]["seen"].as_str().unwrap().to_owned();
+    assert_eq!(seen, "a1-r0");
+    let stale = durably(&[
+        "--db",
+        db,
+        "resolve",
+        &ambiguous,
+        "1",
+        "--seen",
+        "a2-r0",
+        "--not-done",
+    ]);
+    assert_stderr_says(
+        &stale,
+        1,
+        "changed since it was looked at (then a2-r0, now a1-r0)",
+    );
+    let malformed = durably(&[
+        "--db",
+        db,
+        "resolve",
+        &ambiguous,
+        "1",
+        "--seen",
+        "latest",
+        "--not-done",
+    ]);
+    assert_stderr_says(&malformed, 2, "not a seen-intent token");
 
     let resolved = json(&durably(&[
         "--db",
@@ -319,6 +355,8 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
         "resolve",
         &ambiguous,
         "1",
+        "--seen",
+        &seen,
         "--completed",
         r#"{"receipt":"r-1"}"#,
     ]));
@@ -351,8 +389,9 @@ fn cancel_is_refused_while_held_and_final_afterwards() {
     let held = hold(&runtime, &fixture.db, fixture.ambiguous);
     let refused = durably(&["--db", db, "cancel", &ambiguous]);
     assert_stderr_says(&refused, 1, "held by live process");
+    // Dropping the last handle of its journal waits for the writer to commit the release and
+    // close the file.
     drop(held);
-    runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(50)).await });
 
     let cancelled = json(&durably(&[
         "--db", db, "--json", "cancel", &ambiguous, "--reason", "test",

@@ -18,6 +18,7 @@ use crate::records::{
     EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, ListFilter, STEP_COLUMNS,
     Status, StepRecord, event_kind,
 };
+use crate::seen_intent::{self, SeenIntent};
 
 /// What opening an execution found.
 #[derive(Debug)]
@@ -40,12 +41,6 @@ pub struct Finished {
     pub output: Option<String>,
     /// The error (JSON), when failed.
     pub error: Option<String>,
-}
-
-/// What an operator saw of a step in the ambiguous window ([`Journal::seen_intent`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeenIntent {
-    resolutions: u64,
 }
 
 /// An operator's answer for a step stuck in the ambiguous window.
@@ -311,31 +306,19 @@ impl Journal {
         self.resolve_expecting(id, seq, None, resolution).await
     }
 
-    /// What is known now of step `seq` if it is in the ambiguous window: pass it to
-    /// [`Journal::resolve_seen`] after checking the outside world, so the answer applies only to
-    /// the intent that was checked. `None` when the step is not ambiguous.
+    /// Which intent step `seq` is now, if it is in the ambiguous window: take it before checking
+    /// the outside world, and pass it to [`Journal::resolve_seen`] with the answer, so the answer
+    /// applies only to the intent that was checked. `None` when the step is not ambiguous.
     ///
     /// # Errors
     /// A storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
-        self.read(|conn| {
-            let resource = id.to_string();
-            let state: Option<String> = conn
-                .prepare_cached("SELECT state FROM steps WHERE execution_id = ?1 AND seq = ?2")?
-                .query_row(params![resource, seq], |row| row.get(0))
-                .optional()?;
-            if state.as_deref() != Some("intent") {
-                return Ok(None);
-            }
-            Ok(Some(SeenIntent {
-                resolutions: resolutions_of(conn, &resource, seq)?,
-            }))
-        })
+        self.read(|conn| seen_intent::current(conn, &id.to_string(), seq))
     }
 
-    /// As [`Journal::resolve`], but refused when the step changed since `seen` was taken: another
-    /// operator resolved it meanwhile (and it may have run again), so the outside world that was
-    /// checked no longer describes this intent.
+    /// As [`Journal::resolve`], but refused when the step changed since `seen` was taken: it was
+    /// run again (by a process, or after another operator's answer), so the outside world that
+    /// was checked may no longer describe this intent.
     ///
     /// # Errors
     /// As [`Journal::resolve`]; [`Error::Refused`] when the step changed.
@@ -372,11 +355,14 @@ impl Journal {
             .write(move |conn| {
                 with_operator_lock(conn, &locker, &handles, id, &now, |resource| {
                     if let Some(seen) = seen
-                        && resolutions_of(conn, resource, seq)? != seen.resolutions
+                        && let Some(now) = seen_intent::current(conn, resource, seq)?
+                        && now != seen
                     {
                         return Err(Error::Refused(format!(
-                            "step {seq} of execution {resource} was resolved by someone else since \
-                             it was looked at, and may have run again; look at it again"
+                            "step {seq} of execution {resource} changed since it was looked at \
+                             (then {seen}, now {now}): it ran again, or another operator \
+                             answered, so what was checked may not describe it any more; look at \
+                             it again with `durably show {resource}`"
                         )));
                     }
                     resolve_step(conn, resource, seq, value.as_deref(), &now)
@@ -384,18 +370,6 @@ impl Journal {
             })
             .await
     }
-}
-
-/// How many times operators have resolved step `seq`: every resolution starts a new intent, so
-/// this count tells one intent of a step from the next.
-fn resolutions_of(conn: &Connection, resource: &str, seq: u32) -> Result<u64> {
-    let count: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM events
-             WHERE execution_id = ?1 AND seq = ?2 AND kind = 'operator_resolved'",
-        )?
-        .query_row(params![resource, seq], |row| row.get(0))?;
-    Ok(count.max(0) as u64)
 }
 
 fn resolve_step(

@@ -53,6 +53,7 @@ mod journal;
 mod payload;
 mod records;
 mod replay;
+mod seen_intent;
 mod step;
 mod storage;
 mod sweep;
@@ -66,9 +67,10 @@ pub use config::{
 pub use error::{Error, Result};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
-pub use executions::{Finished, Opened, Resolution, SeenIntent};
+pub use executions::{Finished, Opened, Resolution};
 pub use journal::Journal;
 pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};
+pub use seen_intent::{SeenIntent, SeenIntentParseError};
 pub use step::{Effect, Guarded, IdempotencyKey, Policy, Probe, ProbeFuture, Skipped, StepError};
 pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sweep::{

@@ -329,6 +329,55 @@ async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
 }
 
 #[tokio::test]
+async fn stale_operator_answer_is_refused_after_the_step_was_retried() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    let calls = AtomicU32::new(0);
+    assert!(
+        crash_inside_retry_step(&journal, id, &calls)
+            .await
+            .is_none()
+    );
+    barrier(&journal).await;
+    // The operator looks at the intent of the first attempt (and would check the outside
+    // world)...
+    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    assert_eq!(seen.to_string(), "a1-r0");
+    // ...meanwhile the program restarts, Retry runs the effect again, and it crashes again.
+    assert!(
+        crash_inside_retry_step(&journal, id, &calls)
+            .await
+            .is_none()
+    );
+    barrier(&journal).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // What the operator checked was the first attempt's effect: "not done" about it says
+    // nothing of the second one.
+    let error = journal
+        .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap_err();
+    let Error::Refused(message) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(message.contains("then a1-r0, now a2-r0"), "{message}");
+    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    let fresh = journal
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("still ambiguous");
+    journal
+        .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap();
+    assert!(
+        journal.steps(id).unwrap().is_empty(),
+        "the intent is forgotten"
+    );
+}
+
+#[tokio::test]
 async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_the_step_reran() {
     let scratch = Scratch::new();
     let journal = scratch.open();

@@ -1,5 +1,5 @@
-//! `durably resolve ID SEQ (--completed JSON | --not-done)`: the operator's answer for a step
-//! stuck in the ambiguous window.
+//! `durably resolve ID SEQ (--completed JSON | --not-done) [--seen TOKEN]`: the operator's answer
+//! for a step stuck in the ambiguous window.
 
 use std::path::Path;
 
@@ -30,7 +30,13 @@ pub fn run(db: &Path, args: &ResolveArgs, json: bool) -> Result<()> {
             ));
         }
     };
-    crate::db::runtime()?.block_on(journal.resolve(args.id, args.seq, resolution))?;
+    let runtime = crate::db::runtime()?;
+    match args.seen {
+        Some(seen) => {
+            runtime.block_on(journal.resolve_seen(args.id, args.seq, seen, resolution))?;
+        }
+        None => runtime.block_on(journal.resolve(args.id, args.seq, resolution))?,
+    }
     let resolved = Resolved {
         execution_id: args.id.to_string(),
         seq: args.seq,

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use durably_journal::{EventRecord, ExecutionRecord, Journal, StepRecord};
+use durably_journal::{EventRecord, ExecutionRecord, Journal, SeenIntent, StepRecord};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -44,6 +44,8 @@ struct Step {
     result_at: Option<String>,
     result_preview: Option<String>,
     error_preview: Option<String>,
+    /// Which intent this is, for `resolve --seen`; only for a step in the ambiguous window.
+    seen: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,7 +69,7 @@ impl Execution {
 }
 
 impl Step {
-    fn from_record(record: &StepRecord) -> Self {
+    fn from_record(record: &StepRecord, seen: Option<SeenIntent>) -> Self {
         Self {
             seq: record.seq,
             name: escape(&record.name),
@@ -80,6 +82,7 @@ impl Step {
             result_at: record.result_at.as_deref().map(escape),
             result_preview: preview_opt(record.result.as_deref()),
             error_preview: preview_opt(record.error.as_deref()),
+            seen: seen.map(|seen| seen.to_string()),
         }
     }
 }
@@ -119,7 +122,18 @@ fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
     Ok(Shown {
         execution: Execution::from_record(&record),
         holder,
-        steps: journal.steps(id)?.iter().map(Step::from_record).collect(),
+        steps: journal
+            .steps(id)?
+            .iter()
+            .map(|step| {
+                let seen = if step.state == "intent" {
+                    journal.seen_intent(id, step.seq)?
+                } else {
+                    None
+                };
+                Ok(Step::from_record(step, seen))
+            })
+            .collect::<Result<_>>()?,
         events: journal.events(id)?.iter().map(Event::from_record).collect(),
     })
 }
@@ -194,13 +208,16 @@ fn render_steps(shown: &Shown) -> String {
         ]);
     }
     text.push_str(&table.render());
-    for step in shown.steps.iter().filter(|step| step.state == "intent") {
+    for step in &shown.steps {
+        let Some(seen) = &step.seen else {
+            continue;
+        };
         let id = &shown.execution.row.execution_id;
         let _ = writeln!(
             text,
             "step {} is in the ambiguous window: its effect may or may not have happened. \
              If no live process holds the execution, check the outside world with key {}, then \
-             `durably resolve {id} {} --completed JSON` or `--not-done`.",
+             `durably resolve {id} {} --seen {seen} --completed JSON` or `--not-done`.",
             step.seq, step.idempotency_key, step.seq
         );
     }

@@ -129,28 +129,27 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
             "the worker stopped on an ambiguous step, but the journal shows none",
         ));
     };
+    // Taken before looking at the provider: the answer then applies to this intent only.
+    let seen = demo
+        .journal
+        .seen_intent(id, step.seq)?
+        .ok_or_else(|| CliError::failure("the ambiguous step was resolved behind the demo's back"))?
+        .to_string();
     let charges = demo.ledger.find("charge", &step.idempotency_key)?;
     let db = demo.db.display().to_string();
     let (id_text, seq) = (id.to_string(), step.seq.to_string());
-    let args: Vec<&str> = if charges.is_empty() {
+    let mut args: Vec<&str> = vec!["--db", &db, "resolve", &id_text, &seq, "--seen", &seen];
+    if charges.is_empty() {
         narrate(&format!(
             "   operator: the payment provider has no charge with key {}, so the effect did not \
              happen:",
             escape(&step.idempotency_key)
         ))?;
-        vec!["--db", &db, "resolve", &id_text, &seq, "--not-done"]
+        args.push("--not-done");
     } else {
         narrate("   operator: the payment provider has the charge, so the effect happened:")?;
-        vec![
-            "--db",
-            &db,
-            "resolve",
-            &id_text,
-            &seq,
-            "--completed",
-            r#"{"receipt":"confirmed by an operator"}"#,
-        ]
-    };
+        args.extend(["--completed", r#"{"receipt":"confirmed by an operator"}"#]);
+    }
     narrate(&format!("   $ durably {}", args.join(" ")))?;
     let status = run_tool(&args)?;
     if !status.success() {
@@ -176,6 +175,9 @@ fn audit_trail(demo: &Demo, id: Uuid) -> Result<()> {
 /// The order left for the reader: killed inside "charge" under Fail and not swept, so the
 /// database keeps a dead lock holder and a step in the ambiguous window to inspect.
 pub const LEFT_ORDER: u32 = 1005;
+
+/// The step of the left order that stays in the ambiguous window: "charge".
+const LEFT_STEP: u32 = 2;
 
 /// Kills one more worker inside "charge" (before charging, under Fail) and leaves it there.
 ///
@@ -204,13 +206,17 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
     let pid = worker.pid();
     worker.kill()?;
     let db = escape(&demo.db.display().to_string());
+    let seen = demo
+        .journal
+        .seen_intent(id, LEFT_STEP)?
+        .ok_or_else(|| CliError::failure("the killed worker left no intent to resolve"))?;
     narrate(&format!(
         "   SIGKILL -> pid {pid}. Its lock row and its intent stay in the file. Try:\n\
          \x20    durably --db {db} locks                 # the holder, judged dead\n\
          \x20    sqlite3 {db} 'select * from ambiguous_steps'\n\
          \x20    durably --db {db} sweep                 # reclaim it\n\
          \x20    durably --db {db} show {id}\n\
-         \x20    durably --db {db} resolve {id} 2 --not-done"
+         \x20    durably --db {db} resolve {id} {LEFT_STEP} --seen {seen} --not-done"
     ))?;
     Ok(id)
 }
