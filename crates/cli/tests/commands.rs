@@ -303,6 +303,15 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
 
     let runtime = runtime();
     let held = hold(&runtime, &fixture.db, fixture.ambiguous);
+    // A live holder may be running the step: `show` hands out no token for it.
+    let shown_held = durably(&["--db", db, "show", &ambiguous]);
+    assert!(
+        stdout(&shown_held).contains("a live process holds the execution"),
+        "{}",
+        stdout(&shown_held)
+    );
+    let held_json = json(&durably(&["--db", db, "--json", "show", &ambiguous]));
+    assert_eq!(held_json["steps"][1]["seen"], serde_json::Value::Null);
     let refused = durably(&["--db", db, "resolve", &ambiguous, "1", "--not-done"]);
     assert_code(&refused, 1);
     let message = stderr(&refused);

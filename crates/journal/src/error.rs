@@ -28,8 +28,10 @@ pub enum Error {
     /// A guarded step is in the ambiguous window and its policy is `Fail`.
     #[error(
         "step {seq} ({name:?}) of execution {execution_id} is ambiguous: its intent was recorded \
-         but not its result, so the effect may or may not have happened; check the outside \
-         world, then run `durably resolve {execution_id} {seq} --completed JSON` or `--not-done`"
+         but not its result, so the effect may or may not have happened; once no process runs \
+         it, `durably show {execution_id}` prints a token for this intent: check the outside \
+         world, then run `durably resolve {execution_id} {seq} --seen TOKEN --completed JSON` \
+         or `--not-done`"
     )]
     Ambiguous {
         /// The execution.

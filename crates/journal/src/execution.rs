@@ -952,7 +952,7 @@ fn refuse_open_intent(conn: &Connection, resource: &str, next_seq: u32) -> Resul
     match open {
         Some(seq) => Err(Error::Refused(format!(
             "execution {resource} cannot complete while step {seq} is ambiguous; resolve it \
-             with `durably resolve {resource} {seq}` first, or finalize the execution as failed"
+             first (`durably show {resource}` says how), or finalize the execution as failed"
         ))),
         None => Ok(()),
     }

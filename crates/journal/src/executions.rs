@@ -310,10 +310,36 @@ impl Journal {
     /// the outside world, and pass it to [`Journal::resolve_seen`] with the answer, so the answer
     /// applies only to the intent that was checked. `None` when the step is not ambiguous.
     ///
+    /// Refused while a live process holds the execution: it may be running that very attempt,
+    /// so the outside world can still change without the step changing, and a check made now
+    /// could miss an effect that happens next.
+    ///
     /// # Errors
-    /// A storage error.
+    /// [`Error::Locked`] while a live process holds the execution; a storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
-        self.read(|conn| seen_intent::current(conn, &id.to_string(), seq))
+        let resource = id.to_string();
+        let (seen, lock) = self.read(|conn| {
+            Ok((
+                seen_intent::current(conn, &resource, seq)?,
+                durably_lock::read(conn, &resource)?,
+            ))
+        })?;
+        let holder = lock.and_then(|lock| lock.holder);
+        if let (Some(_), Some(holder)) = (seen, holder) {
+            let locker = &self.inner.locker;
+            // As for an operator action: a lock of this instance with no open handle is a leak,
+            // and nobody is running the step under it.
+            let leaked = holder.instance_id == locker.instance_id().to_string()
+                && !self.inner.handles.contains(id);
+            if !leaked && !locker.judge().judge(&holder).is_dead() {
+                return Err(Error::Locked {
+                    execution_id: resource,
+                    pid: holder.pid,
+                    since: holder.acquired_at,
+                });
+            }
+        }
+        Ok(seen)
     }
 
     /// As [`Journal::resolve`], but refused when the step changed since `seen` was taken: it was
@@ -354,16 +380,27 @@ impl Journal {
             .writer
             .write(move |conn| {
                 with_operator_lock(conn, &locker, &handles, id, &now, |resource| {
-                    if let Some(seen) = seen
-                        && let Some(now) = seen_intent::current(conn, resource, seq)?
-                        && now != seen
-                    {
-                        return Err(Error::Refused(format!(
-                            "step {seq} of execution {resource} changed since it was looked at \
-                             (then {seen}, now {now}): it ran again, or another operator \
-                             answered, so what was checked may not describe it any more; look at \
-                             it again with `durably show {resource}`"
-                        )));
+                    if let Some(seen) = seen {
+                        match seen_intent::current(conn, resource, seq)? {
+                            Some(current) if current == seen => {}
+                            Some(current) => {
+                                return Err(Error::Refused(format!(
+                                    "step {seq} of execution {resource} changed since it was \
+                                     looked at (then {seen}, now {current}): it ran again, or \
+                                     another operator answered, so what was checked may not \
+                                     describe it any more; look at it again with \
+                                     `durably show {resource}`"
+                                )));
+                            }
+                            None => {
+                                return Err(Error::Refused(format!(
+                                    "step {seq} of execution {resource} is no longer in the \
+                                     ambiguous window: since it was looked at ({seen}) it was \
+                                     answered, or it ran to a result; look at it again with \
+                                     `durably show {resource}`"
+                                )));
+                            }
+                        }
                     }
                     resolve_step(conn, resource, seq, value.as_deref(), &now)
                 })

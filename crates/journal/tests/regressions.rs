@@ -329,6 +329,66 @@ async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
 }
 
 #[tokio::test]
+async fn no_intent_is_handed_out_while_a_live_process_may_be_running_it() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    let mut execution = start(&journal, id).await;
+    // The closure has started and not returned: its effect may happen at any moment, so a look
+    // at the outside world now says nothing about what the intent will have done.
+    leave_guarded_step_ambiguous(&mut execution).await;
+    let error = journal.seen_intent(id, 0).unwrap_err();
+    assert!(
+        matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
+        "{error:?}"
+    );
+    drop(execution);
+    barrier(&journal).await;
+    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    assert_eq!(seen.to_string(), "a1-r0");
+}
+
+#[tokio::test]
+async fn a_retry_inside_the_run_changes_the_intent_an_operator_sees() {
+    let scratch = Scratch::new();
+    let journal = Journal::builder(&scratch.path)
+        .retry(durably_journal::RetryPolicy {
+            attempts_max: 3,
+            backoff_initial: Duration::ZERO,
+            backoff_max: Duration::ZERO,
+        })
+        .open()
+        .unwrap();
+    let id = Uuid::new_v4();
+    let mut execution = start(&journal, id).await;
+    let calls = AtomicU32::new(0);
+    let second_call = std::sync::Arc::new(tokio::sync::Notify::new());
+    let step = execution.guarded("charge", Policy::Fail, |_key| {
+        let second_call = std::sync::Arc::clone(&second_call);
+        let call = calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if call == 0 {
+                return Err(StepError::retryable("the provider timed out"));
+            }
+            second_call.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<u32, StepError>(0)
+        }
+    });
+    tokio::select! {
+        _ = step => panic!("the step cannot finish"),
+        () = second_call.notified() => {}
+    }
+    drop(execution);
+    barrier(&journal).await;
+    // The first attempt failed before its effect; the second may have had it. An operator's
+    // check is about the second.
+    assert_eq!(journal.steps(id).unwrap()[0].attempts, 2);
+    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    assert_eq!(seen.to_string(), "a2-r0");
+}
+
+#[tokio::test]
 async fn stale_operator_answer_is_refused_after_the_step_was_retried() {
     let scratch = Scratch::new();
     let journal = scratch.open();

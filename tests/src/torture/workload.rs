@@ -297,8 +297,12 @@ impl Workload {
         // Look at the intent before the outside world, and answer only for that intent: the
         // step may be resolved by another operator and run again while this one decides
         // (a race the torture run found, when the answer was applied to the newer intent).
-        let Some(seen) = self.journal.seen_intent(execution_id, seq)? else {
-            return Ok(true);
+        let seen = match self.journal.seen_intent(execution_id, seq) {
+            Ok(Some(seen)) => seen,
+            Ok(None) => return Ok(true),
+            // A live process holds it and may be running the step: look again later.
+            Err(error) if error.is_retryable() => return Ok(false),
+            Err(error) => return Err(error.into()),
         };
         let found = ledger_value(&self.dir.join(LEDGER_FILE), key)?;
         let (resolution, word) = match &found {

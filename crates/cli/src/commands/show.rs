@@ -126,10 +126,14 @@ fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
             .steps(id)?
             .iter()
             .map(|step| {
-                let seen = if step.state == "intent" {
-                    journal.seen_intent(id, step.seq)?
-                } else {
-                    None
+                let seen = match step.state.as_str() {
+                    "intent" => match journal.seen_intent(id, step.seq) {
+                        // No token while a live process holds the execution: `render_steps`
+                        // says so instead.
+                        Err(durably_journal::Error::Locked { .. }) => None,
+                        seen => seen?,
+                    },
+                    _ => None,
                 };
                 Ok(Step::from_record(step, seen))
             })
@@ -208,18 +212,23 @@ fn render_steps(shown: &Shown) -> String {
         ]);
     }
     text.push_str(&table.render());
-    for step in &shown.steps {
-        let Some(seen) = &step.seen else {
-            continue;
+    let id = &shown.execution.row.execution_id;
+    for step in shown.steps.iter().filter(|step| step.state == "intent") {
+        let _ = match &step.seen {
+            Some(seen) => writeln!(
+                text,
+                "step {} is in the ambiguous window: its effect may or may not have happened. \
+                 Check the outside world with key {}, then \
+                 `durably resolve {id} {} --seen {seen} --completed JSON` or `--not-done`.",
+                step.seq, step.idempotency_key, step.seq
+            ),
+            None => writeln!(
+                text,
+                "step {} is in the ambiguous window, but a live process holds the execution and \
+                 may be running it: look again once that process has stopped.",
+                step.seq
+            ),
         };
-        let id = &shown.execution.row.execution_id;
-        let _ = writeln!(
-            text,
-            "step {} is in the ambiguous window: its effect may or may not have happened. \
-             If no live process holds the execution, check the outside world with key {}, then \
-             `durably resolve {id} {} --seen {seen} --completed JSON` or `--not-done`.",
-            step.seq, step.idempotency_key, step.seq
-        );
     }
     text
 }
