@@ -330,32 +330,24 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
     assert_eq!(before["steps"][0]["seen"], serde_json::Value::Null);
     let seen = before["steps"][1]["seen"].as_str().unwrap().to_owned();
     assert_eq!(seen, "a1-r0");
-    let stale = durably(&[
-        "--db",
-        db,
-        "resolve",
-        &ambiguous,
-        "1",
-        "--seen",
-        "a2-r0",
-        "--not-done",
-    ]);
+    let not_done_seen = |token: &str| {
+        durably(&[
+            "--db",
+            db,
+            "resolve",
+            &ambiguous,
+            "1",
+            "--seen",
+            token,
+            "--not-done",
+        ])
+    };
     assert_stderr_says(
-        &stale,
+        &not_done_seen("a2-r0"),
         1,
         "changed since it was looked at (then a2-r0, now a1-r0)",
     );
-    let malformed = durably(&[
-        "--db",
-        db,
-        "resolve",
-        &ambiguous,
-        "1",
-        "--seen",
-        "latest",
-        "--not-done",
-    ]);
-    assert_stderr_says(&malformed, 2, "not a seen-intent token");
+    assert_stderr_says(&not_done_seen("latest"), 2, "not a seen-intent token");
 
     let resolved = json(&durably(&[
         "--db",

@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use durably_journal::{Error, Guarded, Journal, Opened, Policy, StepError};
-use support::{Scratch, barrier, leave_guarded_step_ambiguous, pure_steps, start};
+use support::{
+    Scratch, barrier, leave_guarded_step_ambiguous, pure_steps, refuse_stale_then_accept_fresh,
+    start,
+};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,27 +417,7 @@ async fn stale_operator_answer_is_refused_after_the_step_was_retried() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     // What the operator checked was the first attempt's effect: "not done" about it says
     // nothing of the second one.
-    let error = journal
-        .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
-        .await
-        .unwrap_err();
-    let Error::Refused(message) = &error else {
-        panic!("{error:?}");
-    };
-    assert!(message.contains("then a1-r0, now a2-r0"), "{message}");
-    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
-    let fresh = journal
-        .seen_intent(id, 0)
-        .unwrap()
-        .expect("still ambiguous");
-    journal
-        .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
-        .await
-        .unwrap();
-    assert!(
-        journal.steps(id).unwrap().is_empty(),
-        "the intent is forgotten"
-    );
+    refuse_stale_then_accept_fresh(&journal, id, seen, "then a1-r0, now a2-r0").await;
 }
 
 #[tokio::test]
@@ -455,18 +438,5 @@ async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_th
     ambiguous_step(&journal, id).await;
     barrier(&journal).await;
     // Operator one's answer was about the old intent: it must not apply to the new one.
-    let error = journal
-        .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
-        .await
-        .unwrap_err();
-    assert!(matches!(error, Error::Refused(_)), "{error:?}");
-    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
-    let fresh = journal
-        .seen_intent(id, 0)
-        .unwrap()
-        .expect("still ambiguous");
-    journal
-        .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
-        .await
-        .unwrap();
+    refuse_stale_then_accept_fresh(&journal, id, seen, "then a1-r0, now a1-r1").await;
 }

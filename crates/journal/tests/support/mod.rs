@@ -132,3 +132,34 @@ pub fn integrity(path: &Path) -> String {
     conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .unwrap()
 }
+
+/// Answers "not done" for step 0 with the stale `seen`: refused, naming `change`, and the
+/// intent left as it is. Then a fresh look's answer is accepted, and the intent forgotten.
+pub async fn refuse_stale_then_accept_fresh(
+    journal: &Journal,
+    id: Uuid,
+    seen: durably_journal::SeenIntent,
+    change: &str,
+) {
+    let error = journal
+        .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap_err();
+    let durably_journal::Error::Refused(message) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(message.contains(change), "{message}");
+    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    let fresh = journal
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("still ambiguous");
+    journal
+        .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
+        .await
+        .unwrap();
+    assert!(
+        journal.steps(id).unwrap().is_empty(),
+        "the intent is forgotten"
+    );
+}
