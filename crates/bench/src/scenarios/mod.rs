@@ -100,8 +100,8 @@ impl WriterSnapshot {
     }
 }
 
-/// Requests per commit of the writer since `before`, and the bytes written per commit, as a
-/// note. The bytes are nearly all WAL frames (a page plus a 24-byte frame header each), so
+/// Requests per commit of the writer since `before`, a request's mean life split at the moment
+/// the writer took it, and the bytes written per commit, as a note. The bytes are nearly all WAL frames (a page plus a 24-byte frame header each), so
 /// they say how many pages a commit wrote: the cost that clustering the B-trees saves.
 pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
     let after = WriterSnapshot::take(journal);
@@ -123,6 +123,16 @@ pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
         note = format!(
             "{note}, {syncs} WAL fsyncs ({:.1} requests/fsync)",
             requests as f64 / syncs as f64
+        );
+    }
+    let answered = after.stats.answered.saturating_sub(before.stats.answered);
+    if answered > 0 {
+        let mean_ms = |total_ns: u64| total_ns as f64 / answered as f64 / 1e6;
+        note = format!(
+            "{note}; a request's life, from submission to its caller having the answer: {:.2} ms \
+             on average, {:.2} ms of it queued",
+            mean_ms(after.stats.waited_ns.saturating_sub(before.stats.waited_ns)),
+            mean_ms(after.stats.queued_ns.saturating_sub(before.stats.queued_ns)),
         );
     }
     if let (Some(first), Some(last)) = (before.written_bytes, after.written_bytes) {

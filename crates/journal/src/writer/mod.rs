@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -43,6 +43,17 @@ pub struct WriterStats {
     /// The writer's own fsyncs of the WAL ([`Durability::Full`](crate::Durability::Full)). Each
     /// makes every commit before it durable, so there are at most as many as commits.
     pub syncs: u64,
+    /// Requests whose caller got an answer (success or error), the count the two wait totals
+    /// below are over. Requests submitted without waiting, such as the release of a dropped
+    /// handle, are not counted.
+    pub answered: u64,
+    /// Of those requests' lives, the time spent queued: from submission until the writer took
+    /// the request into a batch, in nanoseconds.
+    pub queued_ns: u64,
+    /// Their whole lives: from submission until the caller's task had the answer, in
+    /// nanoseconds. With a steady number of requests in flight, that number divided by the
+    /// mean life is the writer's throughput (Little's law).
+    pub waited_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +63,25 @@ struct Counters {
     requests_failed: AtomicU64,
     commits_failed: AtomicU64,
     syncs: AtomicU64,
+    answered: AtomicU64,
+    queued_ns: AtomicU64,
+    waited_ns: AtomicU64,
+}
+
+impl Counters {
+    /// Counts one answered request, submitted at `sent` and taken by the writer at `taken`
+    /// (`None` when it was answered without being run).
+    fn record_answer(&self, sent: Instant, taken: Option<Instant>) {
+        let answered = Instant::now();
+        let nanos = |from: Instant, to: Instant| {
+            u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
+        };
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        self.queued_ns
+            .fetch_add(nanos(sent, taken.unwrap_or(answered)), Ordering::Relaxed);
+        self.waited_ns
+            .fetch_add(nanos(sent, answered), Ordering::Relaxed);
+    }
 }
 
 /// How a failed request's writes are taken back while its batch neighbours still commit.
@@ -73,8 +103,9 @@ pub(crate) enum Undo {
 trait Job: Send {
     /// How the request's writes are taken back if it fails.
     fn undo(&self) -> Undo;
-    /// Runs the request's writes. `false` when it failed (its savepoint is rolled back).
-    fn run(&mut self, conn: &Connection) -> bool;
+    /// Runs the request's writes, in the batch the writer took at `taken`. `false` when it
+    /// failed (its savepoint is rolled back).
+    fn run(&mut self, conn: &Connection, taken: Instant) -> bool;
     /// Delivers the outcome: the request's own result if the batch committed, else `failure`.
     fn finish(self: Box<Self>, failure: Option<Error>);
 }
@@ -83,7 +114,15 @@ struct TypedJob<T, F> {
     undo: Undo,
     work: Option<F>,
     outcome: Option<Result<T>>,
-    reply: oneshot::Sender<Result<T>>,
+    taken: Option<Instant>,
+    reply: oneshot::Sender<Answer<T>>,
+}
+
+/// What the writer sends back to a caller.
+struct Answer<T> {
+    outcome: Result<T>,
+    /// When the writer took the request into a batch; `None` when it never ran.
+    taken: Option<Instant>,
 }
 
 impl<T, F> Job for TypedJob<T, F>
@@ -95,10 +134,11 @@ where
         self.undo
     }
 
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &Connection, taken: Instant) -> bool {
         let Some(work) = self.work.take() else {
             return false;
         };
+        self.taken = Some(taken);
         // A panic inside one request must not take the writer thread (and with it every lock
         // this instance holds) down: it fails that request alone, rolled back to its savepoint.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
@@ -121,7 +161,10 @@ where
             (None, None) => Err(Error::WriterStopped),
         };
         // The caller may have stopped waiting (timeout or drop); that is its choice.
-        let _ = self.reply.send(outcome);
+        let _ = self.reply.send(Answer {
+            outcome,
+            taken: self.taken,
+        });
     }
 }
 
@@ -225,11 +268,13 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        let sent = Instant::now();
         let (reply, acknowledged) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(TypedJob {
             undo,
             work: Some(work),
             outcome: None,
+            taken: None,
             reply,
         });
         let waiting = async {
@@ -237,7 +282,9 @@ impl Writer {
                 .send(job)
                 .await
                 .map_err(|_| Error::WriterStopped)?;
-            acknowledged.await.map_err(|_| Error::WriterStopped)?
+            let answer: Answer<T> = acknowledged.await.map_err(|_| Error::WriterStopped)?;
+            self.counters.record_answer(sent, answer.taken);
+            answer.outcome
         };
         match tokio::time::timeout(self.ack_timeout, waiting).await {
             Ok(outcome) => outcome,
@@ -258,6 +305,7 @@ impl Writer {
             undo: Undo::Savepoint,
             work: Some(work),
             outcome: None,
+            taken: None,
             reply,
         });
         if let Err(mpsc::error::TrySendError::Full(job)) = self.queue.try_send(job) {
@@ -278,6 +326,9 @@ impl Writer {
             commits_failed: self.counters.commits_failed.load(Ordering::Relaxed),
             queued: (self.queue.max_capacity() - self.queue.capacity()) as u64,
             syncs: self.counters.syncs.load(Ordering::Relaxed),
+            answered: self.counters.answered.load(Ordering::Relaxed),
+            queued_ns: self.counters.queued_ns.load(Ordering::Relaxed),
+            waited_ns: self.counters.waited_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -324,13 +375,14 @@ fn commit_batch(
     counters: &Counters,
     busy_timeout_ms: u64,
 ) -> bool {
+    let taken = Instant::now();
     if let Err(error) = cached(conn, "BEGIN IMMEDIATE") {
         fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
         return false;
     }
     let mut failed = 0_u64;
     for job in batch.iter_mut() {
-        match run_request(conn, job.as_mut()) {
+        match run_request(conn, job.as_mut(), taken) {
             Ok(true) => {}
             Ok(false) => failed += 1,
             Err(error) => {
@@ -372,14 +424,14 @@ fn commit_batch(
 /// Runs one request so that a failure takes back its own writes only. `Ok(false)` when it
 /// failed alone; `Err` when a request that promised [`Undo::OneStatement`] failed after
 /// changing rows, which nothing can take back short of the whole batch.
-fn run_request(conn: &Connection, job: &mut dyn Job) -> Result<bool> {
+fn run_request(conn: &Connection, job: &mut dyn Job, taken: Instant) -> Result<bool> {
     match job.undo() {
-        Undo::Savepoint => Ok(run_in_savepoint(conn, job)),
+        Undo::Savepoint => Ok(run_in_savepoint(conn, job, taken)),
         Undo::OneStatement => {
             // A statement SQLite took back adds nothing to the total (sqlite3VdbeSetChanges
             // is given 0 when a statement is rolled back).
             let changes_before = conn.total_changes();
-            let ok = job.run(conn);
+            let ok = job.run(conn, taken);
             if !ok && conn.total_changes() != changes_before {
                 return Err(Error::CommitFailed {
                     reason: "a request without a savepoint failed after changing rows, so its \
@@ -393,11 +445,11 @@ fn run_request(conn: &Connection, job: &mut dyn Job) -> Result<bool> {
     }
 }
 
-fn run_in_savepoint(conn: &Connection, job: &mut dyn Job) -> bool {
+fn run_in_savepoint(conn: &Connection, job: &mut dyn Job, taken: Instant) -> bool {
     if cached(conn, "SAVEPOINT request").is_err() {
         return false;
     }
-    let ok = job.run(conn);
+    let ok = job.run(conn, taken);
     // If ending the savepoint fails the whole transaction is in doubt; the COMMIT that follows
     // then fails too and every request of the batch is told.
     let _ = if ok {
@@ -591,6 +643,40 @@ mod tests {
                 .unwrap();
         });
         (entered, (release, held))
+    }
+
+    /// The wait totals split a request's life at the moment the writer took it: a request
+    /// queued behind a held one spends at least the hold in the queue.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_queued_behind_a_held_one_counts_the_hold_as_queued() {
+        const HOLD: Duration = Duration::from_millis(30);
+        let dir = tempfile::tempdir().unwrap();
+        let (_thread, writer) = scratch_writer(&dir);
+        let held = hold(&writer).await;
+        let before = writer.stats();
+        let queued = submit(&writer, Undo::Savepoint, insert(1, "queued"));
+        while writer.stats().queued < 1 {
+            tokio::task::yield_now().await;
+        }
+        let holding_since = std::time::Instant::now();
+        tokio::time::sleep(HOLD).await;
+        let held_for = holding_since.elapsed();
+        let outcomes = one_batch(&writer, held, vec![queued]).await;
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        let after = writer.stats();
+
+        // The held request and the queued one.
+        assert_eq!(after.answered - before.answered, 2);
+        let queued_ns = after.queued_ns - before.queued_ns;
+        let waited_ns = after.waited_ns - before.waited_ns;
+        assert!(
+            u128::from(queued_ns) >= held_for.as_nanos(),
+            "queued {queued_ns} ns, held {held_for:?}"
+        );
+        assert!(
+            waited_ns > queued_ns,
+            "waited {waited_ns} ns, queued {queued_ns} ns"
+        );
     }
 
     // A current-thread runtime: a spawned task's request is in the queue after its first poll,
