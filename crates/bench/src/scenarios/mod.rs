@@ -101,8 +101,9 @@ impl WriterSnapshot {
 }
 
 /// Requests per commit of the writer since `before`, a request's mean life split at the moment
-/// the writer took it, and the bytes written per commit, as a note. The bytes are nearly all WAL frames (a page plus a 24-byte frame header each), so
-/// they say how many pages a commit wrote: the cost that clustering the B-trees saves.
+/// the writer took it, and the bytes written per commit, as a note. The bytes are nearly all
+/// WAL frames (a page plus a 24-byte frame header each), so they say how many pages a commit
+/// wrote: the cost that clustering the B-trees saves.
 pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
     let after = WriterSnapshot::take(journal);
     let commits = after.stats.commits.saturating_sub(before.stats.commits);

@@ -118,6 +118,23 @@ struct TypedJob<T, F> {
     reply: oneshot::Sender<Answer<T>>,
 }
 
+impl<T, F> TypedJob<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+{
+    /// A request not yet run, whose answer goes to `reply`.
+    fn boxed(undo: Undo, work: F, reply: oneshot::Sender<Answer<T>>) -> Box<dyn Job> {
+        Box::new(Self {
+            undo,
+            work: Some(work),
+            outcome: None,
+            taken: None,
+            reply,
+        })
+    }
+}
+
 /// What the writer sends back to a caller.
 struct Answer<T> {
     outcome: Result<T>,
@@ -270,13 +287,7 @@ impl Writer {
     {
         let sent = Instant::now();
         let (reply, acknowledged) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(TypedJob {
-            undo,
-            work: Some(work),
-            outcome: None,
-            taken: None,
-            reply,
-        });
+        let job = TypedJob::boxed(undo, work, reply);
         let waiting = async {
             self.queue
                 .send(job)
@@ -301,13 +312,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let (reply, _ignored) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(TypedJob {
-            undo: Undo::Savepoint,
-            work: Some(work),
-            outcome: None,
-            taken: None,
-            reply,
-        });
+        let job = TypedJob::boxed(Undo::Savepoint, work, reply);
         if let Err(mpsc::error::TrySendError::Full(job)) = self.queue.try_send(job) {
             // The queue is full: hand the job to a thread that may block until there is room.
             let queue = self.queue.clone();
