@@ -64,9 +64,10 @@ fn exercise(journal: &Journal) {
                 .await;
             let _ = execution.complete(&"done").await;
         }
-        let _ = journal.sweep(false).await;
+        let _ = journal.operator().sweep(false).await;
         let _ = journal
-            .collect_garbage(journal.default_gc_options(), |_| {})
+            .operator()
+            .collect_garbage(journal.operator().default_gc_options(), |_| {})
             .await;
     });
 }

@@ -85,10 +85,10 @@ fn assert_acknowledged(steps: &[StepRecord], count: u32) {
             (step.seq, step.name.as_str()),
             (seq, format!("step {seq}").as_str())
         );
-        assert_eq!(step.state, "completed");
+        assert_eq!(step.state, durably_journal::StepState::Completed);
         let expected = serde_json::to_string(&value(seq)).unwrap();
         assert_eq!(
-            step.result.as_deref(),
+            step.result.as_ref().map(durably_journal::Payload::as_json),
             Some(expected.as_str()),
             "step {seq}"
         );
@@ -190,7 +190,7 @@ fn a_full_disk_is_disk_full_and_loses_nothing_acknowledged() {
         for (seq, step) in steps.iter().enumerate() {
             let expected = serde_json::to_string(&format!("{seq}{chunk}")).unwrap();
             assert_eq!(
-                step.result.as_deref(),
+                step.result.as_ref().map(durably_journal::Payload::as_json),
                 Some(expected.as_str()),
                 "step {seq}"
             );
@@ -609,9 +609,9 @@ fn an_oversized_payload_is_payload_too_large_and_nothing_is_written() {
         let error = execution.complete(&big).await.unwrap_err();
         assert!(matches!(error, Error::PayloadTooLarge { .. }), "output: {error:?}");
         barrier(&journal).await;
-        assert_eq!(journal.get(id).unwrap().unwrap().status, "running", "a big output finalized");
+        assert_eq!(journal.get(id).unwrap().unwrap().status, durably_journal::Status::Running, "a big output finalized");
         let resolution = Resolution::Completed(serde_json::Value::String(big.clone()));
-        let error = journal.resolve(id, 0, resolution).await.unwrap_err();
+        let error = journal.operator().resolve(id, 0, resolution).await.unwrap_err();
         assert!(matches!(error, Error::PayloadTooLarge { .. }), "resolution: {error:?}");
         let steps = journal.steps(id).unwrap();
         assert_eq!(steps.len(), 2, "a refused result left a row");

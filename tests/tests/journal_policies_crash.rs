@@ -89,7 +89,7 @@ fn skip_calls_nothing_more_and_reports_the_step_skipped_with_an_audit_event() {
 
     let journal = Journal::open(&scratch.database).unwrap();
     let steps = journal.steps(id).unwrap();
-    assert_eq!(steps[1].state, "skipped");
+    assert_eq!(steps[1].state, durably_journal::StepState::Skipped);
     let skipped_events = journal
         .events(id)
         .unwrap()
@@ -124,8 +124,8 @@ fn retry_calls_exactly_once_more_with_the_same_key() {
 
     let journal = Journal::open(&scratch.database).unwrap();
     let steps = journal.steps(id).unwrap();
-    assert_eq!(steps[1].state, "completed");
-    assert_eq!(steps[1].idempotency_key, key_of(id));
+    assert_eq!(steps[1].state, durably_journal::StepState::Completed);
+    assert_eq!(steps[1].idempotency_key.to_string(), key_of(id));
     assert_eq!(steps[1].attempts, 2, "the intent's attempt and the retry");
     assert!(
         journal
@@ -189,7 +189,7 @@ fn fail_is_ambiguous_on_every_reopen_until_an_operator_records_the_value() {
     let journal = Journal::open(&scratch.database).unwrap();
     assert_eq!(
         journal.steps(id).unwrap()[1].state,
-        "intent",
+        durably_journal::StepState::Intent,
         "Fail must leave the intent"
     );
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -197,7 +197,11 @@ fn fail_is_ambiguous_on_every_reopen_until_an_operator_records_the_value() {
         .build()
         .unwrap();
     runtime
-        .block_on(journal.resolve(id, 1, Resolution::Completed(json!("settled by hand"))))
+        .block_on(journal.operator().resolve(
+            id,
+            1,
+            Resolution::Completed(json!("settled by hand")),
+        ))
         .unwrap();
 
     let answer = guarded(&scratch, id, "fail", &[]).answer().clone();
@@ -232,12 +236,12 @@ fn fail_then_not_done_runs_the_step_exactly_once() {
         .build()
         .unwrap();
     runtime
-        .block_on(journal.resolve(id, 1, Resolution::NotDone))
+        .block_on(journal.operator().resolve(id, 1, Resolution::NotDone))
         .unwrap();
     // Resolving twice is refused: the step is no longer ambiguous.
     assert!(
         runtime
-            .block_on(journal.resolve(id, 1, Resolution::NotDone))
+            .block_on(journal.operator().resolve(id, 1, Resolution::NotDone))
             .is_err()
     );
 
@@ -248,7 +252,10 @@ fn fail_then_not_done_runs_the_step_exactly_once() {
         [format!("charge {id} {}", key_of(id))],
         "not-done must run the step exactly once, with the same key"
     );
-    assert_eq!(journal.steps(id).unwrap()[1].state, "completed");
+    assert_eq!(
+        journal.steps(id).unwrap()[1].state,
+        durably_journal::StepState::Completed
+    );
     assert_eq!(integrity(&scratch.database), "ok");
 }
 
@@ -269,9 +276,12 @@ fn reconcile_calls_nothing_when_the_probe_finds_the_effect() {
     );
     let journal = Journal::open(&scratch.database).unwrap();
     let steps = journal.steps(id).unwrap();
-    assert_eq!(steps[1].state, "completed");
+    assert_eq!(steps[1].state, durably_journal::StepState::Completed);
     assert_eq!(
-        steps[1].result.as_deref(),
+        steps[1]
+            .result
+            .as_ref()
+            .map(durably_journal::Payload::as_json),
         Some(serde_json::to_string(&expected).unwrap().as_str())
     );
     assert!(

@@ -72,7 +72,7 @@ fn processes_opening_the_same_new_file_at_once_all_succeed() {
 }
 
 /// The ids of the executions `journal` lists as recoverable.
-fn recoverable_ids(journal: &Journal) -> Vec<String> {
+fn recoverable_ids(journal: &Journal) -> Vec<Uuid> {
     journal
         .recoverable()
         .unwrap()
@@ -99,7 +99,7 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
         "{error:?}"
     );
     let error = runtime
-        .block_on(journal.cancel(id, "operator"))
+        .block_on(journal.operator().cancel(id, "operator"))
         .unwrap_err();
     assert!(
         matches!(&error, Error::Locked { pid, .. } if *pid == holder.pid()),
@@ -109,17 +109,20 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
         journal.recoverable().unwrap().is_empty(),
         "a live holder's execution is recoverable"
     );
-    let report = runtime.block_on(journal.sweep(false)).unwrap();
+    let report = runtime.block_on(journal.operator().sweep(false)).unwrap();
     assert!(
         report.reclaimed.is_empty(),
         "the sweep took a live holder's lock: {report:?}"
     );
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
 
     let pid = holder.pid();
     holder.kill();
-    assert_eq!(recoverable_ids(&journal), [id.to_string()]);
-    let report = runtime.block_on(journal.sweep(false)).unwrap();
+    assert_eq!(recoverable_ids(&journal), [id]);
+    let report = runtime.block_on(journal.operator().sweep(false)).unwrap();
     assert_eq!(report.reclaimed.len(), 1, "{report:?}");
     assert_eq!(
         (
@@ -128,7 +131,10 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
         ),
         (id.to_string(), pid)
     );
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "interrupted");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Interrupted
+    );
     let reclaimed = journal
         .events(id)
         .unwrap()
@@ -139,7 +145,7 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
     // A second sweep finds nothing more to do.
     assert!(
         runtime
-            .block_on(journal.sweep(false))
+            .block_on(journal.operator().sweep(false))
             .unwrap()
             .reclaimed
             .is_empty()
@@ -183,8 +189,11 @@ fn a_holder_that_drops_its_handle_leaves_the_execution_running_and_recoverable()
         .sweep_on_open(false)
         .open()
         .unwrap();
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
-    assert_eq!(recoverable_ids(&journal), [id.to_string()]);
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
+    assert_eq!(recoverable_ids(&journal), [id]);
     let runtime = runtime();
     let Opened::Running(execution) = runtime
         .block_on(journal.open_execution(id, "test", "", &""))

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use durably_journal::Durability;
+use durably::Durability;
 
 /// Benchmarks durably against a raw-SQLite baseline measured in the same run.
 #[derive(Debug, Parser)]
@@ -108,7 +108,7 @@ impl From<DurabilityArg> for Durability {
 /// `--execution-ids`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum IdsArg {
-    /// `durably_journal::new_execution_id` (UUID v7): ids made together sort together.
+    /// `durably::new_execution_id` (UUID v7): ids made together sort together.
     TimeOrdered,
     /// `Uuid::new_v4`: every id lands at a random place in the B-trees.
     Random,
@@ -118,7 +118,7 @@ impl IdsArg {
     /// A new execution id of this kind.
     pub fn new_id(self) -> uuid::Uuid {
         match self {
-            Self::TimeOrdered => durably_journal::new_execution_id(),
+            Self::TimeOrdered => durably::new_execution_id(),
             Self::Random => uuid::Uuid::new_v4(),
         }
     }

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably_journal::Durability;
-use durably_journal::rusqlite::{Connection, params};
+use durably::Durability;
+use durably::sqlite::rusqlite::{Connection, params};
 
 use crate::error::Result;
 use crate::stats::Samples;

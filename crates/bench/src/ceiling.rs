@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably_journal::rusqlite::{Connection, params};
-use durably_journal::{Durability, Journal};
+use durably::sqlite::rusqlite::{Connection, params};
+use durably::{Durability, Journal};
 use uuid::Uuid;
 
 use crate::args::EffectArg;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use durably_journal::{Durability, Journal};
+use durably::{Durability, Journal};
 
 use crate::args::{Args, EffectArg, IdsArg, ScenarioName};
 use crate::baseline;

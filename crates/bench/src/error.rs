@@ -7,13 +7,13 @@ use std::path::PathBuf;
 pub enum BenchError {
     /// The journal under test failed.
     #[error("journal: {0}")]
-    Journal(#[from] durably_journal::Error),
+    Journal(#[from] durably::Error),
     /// The scheduler under test failed.
     #[error("scheduler: {0}")]
-    Scheduler(#[from] durably_scheduler::Error),
+    Scheduler(#[from] durably::scheduler::Error),
     /// The raw-SQLite baseline or the bulk pre-fill failed.
     #[error("sqlite: {0}")]
-    Sqlite(#[from] durably_journal::rusqlite::Error),
+    Sqlite(#[from] durably::sqlite::rusqlite::Error),
     /// A file or process operation failed.
     #[error("{action} {path}: {source}")]
     Io {

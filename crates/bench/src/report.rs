@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use durably_journal::Durability;
+use durably::Durability;
 
 use crate::stats::Samples;
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use durably_journal::{SeenIntent, SeenIntentParseError};
+use durably::operator::{SeenIntent, SeenIntentParseError};
 use uuid::Uuid;
 
 use crate::demo::scheduled::SchedulerArgs;
@@ -114,7 +114,7 @@ pub struct LsArgs {
     pub name: Option<String>,
     /// Only executions created since: an RFC 3339 time, or an age such as `2h` or `7d`.
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
-    pub since: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
     /// At most this many rows (1 to 10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
     pub limit: u32,
@@ -137,8 +137,8 @@ pub enum StatusArg {
 
 impl StatusArg {
     /// The journal's status.
-    pub fn status(self) -> durably_journal::Status {
-        use durably_journal::Status;
+    pub fn status(self) -> durably::Status {
+        use durably::Status;
         match self {
             Self::Running => Status::Running,
             Self::Completed => Status::Completed,
@@ -211,16 +211,15 @@ fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     })
 }
 
-fn parse_since(text: &str) -> Result<String, String> {
+fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     if let Ok(age) = humantime::parse_duration(text) {
         let age = chrono::Duration::from_std(age).map_err(|error| error.to_string())?;
-        let since = chrono::Utc::now()
+        return chrono::Utc::now()
             .checked_sub_signed(age)
-            .ok_or_else(|| format!("{text} reaches before the start of time"))?;
-        return Ok(durably_lock::format_timestamp(since));
+            .ok_or_else(|| format!("{text} reaches before the start of time"));
     }
     chrono::DateTime::parse_from_rfc3339(text)
-        .map(|time| durably_lock::format_timestamp(time.with_timezone(&chrono::Utc)))
+        .map(|time| time.with_timezone(&chrono::Utc))
         .map_err(|_| {
             format!(
                 "{text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor an age (2h, 7d)"

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use durably_journal::Journal;
+use durably::Journal;
 
 use crate::error::{CliError, Result};
 

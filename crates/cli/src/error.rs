@@ -46,14 +46,14 @@ impl fmt::Display for CliError {
     }
 }
 
-impl From<durably_journal::Error> for CliError {
-    fn from(error: durably_journal::Error) -> Self {
+impl From<durably::Error> for CliError {
+    fn from(error: durably::Error) -> Self {
         Self::failure(error.to_string())
     }
 }
 
-impl From<durably_scheduler::Error> for CliError {
-    fn from(error: durably_scheduler::Error) -> Self {
+impl From<durably::scheduler::Error> for CliError {
+    fn from(error: durably::scheduler::Error) -> Self {
         Self::usage(error.to_string())
     }
 }

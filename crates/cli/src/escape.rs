@@ -3,6 +3,8 @@
 //! reorder text with bidirectional overrides), so every string read from a journal goes through
 //! [`escape`] before it is printed, in tables and in `--json` output alike.
 
+use durably::Payload;
+
 use std::fmt::Write as _;
 
 /// The most characters of a payload that `show` prints; the rest is cut and marked.
@@ -51,8 +53,8 @@ pub fn preview(text: &str) -> String {
 }
 
 /// [`preview`] of an optional payload.
-pub fn preview_opt(text: Option<&str>) -> Option<String> {
-    text.map(preview)
+pub fn preview_opt(payload: Option<&Payload>) -> Option<String> {
+    payload.map(|payload| preview(payload.as_json()))
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ fn journal_with_completed_executions() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("journal.db");
     runtime().block_on(async {
-        let journal = durably_journal::Journal::builder(&db).open().unwrap();
+        let journal = durably::Journal::builder(&db).open().unwrap();
         for index in 0..COMPLETED_EXECUTIONS {
             let execution = open(&journal, Uuid::new_v4(), &format!("order {index}")).await;
             execution.complete(&"done").await.unwrap();

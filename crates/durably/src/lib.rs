@@ -6,8 +6,15 @@
 //! recorded results without running again, and a guarded step caught between its intent and
 //! its result is handled by the [`Policy`] its author chose.
 //!
-//! This crate re-exports the public API of `durably-journal` at its root and the lock crate as
-//! [`lock`].
+//! This is the one crate to depend on. Its root holds the everyday API: open a [`Journal`],
+//! open an [`Execution`], run its steps. The rest sits in modules:
+//! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
+//!   retention;
+//! - [`scheduler`]: scheduled jobs whose fires each run once;
+//! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
+//! - [`defaults`]: the default of every journal setting;
+//! - [`sqlite`]: the database driver, for programs that keep their own rows in the journal's
+//!   transactions.
 //!
 //! # An agent that crashes and resumes
 //!
@@ -62,19 +69,51 @@
 //! let id = durably::new_execution_id(); // time-ordered; any UUID works
 //!
 //! agent(&journal, id, true).await?; // crashes inside "send email"
-//! assert_eq!(journal.steps(id)?[2].state, "intent");
+//! assert_eq!(journal.steps(id)?[2].state, durably_journal::StepState::Intent);
 //!
 //! agent(&journal, id, false).await?; // resumes
 //! assert_eq!(PLANS.load(Ordering::SeqCst), 1, "the plan was replayed, not recomputed");
 //! assert_eq!(EMAILS.load(Ordering::SeqCst), 1, "the email was sent once");
-//! assert_eq!(journal.get(id)?.map(|record| record.status), Some("completed".to_owned()));
+//! assert_eq!(journal.get(id)?.map(|record| record.status), Some(durably::Status::Completed));
 //! # Ok(())
 //! # }
 //! ```
 
-pub use durably_journal::*;
+pub use durably_journal::{
+    Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
+    Guarded, IdempotencyKey, Journal, JournalBuilder, ListFilter, Opened, Payload, Policy,
+    PolicyKind, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError,
+    StepKey, StepRecord, StepState, UnknownWord, event_kind, new_execution_id,
+};
+
+/// Operator actions: `journal.operator()` and what its actions take and report.
+pub mod operator {
+    pub use durably_journal::{
+        GcOptions, GcReport, Operator, Reclaimed, Resolution, SeenIntent, SeenIntentParseError,
+        SweepReport,
+    };
+}
+
+/// The default of every journal setting, as [`crate::JournalBuilder`] applies it.
+pub mod defaults {
+    pub use durably_journal::{
+        AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT,
+        FAILED_RETENTION_DEFAULT, GC_BATCH_EXECUTIONS_DEFAULT, LIST_LIMIT_DEFAULT,
+        PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
+    };
+}
+
+/// The SQLite driver and file format, for programs that write their own rows in the journal's
+/// transactions ([`crate::Journal::write`], [`crate::Execution::complete_with`]).
+pub mod sqlite {
+    pub use durably_journal::{APPLICATION_ID, SCHEMA_VERSION, WriterStats, rusqlite};
+}
+
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
+
+/// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.
+pub use durably_scheduler as scheduler;
 
 /// The README's code, compiled as a doctest so it cannot rot.
 #[doc = include_str!("../../../README.md")]

@@ -66,6 +66,15 @@ impl RetryPolicy {
     }
 }
 
+/// The settings an open execution's steps are run with, copied into each handle at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepSettings {
+    pub(crate) payload_bytes_max: usize,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) ambiguous_reruns_max: u32,
+    pub(crate) lease_ms: Option<u64>,
+}
+
 /// Default busy timeout: how long a write waits for another process's writer.
 pub const BUSY_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Default payload cap: the largest input, output, result or error, in bytes of JSON.

@@ -1,4 +1,6 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
 
 use crate::step::StepError;
 
@@ -10,13 +12,10 @@ use crate::step::StepError;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A live process holds the execution.
-    #[error(
-        "execution {execution_id} is held by live process pid {pid} since {since}; wait for it \
-         to finish, or stop that process"
-    )]
+    #[error("execution {execution_id} is held by live process pid {pid} since {since}")]
     Locked {
         /// The execution.
-        execution_id: String,
+        execution_id: Uuid,
         /// The holder's pid.
         pid: i64,
         /// When the holder took it (RFC 3339 UTC).
@@ -28,14 +27,12 @@ pub enum Error {
     /// A guarded step is in the ambiguous window and its policy is `Fail`.
     #[error(
         "step {seq} ({name:?}) of execution {execution_id} is ambiguous: its intent was recorded \
-         but not its result, so the effect may or may not have happened; once no process runs \
-         it, `durably show {execution_id}` prints a token for this intent: check the outside \
-         world, then run `durably resolve {execution_id} {seq} --seen TOKEN --completed JSON` \
-         or `--not-done`"
+         but not its result, so the effect may or may not have happened; an operator must check \
+         the outside world and resolve the step"
     )]
     Ambiguous {
         /// The execution.
-        execution_id: String,
+        execution_id: Uuid,
         /// The step's sequence number.
         seq: u32,
         /// The step's name.
@@ -44,12 +41,12 @@ pub enum Error {
     /// Replay met a step that differs from the journal.
     #[error(
         "non-determinism in execution {execution_id} at step {seq}: the journal recorded \
-         {recorded:?} but the code now calls {called:?}; steps must be called in the same order \
-         with the same names on every run"
+         {recorded} but the code now calls {called}; steps must be called in the same order \
+         with the same names and kinds on every run"
     )]
     NonDeterminism {
         /// The execution.
-        execution_id: String,
+        execution_id: Uuid,
         /// The step's sequence number.
         seq: u32,
         /// What the journal recorded (name and kind).
@@ -68,10 +65,7 @@ pub enum Error {
         error: StepError,
     },
     /// A payload is larger than the configured cap; nothing was written.
-    #[error(
-        "{what} is {bytes} bytes, over the {max} byte cap; store large data elsewhere and \
-         journal a reference, or raise `payload_bytes_max`"
-    )]
+    #[error("{what} is {bytes} bytes, over the {max} byte cap; nothing was written")]
     PayloadTooLarge {
         /// Which payload.
         what: String,
@@ -91,8 +85,8 @@ pub enum Error {
     },
     /// The file was written by a newer durably.
     #[error(
-        "{path} has schema version {found}, but this durably knows only up to {supported}; \
-         upgrade durably to open it"
+        "{path} has schema version {found}, but this durably knows only up to {supported}; it \
+         was left untouched"
     )]
     SchemaTooNew {
         /// The database.
@@ -104,8 +98,7 @@ pub enum Error {
     },
     /// The file is an SQLite database of another application.
     #[error(
-        "{path} is an SQLite database of another application ({reason}); durably will not \
-         touch it: point --db at a new or durably file"
+        "{path} is an SQLite database of another application ({reason}); it was left untouched"
     )]
     ForeignDatabase {
         /// The database.
@@ -114,7 +107,7 @@ pub enum Error {
         reason: String,
     },
     /// The file is not an SQLite database at all, or is damaged.
-    #[error("{path} is not a usable SQLite database ({reason}); it was left untouched")]
+    #[error("{path} is not a usable SQLite database ({reason})")]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -122,10 +115,7 @@ pub enum Error {
         reason: String,
     },
     /// Another connection held the write lock past the busy timeout.
-    #[error(
-        "the database stayed locked by another writer for over {busy_timeout_ms} ms; retry, or \
-         find the process holding a long write transaction"
-    )]
+    #[error("the database stayed locked by another writer for over {busy_timeout_ms} ms")]
     Busy {
         /// The busy timeout that expired.
         busy_timeout_ms: u64,
@@ -134,12 +124,10 @@ pub enum Error {
     #[error("invalid journal setting: {0}")]
     InvalidConfig(String),
     /// The disk (or `max_page_count`) is full; the batch was rolled back.
-    #[error("the database or disk is full; free space and retry (nothing was written)")]
+    #[error("the database or disk is full; nothing was written")]
     DiskFull,
     /// The file or its directory is read-only.
-    #[error(
-        "the database is read-only: {reason}; check the permissions of the file and its directory"
-    )]
+    #[error("the database is read-only: {reason}")]
     ReadOnly {
         /// What SQLite said.
         reason: String,
@@ -157,7 +145,7 @@ pub enum Error {
         actual: String,
     },
     /// The journal contradicts itself (a gap in step numbers, a result of the wrong kind).
-    #[error("the journal is inconsistent: {0}; inspect it with `durably show` and report a bug")]
+    #[error("the journal is inconsistent: {0}")]
     Inconsistent(String),
     /// A reconcile probe failed; the step stays ambiguous.
     #[error(
@@ -172,22 +160,22 @@ pub enum Error {
         error: StepError,
     },
     /// The execution does not exist.
-    #[error("no execution {0} in this journal; `durably ls` lists them")]
-    NotFound(String),
+    #[error("no execution {0} in this journal")]
+    NotFound(Uuid),
     /// The execution was cancelled and never reopens.
-    #[error("execution {0} was cancelled and cannot be reopened; start a new execution")]
-    Cancelled(String),
+    #[error("execution {0} was cancelled and never reopens")]
+    Cancelled(Uuid),
     /// An operator action does not apply to the state it found.
     #[error("{0}")]
     Refused(String),
     /// A handle was used after a step error that stops the execution.
     #[error(
-        "execution {execution_id} stopped at step {seq} after an earlier error; drop this \
-         handle and reopen the execution"
+        "execution {execution_id} stopped at step {seq} after an earlier error; this handle \
+         takes no more steps"
     )]
     Halted {
         /// The execution.
-        execution_id: String,
+        execution_id: Uuid,
         /// Where it stopped.
         seq: u32,
     },
@@ -203,20 +191,17 @@ pub enum Error {
     },
     /// The batch this request was part of failed. After an I/O error inside COMMIT the batch may
     /// still be durable, so the caller must treat the write as in doubt.
-    #[error(
-        "the journal's write failed ({reason}); it may or may not have committed: reopen the \
-         execution, which replays what was recorded"
-    )]
+    #[error("the journal's write failed ({reason}); it may or may not have committed")]
     CommitFailed {
         /// Why the commit failed.
         reason: String,
     },
     /// The writer thread has stopped (the journal is closing or the writer failed).
-    #[error("the journal writer has stopped; reopen the journal")]
+    #[error("the journal writer has stopped")]
     WriterStopped,
     /// A long read run on a blocking thread did not return (the runtime is shutting down, or
     /// the read panicked). Nothing was written.
-    #[error("a read of the journal did not finish ({reason}); nothing was written, retry it")]
+    #[error("a read of the journal did not finish ({reason}); nothing was written")]
     ReadFailed {
         /// Why the blocking thread did not return an answer.
         reason: String,
@@ -253,6 +238,23 @@ impl Error {
     }
 }
 
+impl Error {
+    /// This error with `path` named where it concerns the database file but was raised
+    /// without one (SQLite reports corruption found by a statement without the file's name).
+    pub(crate) fn at_path(self, path: &Path) -> Self {
+        match self {
+            Self::Corrupt {
+                path: found,
+                reason,
+            } if found.as_os_str().is_empty() => Self::Corrupt {
+                path: path.to_owned(),
+                reason,
+            },
+            other => other,
+        }
+    }
+}
+
 impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Self {
         classify(&error).unwrap_or(Self::Storage(error))
@@ -272,6 +274,11 @@ impl From<durably_lock::Error> for Error {
 /// Maps the SQLite conditions a caller can act on to their own variants. Kept separate from
 /// `From` so a commit failure can be reported to every request of a batch.
 pub(crate) fn classify(error: &rusqlite::Error) -> Option<Error> {
+    if let rusqlite::Error::FromSqlConversionFailure(column, _, cause) = error {
+        return Some(Error::Inconsistent(format!(
+            "a stored value in column {column} does not parse: {cause}"
+        )));
+    }
     let rusqlite::Error::SqliteFailure(failure, message) = error else {
         return None;
     };

@@ -4,13 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_lock::{
-    Clock, Judgement, LivenessDir, LockRow, Locker, LockerConfig, format_timestamp,
-};
+use durably_lock::{Clock, LivenessDir, Locker, LockerConfig, format_timestamp};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
-use crate::config::{Durability, JournalBuilder, RetryPolicy};
+use crate::config::{Durability, JournalBuilder, StepSettings};
 use crate::error::{Error, Result};
 use crate::handles::OpenHandles;
 use crate::storage;
@@ -37,10 +35,7 @@ pub(crate) struct Inner {
     pub(crate) handles: Arc<OpenHandles>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) durability: Durability,
-    pub(crate) payload_bytes_max: usize,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) ambiguous_reruns_max: u32,
-    pub(crate) lease_ms: Option<u64>,
+    pub(crate) settings: StepSettings,
     pub(crate) completed_retention: Duration,
     pub(crate) failed_retention: Duration,
 }
@@ -97,7 +92,7 @@ impl Journal {
             .build(manager)?;
         let wal_sync = storage::writer_wal_sync(&conn, &path, config.durability)?;
         let (writer, writer_thread) =
-            Writer::start(conn, busy_timeout_ms, config.ack_timeout, wal_sync)?;
+            Writer::start(&path, conn, busy_timeout_ms, config.ack_timeout, wal_sync)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
@@ -108,10 +103,12 @@ impl Journal {
                 handles: Arc::default(),
                 clock: config.clock,
                 durability: config.durability,
-                payload_bytes_max: config.payload_bytes_max,
-                retry: config.retry,
-                ambiguous_reruns_max: config.ambiguous_reruns_max,
-                lease_ms: config.lease_ms,
+                settings: StepSettings {
+                    payload_bytes_max: config.payload_bytes_max,
+                    retry: config.retry,
+                    ambiguous_reruns_max: config.ambiguous_reruns_max,
+                    lease_ms: config.lease_ms,
+                },
                 completed_retention: config.completed_retention,
                 failed_retention: config.failed_retention,
             }),
@@ -130,7 +127,7 @@ impl Journal {
 
     /// The largest payload, in bytes of JSON, this journal writes or reads.
     pub fn payload_bytes_max(&self) -> usize {
-        self.inner.payload_bytes_max
+        self.inner.settings.payload_bytes_max
     }
 
     /// This journal's lock instance (its id is stamped on every lock it holds).
@@ -162,26 +159,14 @@ impl Journal {
     /// # Errors
     /// `work`'s own error, or a pool or storage error.
     pub fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut conn = self.inner.readers.get()?;
-        let transaction = conn.transaction()?;
-        let value = work(&transaction)?;
-        transaction.finish()?;
-        Ok(value)
-    }
-
-    /// Every held lock with this instance's judgement of its holder.
-    ///
-    /// # Errors
-    /// A storage error or a damaged lock row.
-    pub fn lock_holders(&self) -> Result<Vec<(LockRow, Judgement)>> {
-        let rows = self.read(|conn| Ok(durably_lock::held(conn)?))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|row| {
-                let judgement = self.inner.locker.judge().judge(row.holder.as_ref()?);
-                Some((row, judgement))
-            })
-            .collect())
+        let read = || {
+            let mut conn = self.inner.readers.get()?;
+            let transaction = conn.transaction()?;
+            let value = work(&transaction)?;
+            transaction.finish()?;
+            Ok(value)
+        };
+        read().map_err(|error: Error| error.at_path(&self.inner.path))
     }
 
     pub(crate) fn now(&self) -> String {

@@ -47,13 +47,17 @@ mod error;
 mod events;
 mod execution;
 mod execution_id;
-mod executions;
 mod handles;
+mod inspect;
 mod journal;
+mod open;
+mod operator;
+mod ownership;
 mod payload;
 mod records;
 mod replay;
 mod seen_intent;
+mod states;
 mod step;
 mod storage;
 mod sweep;
@@ -67,11 +71,19 @@ pub use config::{
 pub use error::{Error, Result};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
-pub use executions::{Finished, Opened, Resolution};
 pub use journal::Journal;
-pub use records::{EventRecord, ExecutionRecord, ListFilter, Status, StepRecord, event_kind};
+pub use open::{Finished, Opened};
+pub use operator::{Operator, Resolution};
+pub use payload::Payload;
+pub use records::{
+    EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord, event_kind,
+};
 pub use seen_intent::{SeenIntent, SeenIntentParseError};
-pub use step::{Effect, Guarded, IdempotencyKey, Policy, Probe, ProbeFuture, Skipped, StepError};
+pub use states::{PolicyKind, Status, StepState, UnknownWord};
+pub use step::{
+    Effect, FencingToken, Guarded, IdempotencyKey, Policy, ReconcileFuture, ReconcileProbe,
+    Skipped, StepError, StepKey,
+};
 pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sweep::{
     GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,

@@ -1,85 +1,48 @@
-//! Plain records of what the journal holds, for inspection (`durably ls`, `show`, tests).
+//! Records of what the journal holds, for inspection (`durably ls`, `show`, tests). Every
+//! column is parsed once, here, at the row boundary: ids into [`Uuid`], times into
+//! [`DateTime<Utc>`], closed vocabularies into their enums, payloads into [`Payload`]. A value
+//! that does not parse means a damaged or foreign row and is an error, never a guess.
 
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
 use rusqlite::Row;
-use serde::Serialize;
+use rusqlite::types::Type;
+use serde::{Serialize, Serializer};
+use uuid::Uuid;
 
-/// The status of an execution, as stored in `executions.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Being driven, or abandoned by a process that has not been judged dead yet.
-    Running,
-    /// Finished with an output.
-    Completed,
-    /// Finished with an error.
-    Failed,
-    /// Cancelled by an operator; never reopens.
-    Cancelled,
-    /// Its process died; found by the crash-orphan sweep. Resumable.
-    Interrupted,
-}
+use crate::payload::Payload;
+use crate::states::{PolicyKind, Status, StepState};
+use crate::step::{Effect, IdempotencyKey};
 
-impl Status {
-    /// The stored word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-            Self::Interrupted => "interrupted",
-        }
-    }
-
-    /// Parses a stored word.
-    pub fn parse(word: &str) -> Option<Self> {
-        Some(match word {
-            "running" => Self::Running,
-            "completed" => Self::Completed,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            "interrupted" => Self::Interrupted,
-            _ => return None,
-        })
-    }
-
-    /// Whether the execution has ended for good.
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One row of `executions`. Payloads are JSON text, as stored.
+/// One row of `executions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExecutionRecord {
-    /// The execution id (a UUID).
-    pub execution_id: String,
+    /// The execution id.
+    pub execution_id: Uuid,
     /// What kind of work it is.
     pub kind: String,
     /// A name for people.
     pub name: String,
-    /// Its status word.
-    pub status: String,
-    /// The input (JSON).
-    pub input: String,
-    /// The output (JSON), once completed.
-    pub output: Option<String>,
-    /// The error (JSON), once failed or cancelled.
-    pub error: Option<String>,
+    /// Its status.
+    pub status: Status,
+    /// The input.
+    pub input: Payload,
+    /// The output, once completed.
+    pub output: Option<Payload>,
+    /// The error, once failed or cancelled.
+    pub error: Option<Payload>,
     /// How many times it was opened.
-    pub opens: i64,
+    pub opens: u32,
     /// When it was created.
-    pub created_at: String,
+    #[serde(serialize_with = "timestamp")]
+    pub created_at: DateTime<Utc>,
     /// When it last changed.
-    pub updated_at: String,
+    #[serde(serialize_with = "timestamp")]
+    pub updated_at: DateTime<Utc>,
     /// When it was finalized.
-    pub finalized_at: Option<String>,
+    #[serde(serialize_with = "optional_timestamp")]
+    pub finalized_at: Option<DateTime<Utc>>,
 }
 
 pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, input, output, \
@@ -88,17 +51,17 @@ pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, in
 impl ExecutionRecord {
     pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
-            execution_id: row.get(0)?,
+            execution_id: uuid(row, 0)?,
             kind: row.get(1)?,
             name: row.get(2)?,
-            status: row.get(3)?,
-            input: row.get(4)?,
-            output: row.get(5)?,
-            error: row.get(6)?,
+            status: word(row, 3)?,
+            input: Payload::from_stored(row.get(4)?),
+            output: row.get::<_, Option<String>>(5)?.map(Payload::from_stored),
+            error: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
             opens: row.get(7)?,
-            created_at: row.get(8)?,
-            updated_at: row.get(9)?,
-            finalized_at: row.get(10)?,
+            created_at: time(row, 8)?,
+            updated_at: time(row, 9)?,
+            finalized_at: optional_time(row, 10)?,
         })
     }
 }
@@ -110,24 +73,26 @@ pub struct StepRecord {
     pub seq: u32,
     /// The step's name.
     pub name: String,
-    /// `pure`, `idempotent` or `guarded`.
-    pub effect: String,
+    /// What the step does to the outside world.
+    pub effect: Effect,
     /// The ambiguity policy of a guarded step.
-    pub policy: Option<String>,
-    /// `intent`, `completed`, `failed` or `skipped`.
-    pub state: String,
+    pub policy: Option<PolicyKind>,
+    /// Where the step is in its protocol.
+    pub state: StepState,
     /// The idempotency key handed to the closure.
-    pub idempotency_key: String,
-    /// The result (JSON), once completed.
-    pub result: Option<String>,
-    /// The error (JSON), once failed.
-    pub error: Option<String>,
+    pub idempotency_key: IdempotencyKey,
+    /// The result, once completed.
+    pub result: Option<Payload>,
+    /// The error, once failed.
+    pub error: Option<Payload>,
     /// Times the closure was started.
-    pub attempts: i64,
+    pub attempts: u32,
     /// When the intent committed (guarded steps).
-    pub intent_at: Option<String>,
+    #[serde(serialize_with = "optional_timestamp")]
+    pub intent_at: Option<DateTime<Utc>>,
     /// When the result committed.
-    pub result_at: Option<String>,
+    #[serde(serialize_with = "optional_timestamp")]
+    pub result_at: Option<DateTime<Utc>>,
 }
 
 pub(crate) const STEP_COLUMNS: &str = "seq, name, effect, policy, state, idempotency_key, result, \
@@ -138,15 +103,15 @@ impl StepRecord {
         Ok(Self {
             seq: row.get(0)?,
             name: row.get(1)?,
-            effect: row.get(2)?,
-            policy: row.get(3)?,
-            state: row.get(4)?,
-            idempotency_key: row.get(5)?,
-            result: row.get(6)?,
-            error: row.get(7)?,
+            effect: word(row, 2)?,
+            policy: optional_word(row, 3)?,
+            state: word(row, 4)?,
+            idempotency_key: IdempotencyKey(uuid(row, 5)?),
+            result: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
+            error: row.get::<_, Option<String>>(7)?.map(Payload::from_stored),
             attempts: row.get(8)?,
-            intent_at: row.get(9)?,
-            result_at: row.get(10)?,
+            intent_at: optional_time(row, 9)?,
+            result_at: optional_time(row, 10)?,
         })
     }
 }
@@ -157,15 +122,16 @@ pub struct EventRecord {
     /// Order of writing.
     pub id: i64,
     /// When.
-    pub at: String,
+    #[serde(serialize_with = "timestamp")]
+    pub at: DateTime<Utc>,
     /// The execution it concerns, if one.
-    pub execution_id: Option<String>,
+    pub execution_id: Option<Uuid>,
     /// The step it concerns, if one.
-    pub seq: Option<i64>,
-    /// What happened (`takeover`, `ambiguity_skipped`, `operator_resolved`, ...).
+    pub seq: Option<u32>,
+    /// What happened: one of [`event_kind`]'s words, or a word of a crate built on the journal.
     pub kind: String,
-    /// Details (JSON).
-    pub detail: String,
+    /// Details (JSON): ids, names and reasons, never payloads.
+    pub detail: Payload,
 }
 
 pub(crate) const EVENT_COLUMNS: &str = "id, at, execution_id, seq, kind, detail";
@@ -174,11 +140,14 @@ impl EventRecord {
     pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             id: row.get(0)?,
-            at: row.get(1)?,
-            execution_id: row.get(2)?,
+            at: time(row, 1)?,
+            execution_id: row
+                .get::<_, Option<String>>(2)?
+                .map(|text| parse_column(2, &text, Uuid::parse_str))
+                .transpose()?,
             seq: row.get(3)?,
             kind: row.get(4)?,
-            detail: row.get(5)?,
+            detail: Payload::from_stored(row.get(5)?),
         })
     }
 }
@@ -192,11 +161,14 @@ pub struct ListFilter {
     pub kind: Option<String>,
     /// Only names containing this text.
     pub name_contains: Option<String>,
-    /// Only executions created at or after this time (RFC 3339 UTC).
-    pub created_since: Option<String>,
-    /// At most this many (newest first). `None`: 100.
+    /// Only executions created at or after this time.
+    pub created_since: Option<DateTime<Utc>>,
+    /// At most this many (newest first). `None`: [`LIST_LIMIT_DEFAULT`].
     pub limit: Option<u32>,
 }
+
+/// How many executions [`crate::Journal::list`] returns when the filter sets no limit.
+pub const LIST_LIMIT_DEFAULT: u32 = 100;
 
 /// The audit event kinds the journal writes, as stored in `events.kind`.
 pub mod event_kind {
@@ -220,4 +192,79 @@ pub mod event_kind {
     pub const OPERATOR_RESOLVED: &str = "operator_resolved";
     /// An operator cancelled an execution.
     pub const CANCELLED: &str = "cancelled";
+}
+
+/// Parses column `index` with `parse`; a failure is a conversion error naming the column, which
+/// the journal reports as [`crate::Error::Inconsistent`].
+fn parse_column<T, E>(
+    index: usize,
+    text: &str,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> rusqlite::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    parse(text).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error))
+    })
+}
+
+/// A timestamp that is not RFC 3339.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not an RFC 3339 timestamp")]
+struct BadTimestamp(String);
+
+fn parse_time(text: &str) -> Result<DateTime<Utc>, BadTimestamp> {
+    durably_lock::parse_timestamp(text).ok_or_else(|| BadTimestamp(text.to_owned()))
+}
+
+pub(crate) fn uuid(row: &Row<'_>, index: usize) -> rusqlite::Result<Uuid> {
+    parse_column(index, row.get_ref(index)?.as_str()?, Uuid::parse_str)
+}
+
+pub(crate) fn word<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    parse_column(index, row.get_ref(index)?.as_str()?, T::from_str)
+}
+
+fn optional_word<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    row.get_ref(index)?
+        .as_str_or_null()?
+        .map(|text| parse_column(index, text, T::from_str))
+        .transpose()
+}
+
+fn time(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTime<Utc>> {
+    parse_column(index, row.get_ref(index)?.as_str()?, parse_time)
+}
+
+fn optional_time(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<DateTime<Utc>>> {
+    row.get_ref(index)?
+        .as_str_or_null()?
+        .map(|text| parse_column(index, text, parse_time))
+        .transpose()
+}
+
+/// Serializes a time in the journal's own text form (RFC 3339 UTC, milliseconds, `Z`).
+fn timestamp<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&durably_lock::format_timestamp(*time))
+}
+
+// serde's `serialize_with` hands over `&Option<_>`.
+#[allow(clippy::ref_option)]
+fn optional_timestamp<S: Serializer>(
+    time: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(time) => timestamp(time, serializer),
+        None => serializer.serialize_none(),
+    }
 }

@@ -4,34 +4,19 @@
 use rusqlite::{Connection, params};
 
 use crate::error::{Error, Result};
+use crate::records;
+use crate::states::StepState;
+use crate::step::Effect;
 
 /// One recorded step, as replay needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct RecordedStep {
     pub(crate) name: String,
-    pub(crate) effect: &'static str,
-    pub(crate) state: &'static str,
+    pub(crate) effect: Effect,
+    pub(crate) state: StepState,
     pub(crate) result: Option<String>,
     pub(crate) error: Option<String>,
     pub(crate) attempts: u32,
-}
-
-/// The values the schema's CHECK constraints allow in `steps.effect` and `steps.state`.
-const EFFECTS: [&str; 3] = ["pure", "idempotent", "guarded"];
-const STATES: [&str; 4] = ["intent", "completed", "failed", "skipped"];
-
-/// The static copy of a column value the schema allows, so loading a step allocates nothing
-/// for it. A value outside the schema's CHECK constraint means a damaged journal: an error.
-fn known(text: &str, allowed: &[&'static str], resource: &str, seq: i64) -> Result<&'static str> {
-    allowed
-        .iter()
-        .copied()
-        .find(|value| *value == text)
-        .ok_or_else(|| {
-            Error::Inconsistent(format!(
-                "execution {resource} step {seq} has the unknown value {text:?}"
-            ))
-        })
 }
 
 /// The recorded steps of one execution, indexed by seq.
@@ -64,18 +49,8 @@ impl Replay {
             }
             let step = RecordedStep {
                 name: row.get(1)?,
-                effect: known(
-                    row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?,
-                    &EFFECTS,
-                    resource,
-                    seq,
-                )?,
-                state: known(
-                    row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?,
-                    &STATES,
-                    resource,
-                    seq,
-                )?,
+                effect: records::word(row, 2)?,
+                state: records::word(row, 3)?,
                 result: row.get(4)?,
                 error: row.get(5)?,
                 attempts: row.get::<_, i64>(6)?.clamp(0, i64::from(u32::MAX)) as u32,

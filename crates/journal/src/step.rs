@@ -7,39 +7,32 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::states::PolicyKind;
 use uuid::Uuid;
 
-/// What running a step does to the outside world, which decides how it is journaled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
-    /// A computation or a read: result only (1 commit); re-run after a crash inside it.
-    Pure,
-    /// Safe to repeat with the same idempotency key: result only (1 commit); re-run after a
-    /// crash with the same key.
-    Idempotent,
-    /// A side effect that must not silently repeat: intent before, result after (2 commits);
-    /// a crash between them is resolved by the step's [`Policy`].
-    Guarded,
-}
-
-impl Effect {
-    /// The word stored in `steps.effect`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pure => "pure",
-            Self::Idempotent => "idempotent",
-            Self::Guarded => "guarded",
-        }
+crate::states::stored_words! {
+    /// What running a step does to the outside world, which decides how it is journaled
+    /// (`steps.effect`).
+    Effect, "step effect" {
+        /// A computation or a read: result only (1 commit); re-run after a crash inside it.
+        Pure => "pure",
+        /// Safe to repeat with the same idempotency key: result only (1 commit); re-run after a
+        /// crash with the same key.
+        Idempotent => "idempotent",
+        /// A side effect that must not silently repeat: intent before, result after (2
+        /// commits); a crash between them is resolved by the step's [`Policy`].
+        Guarded => "guarded",
     }
 }
 
 /// A future returned by a reconcile probe.
-pub type ProbeFuture =
+pub type ReconcileFuture =
     Pin<Box<dyn Future<Output = Result<Option<serde_json::Value>, StepError>> + Send>>;
 
 /// A reconcile probe: asked, with the step's idempotency key, whether the effect happened.
 /// `Some(value)` is recorded as the step's result; `None` means it did not happen.
-pub type Probe = Arc<dyn Fn(IdempotencyKey) -> ProbeFuture + Send + Sync>;
+pub type ReconcileProbe = Arc<dyn Fn(IdempotencyKey) -> ReconcileFuture + Send + Sync>;
 
 /// What to do with a guarded step found in the ambiguous window (intent recorded, no result).
 #[derive(Clone)]
@@ -54,7 +47,7 @@ pub enum Policy {
     Fail,
     /// Ask the outside world through the probe: `Some(value)` completes the step without
     /// calling the closure; `None` calls it.
-    Reconcile(Probe),
+    Reconcile(ReconcileProbe),
 }
 
 impl Policy {
@@ -67,26 +60,27 @@ impl Policy {
         Self::Reconcile(Arc::new(move |key| Box::pin(probe(key))))
     }
 
-    /// The word stored in `steps.policy`.
-    pub fn as_str(&self) -> &'static str {
+    /// Which policy this is, as stored in `steps.policy`.
+    pub fn kind(&self) -> PolicyKind {
         match self {
-            Self::Skip => "skip",
-            Self::Retry => "retry",
-            Self::Fail => "fail",
-            Self::Reconcile(_) => "reconcile",
+            Self::Skip => PolicyKind::Skip,
+            Self::Retry => PolicyKind::Retry,
+            Self::Fail => PolicyKind::Fail,
+            Self::Reconcile(_) => PolicyKind::Reconcile,
         }
     }
 }
 
 impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.kind().as_str())
     }
 }
 
 /// A step's idempotency key: a UUID derived from (execution id, seq, step name), the same on
 /// every retry and restart. Hand it to the remote side so it can deduplicate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct IdempotencyKey(pub Uuid);
 
 impl IdempotencyKey {
@@ -116,6 +110,58 @@ impl IdempotencyKey {
 impl fmt::Display for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// A fencing token: the epoch of the lock under which a step's closure runs. It only grows
+/// for an execution: a process that takes the execution over gets a higher one.
+///
+/// The journal fences its own writes with it. Outside systems have no such fence: a holder
+/// judged dead (its lease expired, say) can still wake up and perform its effect late. An
+/// outside system that records the highest token it has seen for a key, and refuses a write
+/// with a lower one, closes that window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What an idempotent or guarded step's closure is handed: its idempotency key, the same on
+/// every attempt and every run, and the fencing token of the run that calls it. It displays
+/// as the idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    idempotency_key: IdempotencyKey,
+    fencing_token: FencingToken,
+}
+
+impl StepKey {
+    /// A key as the journal hands it to a closure; for calling step closures in tests.
+    pub fn new(idempotency_key: IdempotencyKey, fencing_token: FencingToken) -> Self {
+        Self {
+            idempotency_key,
+            fencing_token,
+        }
+    }
+
+    /// The key the remote side deduplicates on.
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        self.idempotency_key
+    }
+
+    /// The fencing token of this run; see [`FencingToken`].
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+}
+
+impl fmt::Display for StepKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.idempotency_key.fmt(f)
     }
 }
 

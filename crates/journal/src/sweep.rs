@@ -6,11 +6,13 @@ use durably_lock::{DeathReason, LockRow, Locker, format_timestamp};
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::json;
+use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::events;
-use crate::journal::Journal;
-use crate::records::event_kind;
+use crate::operator::Operator;
+use crate::records::{self, event_kind};
+use crate::states::Status;
 
 /// Executions deleted per retention batch: small enough that one batch holds the write lock
 /// for milliseconds, not seconds.
@@ -26,7 +28,7 @@ pub struct SweepReport {
     /// Locks of dead holders.
     pub reclaimed: Vec<Reclaimed>,
     /// Running executions that had no lock holder at all, marked interrupted.
-    pub unlocked: Vec<String>,
+    pub unlocked: Vec<Uuid>,
 }
 
 /// One lock reclaimed from a dead holder.
@@ -64,7 +66,7 @@ pub struct GcReport {
     pub batches: u64,
 }
 
-impl Journal {
+impl Operator<'_> {
     /// The crash-orphan sweep: takes over every lock whose holder is dead, marks its execution
     /// interrupted with an audit event, and releases the lock; then marks running executions
     /// with no lock holder interrupted. A live holder's lock is never touched.
@@ -72,14 +74,15 @@ impl Journal {
     /// # Errors
     /// A storage error; what was reclaimed before it stays reclaimed.
     pub async fn sweep(&self, dry_run: bool) -> Result<SweepReport> {
-        let dead = self.read(|conn| Ok(self.inner.locker.dead_holders(conn)?))?;
+        let journal = self.journal;
+        let dead = journal.read(|conn| Ok(journal.inner.locker.dead_holders(conn)?))?;
         let mut report = SweepReport::default();
         for (row, reason) in dead {
             if !dry_run {
                 fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
-                let locker = self.inner.locker.clone();
-                let (row, reason, now) = (row.clone(), reason.clone(), self.now());
-                let done = self
+                let locker = journal.inner.locker.clone();
+                let (row, reason, now) = (row.clone(), reason.clone(), journal.now());
+                let done = journal
                     .write(move |conn| reclaim_one(conn, &locker, &row, &reason, &now))
                     .await?;
                 if !done {
@@ -90,13 +93,13 @@ impl Journal {
             report.reclaimed.push(reclaimed(&row, &reason));
         }
         report.unlocked = if dry_run {
-            self.read(unlocked_running)?
+            journal.read(unlocked_running)?
         } else {
-            let now = self.now();
-            let unlocked = self
+            let now = journal.now();
+            let unlocked = journal
                 .write(move |conn| interrupt_unlocked(conn, &now))
                 .await?;
-            self.read(|conn| Ok(self.inner.locker.remove_dead_liveness_files(conn)?))?;
+            journal.read(|conn| Ok(journal.inner.locker.remove_dead_liveness_files(conn)?))?;
             unlocked
         };
         Ok(report)
@@ -114,10 +117,10 @@ impl Journal {
         mut progress: impl FnMut(&GcReport),
     ) -> Result<GcReport> {
         let mut report = GcReport::default();
-        let now = self.inner.clock.now();
-        for (statuses, age) in [
-            (("completed", "completed"), options.completed_older_than),
-            (("failed", "cancelled"), options.failed_older_than),
+        let now = self.journal.inner.clock.now();
+        for (class, age) in [
+            (Retained::Completed, options.completed_older_than),
+            (Retained::Failed, options.failed_older_than),
         ] {
             let cutoff = now
                 .checked_sub_signed(
@@ -127,23 +130,19 @@ impl Journal {
             let deleted = if options.dry_run {
                 // A count over every due execution takes a second on a journal of millions:
                 // on a blocking thread, so the caller's async worker keeps running its tasks.
-                let journal = self.clone();
+                let journal = self.journal.clone();
                 tokio::task::spawn_blocking(move || {
-                    journal.read(|conn| count_due(conn, statuses, &cutoff))
+                    journal.read(|conn| count_due(conn, class, &cutoff))
                 })
                 .await
                 .map_err(|error| Error::ReadFailed {
                     reason: error.to_string(),
                 })??
             } else {
-                self.delete_in_batches(statuses, &cutoff, options, &mut report, &mut progress)
+                self.delete_in_batches(class, &cutoff, options, &mut report, &mut progress)
                     .await?
             };
-            if statuses.0 == "completed" {
-                report.completed = deleted;
-            } else {
-                report.failed = deleted;
-            }
+            class.count_in(&mut report, deleted);
         }
         Ok(report)
     }
@@ -151,8 +150,8 @@ impl Journal {
     /// Default retention ages of this journal, as a dry-run-off [`GcOptions`].
     pub fn default_gc_options(&self) -> GcOptions {
         GcOptions {
-            completed_older_than: self.inner.completed_retention,
-            failed_older_than: self.inner.failed_retention,
+            completed_older_than: self.journal.inner.completed_retention,
+            failed_older_than: self.journal.inner.failed_retention,
             dry_run: false,
             batch_executions_max: GC_BATCH_EXECUTIONS_DEFAULT,
         }
@@ -160,7 +159,7 @@ impl Journal {
 
     async fn delete_in_batches(
         &self,
-        statuses: (&'static str, &'static str),
+        class: Retained,
         cutoff: &str,
         options: GcOptions,
         report: &mut GcReport,
@@ -175,22 +174,46 @@ impl Journal {
         loop {
             let cutoff = cutoff.to_owned();
             let batch_deleted = self
-                .write(move |conn| delete_batch(conn, statuses, &cutoff, batch))
+                .journal
+                .write(move |conn| delete_batch(conn, class, &cutoff, batch))
                 .await?;
             if batch_deleted.executions == 0 && batch_deleted.rows == 0 {
                 break;
             }
             deleted += batch_deleted.executions;
             report.batches += 1;
-            if statuses.0 == "completed" {
-                report.completed = deleted;
-            } else {
-                report.failed = deleted;
-            }
+            class.count_in(report, deleted);
             progress(report);
             fail::fail_point!("journal::gc-between-batches", |_| std::process::abort());
         }
         Ok(deleted)
+    }
+}
+
+/// The two retention classes, each with its own age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retained {
+    /// Completed executions.
+    Completed,
+    /// Failed and cancelled executions.
+    Failed,
+}
+
+impl Retained {
+    /// The statuses of the class (one status is given twice, so every query takes two).
+    fn statuses(self) -> [Status; 2] {
+        match self {
+            Self::Completed => [Status::Completed, Status::Completed],
+            Self::Failed => [Status::Failed, Status::Cancelled],
+        }
+    }
+
+    /// Puts the class's running total in its field of `report`.
+    fn count_in(self, report: &mut GcReport, deleted: u64) {
+        match self {
+            Self::Completed => report.completed = deleted,
+            Self::Failed => report.failed = deleted,
+        }
     }
 }
 
@@ -290,15 +313,16 @@ const UNLOCKED_RUNNING: &str = "SELECT execution_id FROM executions
        AND NOT EXISTS (SELECT 1 FROM locks
                        WHERE resource = execution_id AND instance_id IS NOT NULL)";
 
-fn unlocked_running(conn: &Connection) -> Result<Vec<String>> {
+fn unlocked_running(conn: &Connection) -> Result<Vec<Uuid>> {
     let mut statement = conn.prepare_cached(UNLOCKED_RUNNING)?;
-    let rows = statement.query_map([], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+    let rows = statement.query_map([], |row| records::uuid(row, 0))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<Uuid>>>()?)
 }
 
-fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<String>> {
+fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<Uuid>> {
     let ids = unlocked_running(conn)?;
     for id in &ids {
+        let id = id.to_string();
         conn.prepare_cached(
             "UPDATE executions SET status = 'interrupted', updated_at = ?2 WHERE execution_id = ?1",
         )?
@@ -306,7 +330,7 @@ fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<String>> {
         events::record(
             conn,
             now,
-            Some(id),
+            Some(&id),
             None,
             event_kind::UNLOCKED_INTERRUPTED,
             &json!({}),
@@ -315,12 +339,16 @@ fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<String>> {
     Ok(ids)
 }
 
-fn count_due(conn: &Connection, statuses: (&str, &str), cutoff: &str) -> Result<u64> {
+fn count_due(conn: &Connection, class: Retained, cutoff: &str) -> Result<u64> {
+    let statuses = class.statuses();
     let count: i64 = conn
         .prepare_cached(
             "SELECT count(*) FROM executions WHERE status IN (?1, ?2) AND finalized_at < ?3",
         )?
-        .query_row(params![statuses.0, statuses.1, cutoff], |row| row.get(0))?;
+        .query_row(
+            params![statuses[0].as_str(), statuses[1].as_str(), cutoff],
+            |row| row.get(0),
+        )?;
     Ok(count.max(0) as u64)
 }
 
@@ -337,10 +365,11 @@ struct BatchDeleted {
 /// that loses them in chunks over several transactions first.
 fn delete_batch(
     conn: &Connection,
-    statuses: (&str, &str),
+    class: Retained,
     cutoff: &str,
     batch: u32,
 ) -> Result<BatchDeleted> {
+    let statuses = class.statuses();
     // Oldest first within each status, in the order of `executions_by_status`, so a batch
     // reads only its own rows from the index. Ordering by `finalized_at` across two statuses
     // (or adding `execution_id`) made SQLite sort every due row for every batch: O(due) per
@@ -351,9 +380,10 @@ fn delete_batch(
              WHERE status IN (?1, ?2) AND finalized_at < ?3
              ORDER BY status, finalized_at LIMIT ?4",
         )?
-        .query_map(params![statuses.0, statuses.1, cutoff, batch], |row| {
-            row.get(0)
-        })?
+        .query_map(
+            params![statuses[0].as_str(), statuses[1].as_str(), cutoff, batch],
+            |row| row.get(0),
+        )?
         .collect::<rusqlite::Result<_>>()?;
     let mut deleted = BatchDeleted::default();
     for id in ids {

@@ -62,13 +62,22 @@ async fn sixty_four_concurrent_executions_share_commits_and_lose_nothing() {
         );
         for (seq, step) in steps.iter().enumerate() {
             assert_eq!(step.seq as usize, seq);
-            assert_eq!(step.state, "completed");
+            assert_eq!(step.state, durably_journal::StepState::Completed);
             let expected = serde_json::to_string(&format!("task {task} step {seq}")).unwrap();
-            assert_eq!(step.result.as_deref(), Some(expected.as_str()));
+            assert_eq!(
+                step.result.as_ref().map(durably_journal::Payload::as_json),
+                Some(expected.as_str())
+            );
         }
         let record = journal.get(*id).unwrap().unwrap();
-        assert_eq!(record.status, "completed");
-        assert_eq!(record.output, Some(task.to_string()));
+        assert_eq!(record.status, durably_journal::Status::Completed);
+        assert_eq!(
+            record
+                .output
+                .as_ref()
+                .map(durably_journal::Payload::as_json),
+            Some(task.to_string().as_str())
+        );
     }
 
     // One open, the steps and one finalize per execution, every one acknowledged.
@@ -312,7 +321,10 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
         let steps = journal.steps(id).unwrap();
         assert_eq!(steps.len(), 1);
         assert_eq!(
-            steps[0].result.as_deref(),
+            steps[0]
+                .result
+                .as_ref()
+                .map(durably_journal::Payload::as_json),
             Some(format!("\"good {id}\"").as_str())
         );
     }
@@ -345,7 +357,10 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
         journal.steps(oversized_id).unwrap().is_empty(),
         "nothing of the oversized step"
     );
-    assert_eq!(journal.get(victim).unwrap().unwrap().status, "completed");
+    assert_eq!(
+        journal.get(victim).unwrap().unwrap().status,
+        durably_journal::Status::Completed
+    );
     // Exactly one request failed, in a commit that succeeded: no batch was lost for it.
     assert_eq!(after.requests_failed - before.requests_failed, 1);
     assert_eq!(after.commits_failed, before.commits_failed);

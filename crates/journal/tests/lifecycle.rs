@@ -63,7 +63,13 @@ async fn a_finished_execution_reopens_as_finished_and_runs_nothing() {
             panic!("a completed execution must not run again");
         };
         assert_eq!(finished.status, Status::Completed);
-        assert_eq!(finished.output.as_deref(), Some("\"the output\""));
+        assert_eq!(
+            finished
+                .output
+                .as_ref()
+                .map(durably_journal::Payload::as_json),
+            Some("\"the output\"")
+        );
         let Opened::Finished(finished) = journal
             .open_execution(failed, "test", "", &"")
             .await
@@ -72,7 +78,13 @@ async fn a_finished_execution_reopens_as_finished_and_runs_nothing() {
             panic!("a failed execution must not run again");
         };
         assert_eq!(finished.status, Status::Failed);
-        assert_eq!(finished.error.as_deref(), Some("\"the reason\""));
+        assert_eq!(
+            finished
+                .error
+                .as_ref()
+                .map(durably_journal::Payload::as_json),
+            Some("\"the reason\"")
+        );
     }
     // Reopening neither took the lock nor touched the rows.
     let record = journal.get(done).unwrap().unwrap();
@@ -88,17 +100,20 @@ async fn cancel_is_refused_while_held_and_a_cancelled_execution_never_reopens() 
     let id = Uuid::new_v4();
     let execution = start(&journal, id).await;
 
-    let error = journal.cancel(id, "operator").await.unwrap_err();
+    let error = journal.operator().cancel(id, "operator").await.unwrap_err();
     assert!(
         matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
         "{error:?}"
     );
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
 
     drop(execution);
-    journal.cancel(id, "operator").await.unwrap();
+    journal.operator().cancel(id, "operator").await.unwrap();
     let record = journal.get(id).unwrap().unwrap();
-    assert_eq!(record.status, "cancelled");
+    assert_eq!(record.status, durably_journal::Status::Cancelled);
     assert!(record.finalized_at.is_some());
     assert!(
         journal
@@ -115,9 +130,13 @@ async fn cancel_is_refused_while_held_and_a_cancelled_execution_never_reopens() 
             .unwrap_err();
         assert!(matches!(error, Error::Cancelled(_)), "{error:?}");
     }
-    let error = journal.cancel(id, "again").await.unwrap_err();
+    let error = journal.operator().cancel(id, "again").await.unwrap_err();
     assert!(matches!(error, Error::Refused(_)), "{error:?}");
-    let error = journal.cancel(Uuid::new_v4(), "nothing").await.unwrap_err();
+    let error = journal
+        .operator()
+        .cancel(Uuid::new_v4(), "nothing")
+        .await
+        .unwrap_err();
     assert!(matches!(error, Error::NotFound(_)), "{error:?}");
 }
 
@@ -133,8 +152,11 @@ async fn a_dropped_handle_leaves_the_execution_running_and_recoverable() {
     drop(execution);
     barrier(&journal).await;
 
-    assert_eq!(journal.get(dropped).unwrap().unwrap().status, "running");
-    let recoverable: Vec<String> = journal
+    assert_eq!(
+        journal.get(dropped).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
+    let recoverable: Vec<Uuid> = journal
         .recoverable()
         .unwrap()
         .into_iter()
@@ -142,7 +164,7 @@ async fn a_dropped_handle_leaves_the_execution_running_and_recoverable() {
         .collect();
     assert_eq!(
         recoverable,
-        [dropped.to_string()],
+        [dropped],
         "held and finished ones are not recoverable"
     );
 
@@ -185,6 +207,7 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
     let old_cancelled = Uuid::new_v4();
     drop(start(&journal, old_cancelled).await);
     journal
+        .operator()
         .cancel(old_cancelled, "no longer wanted")
         .await
         .unwrap();
@@ -214,6 +237,7 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
         batch_executions_max: 2,
     };
     let dry = journal
+        .operator()
         .collect_garbage(
             GcOptions {
                 dry_run: true,
@@ -230,6 +254,7 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
     );
     let mut progress = Vec::new();
     let report = journal
+        .operator()
         .collect_garbage(options, |report| progress.push(*report))
         .await
         .unwrap();
@@ -265,7 +290,11 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
     // Eleven days on, the failed and cancelled go too; recent completed ones are older than
     // two days by then, and the running one is never collected.
     clock.advance(TimeDelta::days(8));
-    let report = journal.collect_garbage(options, |_| {}).await.unwrap();
+    let report = journal
+        .operator()
+        .collect_garbage(options, |_| {})
+        .await
+        .unwrap();
     assert_eq!((report.completed, report.failed), (1, 6), "{report:?}");
     assert!(
         journal.get(recent_failed).unwrap().is_some(),
@@ -362,7 +391,7 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
     assert_eq!((steps[1].state.as_str(), steps[1].attempts), ("failed", 3));
     assert_eq!((steps[2].state.as_str(), steps[2].attempts), ("failed", 1));
     let events = journal.events(id).unwrap();
-    let failed_attempts = |seq: i64| {
+    let failed_attempts = |seq: u32| {
         events
             .iter()
             .filter(|event| event.kind == event_kind::ATTEMPT_FAILED && event.seq == Some(seq))
@@ -431,7 +460,10 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
     barrier(&journal).await;
     let outbox_rows = || count_rows(&journal, "outbox");
     assert_eq!(outbox_rows(), 0, "the failed end wrote nothing");
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
 
     let execution = start(&journal, id).await;
     execution
@@ -442,7 +474,10 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
         .await
         .unwrap();
     assert_eq!(outbox_rows(), 1);
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "completed");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Completed
+    );
 }
 
 /// `guarded_with` commits the program's own rows with the step's intent, before the effect

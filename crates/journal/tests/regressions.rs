@@ -55,7 +55,7 @@ async fn leaked_lock_of_an_abandoned_open_is_reclaimed_by_the_next_open() {
 
     let execution = start(&journal, id).await;
     assert_eq!(
-        execution.epoch(),
+        execution.fencing_token().0,
         2,
         "the leaked lock was taken back by compare-and-swap"
     );
@@ -63,7 +63,7 @@ async fn leaked_lock_of_an_abandoned_open_is_reclaimed_by_the_next_open() {
     assert!(
         events
             .iter()
-            .any(|event| event.kind == "takeover" && event.detail.contains("leaked")),
+            .any(|event| event.kind == "takeover" && event.detail.as_json().contains("leaked")),
         "{events:?}"
     );
 }
@@ -82,11 +82,11 @@ async fn a_second_handle_in_the_same_journal_is_refused_not_reclaimed() {
         matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
         "{error:?}"
     );
-    let error = journal.cancel(id, "no").await.unwrap_err();
+    let error = journal.operator().cancel(id, "no").await.unwrap_err();
     assert!(matches!(error, Error::Locked { .. }), "{error:?}");
     drop(first);
     barrier(&journal).await;
-    journal.cancel(id, "now").await.unwrap();
+    journal.operator().cancel(id, "now").await.unwrap();
 }
 
 #[tokio::test]
@@ -142,8 +142,14 @@ async fn complete_after_an_ambiguous_step_is_refused() {
     let error = execution.complete(&"done").await.unwrap_err();
     assert!(matches!(error, Error::Halted { seq: 0, .. }), "{error:?}");
     barrier(&journal).await;
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
-    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
+    assert_eq!(
+        journal.steps(id).unwrap()[0].state,
+        durably_journal::StepState::Intent
+    );
     let events = journal.events(id).unwrap();
     assert!(events.iter().any(|event| event.kind == "ambiguity_failed"));
 }
@@ -168,12 +174,18 @@ async fn complete_is_refused_over_a_recorded_intent_this_run_never_reached() {
     pure_steps(&mut execution, 0..2).await;
     let error = execution.complete(&"done").await.unwrap_err();
     assert!(
-        matches!(&error, Error::Refused(message) if message.contains("step 3 is ambiguous")),
+        matches!(&error, Error::Refused(message) if message.contains("step 3 is in the ambiguous window")),
         "{error:?}"
     );
     barrier(&journal).await;
-    assert_eq!(journal.get(id).unwrap().unwrap().status, "running");
-    assert_eq!(journal.steps(id).unwrap()[3].state, "intent");
+    assert_eq!(
+        journal.get(id).unwrap().unwrap().status,
+        durably_journal::Status::Running
+    );
+    assert_eq!(
+        journal.steps(id).unwrap()[3].state,
+        durably_journal::StepState::Intent
+    );
 }
 
 #[tokio::test]
@@ -211,7 +223,10 @@ async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous()
         1,
         "the effect ran again without a crash"
     );
-    assert_eq!(journal.steps(id).unwrap()[0].state, "failed");
+    assert_eq!(
+        journal.steps(id).unwrap()[0].state,
+        durably_journal::StepState::Failed
+    );
 }
 
 #[test]
@@ -253,10 +268,14 @@ async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() 
 
     let options = durably_journal::GcOptions {
         completed_older_than: Duration::from_hours(24),
-        ..journal.default_gc_options()
+        ..journal.operator().default_gc_options()
     };
     let before = journal.writer_stats().commits;
-    let report = journal.collect_garbage(options, |_| {}).await.unwrap();
+    let report = journal
+        .operator()
+        .collect_garbage(options, |_| {})
+        .await
+        .unwrap();
     assert_eq!(report.completed, 2);
     assert!(
         report.batches >= 3,
@@ -325,9 +344,8 @@ async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
     assert_eq!(calls.load(Ordering::SeqCst), 4, "no fourth re-run");
     let events = journal.events(id).unwrap();
     assert!(
-        events
-            .iter()
-            .any(|event| event.kind == "ambiguity_failed" && event.detail.contains("re-run limit"))
+        events.iter().any(|event| event.kind == "ambiguity_failed"
+            && event.detail.as_json().contains("re-run limit"))
     );
 }
 
@@ -340,14 +358,18 @@ async fn no_intent_is_handed_out_while_a_live_process_may_be_running_it() {
     // The closure has started and not returned: its effect may happen at any moment, so a look
     // at the outside world now says nothing about what the intent will have done.
     leave_guarded_step_ambiguous(&mut execution).await;
-    let error = journal.seen_intent(id, 0).unwrap_err();
+    let error = journal.operator().seen_intent(id, 0).unwrap_err();
     assert!(
         matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
         "{error:?}"
     );
     drop(execution);
     barrier(&journal).await;
-    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    let seen = journal
+        .operator()
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("ambiguous");
     assert_eq!(seen.to_string(), "a1-r0");
 }
 
@@ -387,7 +409,11 @@ async fn a_retry_inside_the_run_changes_the_intent_an_operator_sees() {
     // The first attempt failed before its effect; the second may have had it. An operator's
     // check is about the second.
     assert_eq!(journal.steps(id).unwrap()[0].attempts, 2);
-    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    let seen = journal
+        .operator()
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("ambiguous");
     assert_eq!(seen.to_string(), "a2-r0");
 }
 
@@ -405,7 +431,11 @@ async fn stale_operator_answer_is_refused_after_the_step_was_retried() {
     barrier(&journal).await;
     // The operator looks at the intent of the first attempt (and would check the outside
     // world)...
-    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    let seen = journal
+        .operator()
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("ambiguous");
     assert_eq!(seen.to_string(), "a1-r0");
     // ...meanwhile the program restarts, Retry runs the effect again, and it crashes again.
     assert!(
@@ -428,9 +458,14 @@ async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_th
     ambiguous_step(&journal, id).await;
     barrier(&journal).await;
     // Operator one looks at the intent (and would check the outside world)...
-    let seen = journal.seen_intent(id, 0).unwrap().expect("ambiguous");
+    let seen = journal
+        .operator()
+        .seen_intent(id, 0)
+        .unwrap()
+        .expect("ambiguous");
     // ...meanwhile operator two answers "not done", and the step runs again and crashes again.
     journal
+        .operator()
         .resolve(id, 0, durably_journal::Resolution::NotDone)
         .await
         .unwrap();

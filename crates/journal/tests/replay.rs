@@ -159,7 +159,7 @@ async fn a_closure_error_is_journaled_and_replayed_without_calling_the_closure()
         "the failed step ran again on replay"
     );
     let steps = journal.steps(id).unwrap();
-    assert_eq!(steps[0].state, "failed");
+    assert_eq!(steps[0].state, durably_journal::StepState::Failed);
 }
 
 async fn record_two_steps(journal: &Journal, id: Uuid) {

@@ -227,7 +227,7 @@ impl Job {
         format!(
             r#"{{"version":1,"schedule":{},"catch_up":{catch_up},"overlap":"{overlap}","policy":"{}","attempts_max":{},"backoff_initial_ms":{},"backoff_max_ms":{}}}"#,
             self.schedule.definition(),
-            self.policy.as_str(),
+            self.policy.kind().as_str(),
             self.attempts_max,
             self.backoff.initial.as_millis(),
             self.backoff.max.as_millis(),

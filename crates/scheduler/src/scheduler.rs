@@ -467,7 +467,7 @@ impl Scheduler {
                     mark_running,
                     move |key| {
                         let context = FireContext {
-                            idempotency_key: key,
+                            idempotency_key: key.idempotency_key(),
                             ..context.clone()
                         };
                         // The scheduler owns fire retries, so the journal must not retry inside the
@@ -631,8 +631,12 @@ pub(crate) fn early_outcome(job: &Job, slot: Slot, registered: &Registered) -> O
 fn finished_state(finished: &durably_journal::Finished) -> (FireState, Option<String>) {
     let record = finished
         .output
-        .as_deref()
-        .or(finished.error.as_deref())
+        .as_ref()
+        .map(durably_journal::Payload::as_json)
+        .or(finished
+            .error
+            .as_ref()
+            .map(durably_journal::Payload::as_json))
         .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
     let field = |name: &str| {
         record

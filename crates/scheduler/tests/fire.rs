@@ -187,7 +187,7 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
     assert!(
         steps
             .iter()
-            .all(|step| step.name == "fire" && step.effect == "guarded")
+            .all(|step| step.name == "fire" && step.effect == durably_journal::Effect::Guarded)
     );
     assert_eq!(
         scheduler.fire_state(&job, slot(T0_MS)).unwrap(),

@@ -325,6 +325,7 @@ async fn fail_policy_fire_waiting_for_an_operator_is_left_alone() {
     let id = JobId::new("f").unwrap();
     scheduler
         .journal()
+        .operator()
         .resolve(fire_id(&id, slot(T0_MS)), 0, Resolution::NotDone)
         .await
         .unwrap();

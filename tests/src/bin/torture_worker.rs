@@ -111,7 +111,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Mode::Finish => {
             let journal = matrix::open_journal(&cli.dir, durability, true)?;
-            journal.sweep(false).await?;
+            journal.operator().sweep(false).await?;
             let workload = Workload::new(journal, &cli.dir)?;
             workload.finish(matrix::FINISH_ROUNDS_MAX).await?;
             fires::finish(&workload, matrix::FINISH_ROUNDS_MAX).await
@@ -159,7 +159,7 @@ fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErro
 async fn recover(workload: &Workload) -> Result<(), BoxError> {
     for record in workload.journal().recoverable()? {
         if record.kind == EXECUTION_KIND {
-            let input: PlanInput = serde_json::from_str(&record.input)?;
+            let input: PlanInput = record.input.decode()?;
             workload
                 .drive(&ExecutionPlan::from_input(input), Stop::default())
                 .await?;

@@ -22,10 +22,15 @@ pub(super) fn compare(real: &Real, model: &Model) -> Result<(), String> {
         let expected = model.executions[e].as_ref();
         let actual = record.as_ref().map(|record| {
             (
-                record.status.clone(),
-                record.opens,
-                parse_json(record.output.as_deref()),
-                parse_json(record.error.as_deref()),
+                record.status.as_str().to_owned(),
+                i64::from(record.opens),
+                parse_json(
+                    record
+                        .output
+                        .as_ref()
+                        .map(durably_journal::Payload::as_json),
+                ),
+                parse_json(record.error.as_ref().map(durably_journal::Payload::as_json)),
                 record.finalized_at.is_some(),
             )
         });
@@ -75,7 +80,7 @@ fn compare_steps(journal: &Journal, e: usize, expected: &[ModelStep]) -> Result<
                 "guarded" => "guarded",
                 _ => "unknown",
             },
-            policy: step.policy.as_deref().map(|policy| match policy {
+            policy: step.policy.map(|policy| match policy.as_str() {
                 "skip" => "skip",
                 "retry" => "retry",
                 "fail" => "fail",
@@ -89,9 +94,9 @@ fn compare_steps(journal: &Journal, e: usize, expected: &[ModelStep]) -> Result<
                 "skipped" => "skipped",
                 _ => "unknown",
             },
-            result: parse_json(step.result.as_deref()),
-            error: parse_json(step.error.as_deref()),
-            attempts: step.attempts,
+            result: parse_json(step.result.as_ref().map(durably_journal::Payload::as_json)),
+            error: parse_json(step.error.as_ref().map(durably_journal::Payload::as_json)),
+            attempts: i64::from(step.attempts),
         })
         .collect();
     if actual != expected {
@@ -100,14 +105,14 @@ fn compare_steps(journal: &Journal, e: usize, expected: &[ModelStep]) -> Result<
         ));
     }
     for (seq, step) in steps.iter().enumerate() {
-        let key = IdempotencyKey::derive(id, seq as u32, &step.name).to_string();
+        let key = IdempotencyKey::derive(id, seq as u32, &step.name);
         if step.seq as usize != seq || step.idempotency_key != key {
             return Err(format!(
                 "execution {e} step {seq}: wrong seq or key in {step:?}"
             ));
         }
-        if (step.state == "intent") != step.result_at.is_none()
-            || (step.effect == "guarded") != step.intent_at.is_some()
+        if (step.state.as_str() == "intent") != step.result_at.is_none()
+            || (step.effect.as_str() == "guarded") != step.intent_at.is_some()
         {
             return Err(format!(
                 "execution {e} step {seq}: inconsistent times in {step:?}"
@@ -148,7 +153,7 @@ fn compare_recoverable(journal: &Journal, model: &Model) -> Result<(), String> {
         .recoverable()
         .map_err(|error| error.to_string())?
         .into_iter()
-        .map(|record| record.execution_id)
+        .map(|record| record.execution_id.to_string())
         .collect();
     actual.sort();
     let mut expected: Vec<String> = (0..EXECUTIONS)

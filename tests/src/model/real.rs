@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use durably_journal::{
-    Durability, Error, Execution, GcOptions, Guarded, IdempotencyKey, Journal, Opened, Policy,
-    Resolution, StepError,
+    Durability, Error, Execution, FencingToken, GcOptions, Guarded, IdempotencyKey, Journal,
+    Opened, Policy, Resolution, StepError, StepKey,
 };
 use durably_lock::Clock;
 use serde_json::Value;
@@ -176,10 +176,16 @@ impl Real {
                 self.resolve(e, matches!(op, Op::ResolveCompleted(_))).await
             }
             Op::Cancel(e) => {
-                let result = self.journal()?.cancel(execution_id(e), CANCEL_REASON).await;
+                let result = self
+                    .journal()?
+                    .operator()
+                    .cancel(execution_id(e), CANCEL_REASON)
+                    .await;
                 typed(result, |()| Outcome::Done)
             }
-            Op::Sweep => typed(self.journal()?.sweep(false).await, |_| Outcome::Done),
+            Op::Sweep => typed(self.journal()?.operator().sweep(false).await, |_| {
+                Outcome::Done
+            }),
             Op::Gc {
                 completed_age_s,
                 failed_age_s,
@@ -211,7 +217,7 @@ impl Real {
             .ok_or_else(|| format!("execution {e} has no step {seq} in its program"))?;
         let policy = spec.policy().map(|policy| self.policy(e, seq, policy));
         let calls = Arc::clone(&self.closure_calls);
-        let closure = move |_key: IdempotencyKey| {
+        let closure = move |_key: StepKey| {
             count(&calls, e, seq);
             let fails = spec.fails();
             async move {
@@ -227,7 +233,9 @@ impl Real {
         match (spec, policy) {
             (StepSpec::Pure { .. }, _) => {
                 let result = execution
-                    .pure(&name, || closure(IdempotencyKey(Uuid::nil())))
+                    .pure(&name, || {
+                        closure(StepKey::new(IdempotencyKey(Uuid::nil()), FencingToken(0)))
+                    })
                     .await;
                 typed(result, Outcome::Value)
             }
@@ -323,7 +331,7 @@ impl Real {
             .map_err(|error| error.to_string())?;
         let seq = steps
             .iter()
-            .position(|step| step.state == "intent")
+            .position(|step| step.state == durably_journal::StepState::Intent)
             .or_else(|| steps.len().checked_sub(1))
             .unwrap_or(0) as u32;
         let resolution = if completed {
@@ -332,7 +340,10 @@ impl Real {
             Resolution::NotDone
         };
         typed(
-            journal.resolve(execution_id(e), seq, resolution).await,
+            journal
+                .operator()
+                .resolve(execution_id(e), seq, resolution)
+                .await,
             |()| Outcome::Done,
         )
     }
@@ -344,7 +355,11 @@ impl Real {
             dry_run: false,
             batch_executions_max: 2,
         };
-        let report = self.journal()?.collect_garbage(options, |_| {}).await;
+        let report = self
+            .journal()?
+            .operator()
+            .collect_garbage(options, |_| {})
+            .await;
         typed(report, |report| {
             Outcome::Collected(report.completed, report.failed)
         })

@@ -11,7 +11,6 @@ use durably_scheduler::{
     Error, FIRE_STEP_NAME, FireOutcome, Job, JobId, Overlap, Scheduler, Slot, StepError,
 };
 use serde_json::json;
-use uuid::Uuid;
 
 use super::BoxError;
 use super::ledger::{RecordFile, monotonic_ns};
@@ -124,7 +123,7 @@ pub async fn fire_one(
             Ok(FireOutcome::Skipped { execution_id, .. }) => {
                 // Skipped by policy after a crash: the execution is finalized with the reason.
                 if let Some(record) = scheduler.journal().get(execution_id)? {
-                    workload.ack(&["F", &execution_id.to_string(), &record.status])?;
+                    workload.ack(&["F", &execution_id.to_string(), record.status.as_str()])?;
                 }
                 return Ok(());
             }
@@ -135,7 +134,7 @@ pub async fn fire_one(
             Err(Error::Journal(JournalError::Ambiguous {
                 execution_id, seq, ..
             })) => {
-                let id = Uuid::parse_str(&execution_id)?;
+                let id = execution_id;
                 let key = IdempotencyKey::derive(id, seq, FIRE_STEP_NAME);
                 if !workload.operate(id, seq, key).await? {
                     return Ok(());

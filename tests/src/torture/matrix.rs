@@ -91,7 +91,7 @@ pub async fn run(
     orphans(ORPHAN_GROUPS[0])?;
     let workload = Workload::new(open_journal(dir, durability, true)?, dir)?;
     orphans(ORPHAN_GROUPS[1])?;
-    workload.journal().sweep(false).await?;
+    workload.journal().operator().sweep(false).await?;
     orphans(ORPHAN_GROUPS[2])?;
     for first in ORPHAN_GROUPS.into_iter().rev() {
         for index in first..first + ORPHANS_PER_GROUP {
@@ -177,7 +177,11 @@ async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
             Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => continue,
             Err(error) => return Err(error.into()),
         }
-        match journal.cancel(id, "fodder for the retention sweep").await {
+        match journal
+            .operator()
+            .cancel(id, "fodder for the retention sweep")
+            .await
+        {
             Ok(()) | Err(Error::Refused(_)) => {}
             Err(error) => return Err(error.into()),
         }
@@ -192,6 +196,6 @@ async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
         dry_run: false,
         batch_executions_max: GC_BATCH,
     };
-    journal.collect_garbage(options, |_| {}).await?;
+    journal.operator().collect_garbage(options, |_| {}).await?;
     Ok(())
 }

@@ -161,13 +161,13 @@ impl Workload {
                         .map(Guarded::Done)
                 }
                 StepKind::Idempotent { .. } | StepKind::Fatal => execution
-                    .idempotent(&step.name, |key| effect.clone().run(key))
+                    .idempotent(&step.name, |key| effect.clone().run(key.idempotency_key()))
                     .await
                     .map(Guarded::Done),
                 StepKind::Guarded(policy) => {
                     execution
                         .guarded(&step.name, self.policy(policy), |key| {
-                            effect.clone().run(key)
+                            effect.clone().run(key.idempotency_key())
                         })
                         .await
                 }
@@ -297,7 +297,7 @@ impl Workload {
         // Look at the intent before the outside world, and answer only for that intent: the
         // step may be resolved by another operator and run again while this one decides
         // (a race the torture run found, when the answer was applied to the newer intent).
-        let seen = match self.journal.seen_intent(execution_id, seq) {
+        let seen = match self.journal.operator().seen_intent(execution_id, seq) {
             Ok(Some(seen)) => seen,
             Ok(None) => return Ok(true),
             // A live process holds it and may be running the step: look again later.
@@ -311,6 +311,7 @@ impl Workload {
         };
         match self
             .journal
+            .operator()
             .resolve_seen(execution_id, seq, seen, resolution)
             .await
         {

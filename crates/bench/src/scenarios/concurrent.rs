@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably_journal::Journal;
+use durably::Journal;
 use uuid::Uuid;
 
 use crate::args::EffectArg;

@@ -10,7 +10,7 @@ pub mod workflows;
 
 use std::path::Path;
 
-use durably_journal::{Execution, Guarded, Journal, Opened, Policy, StepError};
+use durably::{Execution, Guarded, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
 use crate::args::EffectArg;
@@ -86,7 +86,7 @@ pub async fn ceiling_note(
 /// The writer's counters and this process's bytes written, at one moment.
 #[derive(Debug, Clone, Copy)]
 pub struct WriterSnapshot {
-    stats: durably_journal::WriterStats,
+    stats: durably::sqlite::WriterStats,
     written_bytes: Option<u64>,
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use durably_journal::{Durability, Journal};
+use durably::{Durability, Journal};
 
 use crate::args::{EffectArg, WorkerArgs};
 use crate::context::Context;
@@ -141,7 +141,7 @@ impl WorkerReport {
 /// The worker: writes steps to the shared file from the common start time for `millis`.
 pub async fn worker(args: &WorkerArgs, durability: Durability) -> Result<()> {
     let journal = Journal::builder(&args.db).durability(durability).open()?;
-    let mut execution = open_running(&journal, durably_journal::new_execution_id()).await?;
+    let mut execution = open_running(&journal, durably::new_execution_id()).await?;
     let wait_ms = args.start_at_ms.saturating_sub(unix_millis());
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
     rss::reset_peak();

@@ -10,8 +10,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably_journal::rusqlite::params;
-use durably_journal::{IdempotencyKey, Journal};
+use durably::sqlite::rusqlite::params;
+use durably::{IdempotencyKey, Journal};
 use uuid::Uuid;
 
 use crate::args::EffectArg;

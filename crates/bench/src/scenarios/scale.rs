@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use durably_journal::rusqlite::{Connection, params};
-use durably_journal::{GC_BATCH_EXECUTIONS_DEFAULT, GcOptions, GcReport, Journal};
+use durably::Journal;
+use durably::defaults::GC_BATCH_EXECUTIONS_DEFAULT;
+use durably::operator::{GcOptions, GcReport};
+use durably::sqlite::rusqlite::{Connection, params};
 use uuid::Uuid;
 
 use crate::args::{EffectArg, IdsArg};
@@ -208,6 +210,7 @@ async fn sweep_while_writing(journal: &Journal, writer_id: Uuid) -> Result<Vec<S
     let mut batch_times = Samples::with_capacity(16_384);
     let mut batch_began = Instant::now();
     let swept = journal
+        .operator()
         .collect_garbage(options, |report: &GcReport| {
             batch_times.record(batch_began.elapsed());
             batch_began = Instant::now();

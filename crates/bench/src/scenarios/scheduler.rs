@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably_journal::Journal;
-use durably_scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot};
+use durably::Journal;
+use durably::scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot};
 
 use crate::args::WorkerArgs;
 use crate::context::Context;
@@ -121,7 +121,7 @@ fn count_fires(journal: &Journal) -> Result<u64> {
 }
 
 /// One scheduler process of the two-process measurement.
-pub async fn worker(args: &WorkerArgs, durability: durably_journal::Durability) -> Result<()> {
+pub async fn worker(args: &WorkerArgs, durability: durably::Durability) -> Result<()> {
     let journal = Journal::builder(&args.db).durability(durability).open()?;
     let wait_ms = args.start_at_ms.saturating_sub(unix_millis());
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;

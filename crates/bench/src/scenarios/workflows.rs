@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use durably_journal::Journal;
+use durably::Journal;
 
 use crate::args::{EffectArg, IdsArg};
 use crate::context::Context;

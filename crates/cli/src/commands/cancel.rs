@@ -18,7 +18,7 @@ struct Cancelled {
 /// Cancels the execution.
 pub fn run(db: &Path, id: Uuid, reason: &str, json: bool) -> Result<()> {
     let journal = crate::db::open_existing(db)?;
-    crate::db::runtime()?.block_on(journal.cancel(id, reason))?;
+    crate::db::runtime()?.block_on(journal.operator().cancel(id, reason))?;
     if json {
         return print_json(&Cancelled {
             execution_id: id.to_string(),

@@ -1,6 +1,6 @@
 //! `durably fire-id JOB SLOT`: the execution id of a scheduler fire.
 
-use durably_scheduler::{JobId, Slot, fire_id};
+use durably::scheduler::{JobId, Slot, fire_id};
 use serde::Serialize;
 
 use crate::error::{CliError, Result};

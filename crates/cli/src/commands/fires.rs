@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use durably_journal::rusqlite::{Row, params};
+use durably::sqlite::rusqlite::{Row, params};
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
@@ -25,11 +25,11 @@ struct Fire {
 }
 
 impl Fire {
-    fn from_row(row: &Row<'_>) -> durably_journal::rusqlite::Result<Self> {
-        let text = |index: usize| -> durably_journal::rusqlite::Result<String> {
+    fn from_row(row: &Row<'_>) -> durably::sqlite::rusqlite::Result<Self> {
+        let text = |index: usize| -> durably::sqlite::rusqlite::Result<String> {
             row.get::<_, String>(index).map(|value| escape(&value))
         };
-        let optional = |index: usize| -> durably_journal::rusqlite::Result<Option<String>> {
+        let optional = |index: usize| -> durably::sqlite::rusqlite::Result<Option<String>> {
             row.get::<_, Option<String>>(index)
                 .map(|value| value.as_deref().map(escape))
         };
@@ -60,7 +60,7 @@ pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
                  ORDER BY slot DESC, job LIMIT ?2",
             )?;
             let rows = statement.query_map(params![job, limit], Fire::from_row)?;
-            Ok(rows.collect::<durably_journal::rusqlite::Result<Vec<_>>>()?)
+            Ok(rows.collect::<durably::sqlite::rusqlite::Result<Vec<_>>>()?)
         })
         .map_err(|error| {
             CliError::failure(format!(

@@ -4,7 +4,8 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use durably_journal::{GC_BATCH_EXECUTIONS_DEFAULT, GcOptions, GcReport};
+use durably::defaults::GC_BATCH_EXECUTIONS_DEFAULT;
+use durably::operator::{GcOptions, GcReport};
 use serde::Serialize;
 
 use crate::cli::GcArgs;
@@ -25,7 +26,7 @@ struct Report {
 /// Runs the retention sweep.
 pub fn run(db: &Path, args: &GcArgs, json: bool) -> Result<()> {
     let journal = crate::db::open_existing(db)?;
-    let defaults = journal.default_gc_options();
+    let defaults = journal.operator().default_gc_options();
     let options = GcOptions {
         completed_older_than: args
             .completed_older_than
@@ -37,11 +38,12 @@ pub fn run(db: &Path, args: &GcArgs, json: bool) -> Result<()> {
         batch_executions_max: GC_BATCH_EXECUTIONS_DEFAULT,
     };
     let show_progress = std::io::stderr().is_terminal();
-    let gc = crate::db::runtime()?.block_on(journal.collect_garbage(options, |so_far| {
-        if show_progress {
-            progress(so_far);
-        }
-    }))?;
+    let gc =
+        crate::db::runtime()?.block_on(journal.operator().collect_garbage(options, |so_far| {
+            if show_progress {
+                progress(so_far);
+            }
+        }))?;
     if show_progress && gc.batches > 0 {
         let _ = writeln!(std::io::stderr());
     }

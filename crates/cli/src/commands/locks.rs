@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use durably_journal::Journal;
-use durably_lock::Judgement;
+use durably::Journal;
+use durably::lock::Judgement;
 use serde::Serialize;
 
 use crate::error::Result;

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use durably_journal::{ExecutionRecord, ListFilter};
+use durably::lock::format_timestamp;
+use durably::{ExecutionRecord, ListFilter};
 use serde::Serialize;
 
 use crate::cli::LsArgs;
@@ -27,14 +28,14 @@ impl Row {
     /// The record's row fields, escaped.
     pub(super) fn from_record(record: &ExecutionRecord) -> Self {
         Self {
-            execution_id: escape(&record.execution_id),
+            execution_id: record.execution_id.to_string(),
             kind: escape(&record.kind),
             name: escape(&record.name),
-            status: escape(&record.status),
-            opens: record.opens,
-            created_at: escape(&record.created_at),
-            updated_at: escape(&record.updated_at),
-            finalized_at: record.finalized_at.as_deref().map(escape),
+            status: record.status.as_str().to_owned(),
+            opens: i64::from(record.opens),
+            created_at: format_timestamp(record.created_at),
+            updated_at: format_timestamp(record.updated_at),
+            finalized_at: record.finalized_at.map(format_timestamp),
         }
     }
 }
@@ -46,7 +47,7 @@ pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
         status: args.status.map(crate::cli::StatusArg::status),
         kind: args.kind.clone(),
         name_contains: args.name.clone(),
-        created_since: args.since.clone(),
+        created_since: args.since,
         limit: Some(args.limit),
     };
     let rows: Vec<Row> = journal

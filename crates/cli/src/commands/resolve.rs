@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use durably_journal::Resolution;
+use durably::operator::Resolution;
 use serde::Serialize;
 
 use crate::cli::ResolveArgs;
@@ -33,9 +33,13 @@ pub fn run(db: &Path, args: &ResolveArgs, json: bool) -> Result<()> {
     let runtime = crate::db::runtime()?;
     match args.seen {
         Some(seen) => {
-            runtime.block_on(journal.resolve_seen(args.id, args.seq, seen, resolution))?;
+            runtime.block_on(
+                journal
+                    .operator()
+                    .resolve_seen(args.id, args.seq, seen, resolution),
+            )?;
         }
-        None => runtime.block_on(journal.resolve(args.id, args.seq, resolution))?,
+        None => runtime.block_on(journal.operator().resolve(args.id, args.seq, resolution))?,
     }
     let resolved = Resolved {
         execution_id: args.id.to_string(),

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use durably_journal::{EventRecord, ExecutionRecord, Journal, SeenIntent, StepRecord};
+use durably::lock::format_timestamp;
+use durably::operator::SeenIntent;
+use durably::{EventRecord, ExecutionRecord, Journal, StepRecord, StepState};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -61,9 +63,9 @@ impl Execution {
     fn from_record(record: &ExecutionRecord) -> Self {
         Self {
             row: super::ls::Row::from_record(record),
-            input_preview: preview(&record.input),
-            output_preview: preview_opt(record.output.as_deref()),
-            error_preview: preview_opt(record.error.as_deref()),
+            input_preview: preview(record.input.as_json()),
+            output_preview: preview_opt(record.output.as_ref()),
+            error_preview: preview_opt(record.error.as_ref()),
         }
     }
 }
@@ -73,15 +75,15 @@ impl Step {
         Self {
             seq: record.seq,
             name: escape(&record.name),
-            effect: escape(&record.effect),
-            policy: record.policy.as_deref().map(escape),
-            state: escape(&record.state),
-            attempts: record.attempts,
-            idempotency_key: escape(&record.idempotency_key),
-            intent_at: record.intent_at.as_deref().map(escape),
-            result_at: record.result_at.as_deref().map(escape),
-            result_preview: preview_opt(record.result.as_deref()),
-            error_preview: preview_opt(record.error.as_deref()),
+            effect: record.effect.as_str().to_owned(),
+            policy: record.policy.map(|policy| policy.as_str().to_owned()),
+            state: record.state.as_str().to_owned(),
+            attempts: i64::from(record.attempts),
+            idempotency_key: record.idempotency_key.to_string(),
+            intent_at: record.intent_at.map(format_timestamp),
+            result_at: record.result_at.map(format_timestamp),
+            result_preview: preview_opt(record.result.as_ref()),
+            error_preview: preview_opt(record.error.as_ref()),
             seen: seen.map(|seen| seen.to_string()),
         }
     }
@@ -91,10 +93,10 @@ impl Event {
     fn from_record(record: &EventRecord) -> Self {
         Self {
             id: record.id,
-            at: escape(&record.at),
-            seq: record.seq,
+            at: format_timestamp(record.at),
+            seq: record.seq.map(i64::from),
             kind: escape(&record.kind),
-            detail_preview: preview(&record.detail),
+            detail_preview: preview(record.detail.as_json()),
         }
     }
 }
@@ -126,11 +128,11 @@ fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
             .steps(id)?
             .iter()
             .map(|step| {
-                let seen = match step.state.as_str() {
-                    "intent" => match journal.seen_intent(id, step.seq) {
+                let seen = match step.state {
+                    StepState::Intent => match journal.operator().seen_intent(id, step.seq) {
                         // No token while a live process holds the execution: `render_steps`
                         // says so instead.
-                        Err(durably_journal::Error::Locked { .. }) => None,
+                        Err(durably::Error::Locked { .. }) => None,
                         seen => seen?,
                     },
                     _ => None,

@@ -27,7 +27,7 @@ struct Reclaimed {
 /// Runs the sweep.
 pub fn run(db: &Path, dry_run: bool, json: bool) -> Result<()> {
     let journal = crate::db::open_existing(db)?;
-    let sweep = crate::db::runtime()?.block_on(journal.sweep(dry_run))?;
+    let sweep = crate::db::runtime()?.block_on(journal.operator().sweep(dry_run))?;
     let report = Report {
         dry_run,
         reclaimed: sweep
@@ -39,7 +39,7 @@ pub fn run(db: &Path, dry_run: bool, json: bool) -> Result<()> {
                 reason: escape(&one.reason),
             })
             .collect(),
-        unlocked: sweep.unlocked.iter().map(|id| escape(id)).collect(),
+        unlocked: sweep.unlocked.iter().map(ToString::to_string).collect(),
     };
     if json {
         return print_json(&report);

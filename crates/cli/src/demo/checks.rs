@@ -113,7 +113,7 @@ fn check_left(
         .journal
         .steps(left)?
         .iter()
-        .any(|step| step.state == "intent");
+        .any(|step| step.state == durably::StepState::Intent);
     if !ambiguous {
         violations.push(format!(
             "order {} is not left ambiguous",
@@ -165,7 +165,7 @@ fn check_journal(
 ) -> Result<()> {
     let place = format!("order {}", scenario.order());
     let status = demo.journal.get(id)?.map(|record| record.status);
-    if status.as_deref() != Some("completed") {
+    if status != Some(durably::Status::Completed) {
         violations.push(format!("{place} ended {status:?}, not completed"));
     }
     let events = demo.journal.events(id)?;

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use durably_journal::Journal;
+use durably::Journal;
 
 use self::ledger::Ledger;
 use self::scenario::Scenario;
@@ -123,7 +123,7 @@ fn demo_files(db: &Path) -> Vec<PathBuf> {
         with_suffix("-wal"),
         with_suffix("-shm"),
         with_suffix("-journal"),
-        durably_lock::LivenessDir::beside(db).path().to_owned(),
+        durably::lock::LivenessDir::beside(db).path().to_owned(),
         ledger_path(db),
     ]
 }

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use durably_journal::Journal;
-use durably_scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
+use durably::Journal;
+use durably::scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
 use serde_json::json;
 
 use super::child::demo_child;
@@ -147,7 +147,7 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
                 let key = fire.execution_id.to_string();
                 ledger
                     .append("tick", &key, &key)
-                    .map_err(|error| durably_journal::StepError::retryable(error.message))?;
+                    .map_err(|error| durably::StepError::retryable(error.message))?;
                 tokio::time::sleep(Duration::from_millis(BODY_MS)).await;
                 Ok(json!({ "report": "sent" }))
             }
@@ -191,6 +191,6 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
     Ok(())
 }
 
-fn scheduler_error(error: &durably_scheduler::Error) -> CliError {
+fn scheduler_error(error: &durably::scheduler::Error) -> CliError {
     CliError::failure(error.to_string())
 }

@@ -82,13 +82,14 @@ fn show_blocked(demo: &Demo, id: Uuid, pid: u32) -> Result<()> {
         }
     }
     for step in demo.journal.steps(id)? {
-        if step.state == "intent" {
+        if step.state == durably::StepState::Intent {
             narrate(&format!(
                 "   journal: step {} ({}) has its intent committed at {} and no result — the \
                  ambiguous window",
                 step.seq,
                 escape(&step.name),
-                escape(step.intent_at.as_deref().unwrap_or("?"))
+                step.intent_at
+                    .map_or_else(|| "?".to_owned(), durably::lock::format_timestamp)
             ))?;
         }
     }
@@ -96,7 +97,9 @@ fn show_blocked(demo: &Demo, id: Uuid, pid: u32) -> Result<()> {
 }
 
 fn sweep(demo: &Demo, id: Uuid) -> Result<()> {
-    let report = demo.runtime.block_on(demo.journal.sweep(false))?;
+    let report = demo
+        .runtime
+        .block_on(demo.journal.operator().sweep(false))?;
     let resource = id.to_string();
     for reclaimed in report
         .reclaimed
@@ -112,8 +115,8 @@ fn sweep(demo: &Demo, id: Uuid) -> Result<()> {
     let status = demo
         .journal
         .get(id)?
-        .map_or_else(|| "missing".to_owned(), |record| record.status);
-    narrate(&format!("   status is now {}", escape(&status)))
+        .map_or("missing", |record| record.status.as_str());
+    narrate(&format!("   status is now {status}"))
 }
 
 /// Plays the operator: looks the charge up at the payment provider by its idempotency key and
@@ -123,7 +126,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         .journal
         .steps(id)?
         .into_iter()
-        .find(|step| step.state == "intent")
+        .find(|step| step.state == durably::StepState::Intent)
     else {
         return Err(CliError::failure(
             "the worker stopped on an ambiguous step, but the journal shows none",
@@ -132,10 +135,13 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
     // Taken before looking at the provider: the answer then applies to this intent only.
     let seen = demo
         .journal
+        .operator()
         .seen_intent(id, step.seq)?
         .ok_or_else(|| CliError::failure("the ambiguous step was resolved behind the demo's back"))?
         .to_string();
-    let charges = demo.ledger.find("charge", &step.idempotency_key)?;
+    let charges = demo
+        .ledger
+        .find("charge", &step.idempotency_key.to_string())?;
     let db = demo.db.display().to_string();
     let (id_text, seq) = (id.to_string(), step.seq.to_string());
     let mut args: Vec<&str> = vec!["--db", &db, "resolve", &id_text, &seq, "--seen", &seen];
@@ -143,7 +149,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         narrate(&format!(
             "   operator: the payment provider has no charge with key {}, so the effect did not \
              happen:",
-            escape(&step.idempotency_key)
+            step.idempotency_key
         ))?;
         args.push("--not-done");
     } else {
@@ -208,6 +214,7 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
     let db = escape(&demo.db.display().to_string());
     let seen = demo
         .journal
+        .operator()
         .seen_intent(id, LEFT_STEP)?
         .ok_or_else(|| CliError::failure("the killed worker left no intent to resolve"))?;
     narrate(&format!(

@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use durably_journal::{
-    Error, Execution, Guarded, IdempotencyKey, Journal, Opened, Policy, StepError,
-};
+use durably::{Error, Execution, Guarded, IdempotencyKey, Journal, Opened, Policy, StepError};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -118,7 +116,7 @@ async fn drive(args: &WorkerArgs) -> Result<ExitCode> {
 }
 
 impl Worker<'_> {
-    async fn steps(&self, execution: &mut Execution) -> durably_journal::Result<Value> {
+    async fn steps(&self, execution: &mut Execution) -> durably::Result<Value> {
         let ran = Cell::new(false);
         let plan: Vec<String> = execution
             .pure("plan", || {
@@ -137,7 +135,7 @@ impl Worker<'_> {
             .idempotent("fetch order", |key| {
                 ran.set(true);
                 async move {
-                    self.effect("fetch", key)?;
+                    self.effect("fetch", key.idempotency_key())?;
                     let order = self.args.order.unwrap_or(self.args.scenario.order());
                     Ok(json!({ "order": order, "amount_cents": 1250 }))
                 }
@@ -163,7 +161,7 @@ impl Worker<'_> {
         Ok(summary)
     }
 
-    async fn charge(&self, execution: &mut Execution) -> durably_journal::Result<Value> {
+    async fn charge(&self, execution: &mut Execution) -> durably::Result<Value> {
         let ran = Cell::new(false);
         let policy = if self.args.scenario.charge_policy() == "reconcile" {
             self.reconcile_probe()
@@ -175,9 +173,9 @@ impl Worker<'_> {
                 ran.set(true);
                 async move {
                     self.crash_here(CrashPoint::ChargeBefore);
-                    self.effect("charge", key)?;
+                    self.effect("charge", key.idempotency_key())?;
                     self.crash_here(CrashPoint::ChargeAfter);
-                    Ok(json!({ "receipt": receipt_for(key) }))
+                    Ok(json!({ "receipt": receipt_for(key.idempotency_key()) }))
                 }
             })
             .await?;
@@ -192,7 +190,7 @@ impl Worker<'_> {
         }
     }
 
-    async fn email(&self, execution: &mut Execution) -> durably_journal::Result<Value> {
+    async fn email(&self, execution: &mut Execution) -> durably::Result<Value> {
         let ran = Cell::new(false);
         let policy = if self.args.scenario.email_policy() == "skip" {
             Policy::Skip
@@ -203,9 +201,9 @@ impl Worker<'_> {
             .guarded("send email", policy, |key| {
                 ran.set(true);
                 async move {
-                    self.effect("email", key)?;
+                    self.effect("email", key.idempotency_key())?;
                     self.crash_here(CrashPoint::EmailAfter);
-                    Ok(json!({ "message_id": format!("msg-{}", key.0.simple()) }))
+                    Ok(json!({ "message_id": format!("msg-{}", key.idempotency_key().0.simple()) }))
                 }
             })
             .await?;

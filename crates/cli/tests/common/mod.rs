@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use durably_journal::{Execution, Journal, Opened, Policy, StepError};
+use durably::{Execution, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
 /// A name with a terminal escape sequence, to prove the tool escapes stored text.

@@ -7,6 +7,7 @@
 //! that COMMIT (see [`wal_sync`]). There is no flush interval: a lone request pays for one commit,
 //! and requests that queue while a commit is in flight share the next one.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -188,6 +189,8 @@ where
 /// The handle callers use to submit writes.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
+    /// The database file, named in errors that SQLite raises without it.
+    path: Arc<Path>,
     queue: mpsc::Sender<Box<dyn Job>>,
     counters: Arc<Counters>,
     ack_timeout: Duration,
@@ -228,6 +231,7 @@ impl Writer {
     /// without, as soon as its COMMIT returns. The thread ends once every [`Writer`] is
     /// dropped; dropping the returned [`WriterThread`] after them waits for that.
     pub(crate) fn start(
+        path: &Path,
         conn: Connection,
         busy_timeout_ms: u64,
         ack_timeout: Duration,
@@ -237,7 +241,7 @@ impl Writer {
         let counters = Arc::new(Counters::default());
         let thread_error = |source| Error::Io {
             action: "start the writer thread for",
-            path: std::path::PathBuf::from("the journal"),
+            path: path.to_owned(),
             source,
         };
         let syncer = wal
@@ -251,6 +255,7 @@ impl Writer {
             .spawn(move || run(&conn, receiver, &thread_counters, busy_timeout_ms, syncer))
             .map_err(thread_error)?;
         let writer = Self {
+            path: Arc::from(path),
             queue,
             counters,
             ack_timeout,
@@ -298,7 +303,7 @@ impl Writer {
             answer.outcome
         };
         match tokio::time::timeout(self.ack_timeout, waiting).await {
-            Ok(outcome) => outcome,
+            Ok(outcome) => outcome.map_err(|error| error.at_path(&self.path)),
             Err(_) => Err(Error::AckTimeout {
                 timeout_ms: self.ack_timeout.as_millis() as u64,
             }),
@@ -509,14 +514,16 @@ mod tests {
         dir: &tempfile::TempDir,
         wal: Option<Box<dyn WalSync>>,
     ) -> (WriterThread, Writer) {
-        let conn = Connection::open(dir.path().join("writer.db")).unwrap();
+        let path = dir.path().join("writer.db");
+        let conn = Connection::open(&path).unwrap();
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              CREATE TABLE rows (id INTEGER PRIMARY KEY, who TEXT NOT NULL) STRICT;",
         )
         .unwrap();
-        let (writer, thread) = Writer::start(conn, 1_000, Duration::from_secs(20), wal).unwrap();
+        let (writer, thread) =
+            Writer::start(&path, conn, 1_000, Duration::from_secs(20), wal).unwrap();
         (thread, writer)
     }
 

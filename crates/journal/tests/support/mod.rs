@@ -142,6 +142,7 @@ pub async fn refuse_stale_then_accept_fresh(
     change: &str,
 ) {
     let error = journal
+        .operator()
         .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
         .await
         .unwrap_err();
@@ -149,12 +150,17 @@ pub async fn refuse_stale_then_accept_fresh(
         panic!("{error:?}");
     };
     assert!(message.contains(change), "{message}");
-    assert_eq!(journal.steps(id).unwrap()[0].state, "intent");
+    assert_eq!(
+        journal.steps(id).unwrap()[0].state,
+        durably_journal::StepState::Intent
+    );
     let fresh = journal
+        .operator()
         .seen_intent(id, 0)
         .unwrap()
         .expect("still ambiguous");
     journal
+        .operator()
         .resolve_seen(id, 0, fresh, durably_journal::Resolution::NotDone)
         .await
         .unwrap();

@@ -1,0 +1,509 @@
+//! The step protocol: how a step call is matched against the journal, run, and recorded.
+//!
+//! Invariant: a guarded step's intent row is durable (acknowledged after COMMIT) before its
+//! closure is called. A step found with an intent and no result is in the ambiguous window,
+//! and only the step's [`Policy`] decides what happens to it.
+
+use std::future::Future;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::Instrument;
+
+use super::Execution;
+use super::step_rows::{self, IntentRow, ResultRow};
+use crate::error::{Error, Result};
+use crate::events;
+use crate::payload;
+use crate::records::event_kind;
+use crate::replay::RecordedStep;
+use crate::states::StepState;
+use crate::step::{Effect, Guarded, IdempotencyKey, Policy, Skipped, StepError, StepKey};
+use crate::writer::Undo;
+
+/// A step being run: its place and identity.
+pub(super) struct StepCall<'a> {
+    pub(super) seq: u32,
+    pub(super) name: &'a str,
+    pub(super) effect: Effect,
+    pub(super) policy: Option<&'a Policy>,
+    /// Derived on first use: replaying a completed or failed step never needs it, and the
+    /// derivation (a blake3 hash) is most of a replayed step's cost.
+    key: std::sync::OnceLock<IdempotencyKey>,
+    execution_id: uuid::Uuid,
+}
+
+impl StepCall<'_> {
+    /// The step's idempotency key, the same on every run.
+    fn key(&self) -> IdempotencyKey {
+        *self
+            .key
+            .get_or_init(|| IdempotencyKey::derive(self.execution_id, self.seq, self.name))
+    }
+
+    fn skipped(&self) -> Skipped {
+        Skipped {
+            seq: self.seq,
+            name: self.name.to_owned(),
+            idempotency_key: self.key(),
+        }
+    }
+
+    fn failed(&self, error: StepError) -> Error {
+        Error::StepFailed {
+            seq: self.seq,
+            name: self.name.to_owned(),
+            error,
+        }
+    }
+}
+
+pub(super) type StepOutcome<T> = std::result::Result<T, StepError>;
+
+/// The caller's writes that go into a guarded step's intent transaction.
+pub(super) type IntentHook = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
+
+/// How many times a step's result write is tried when the database is busy. The effect has
+/// already run, so giving up early would leave an ambiguous step for no good reason.
+const RESULT_WRITE_TRIES_MAX: u32 = 3;
+
+impl Execution {
+    /// Runs one step call: replays it when it is recorded, runs it otherwise.
+    pub(super) async fn step<T, F, Fut>(
+        &mut self,
+        name: &str,
+        effect: Effect,
+        policy: Option<&Policy>,
+        with_intent: Option<IntentHook>,
+        f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if let Some(seq) = self.halted_at {
+            return Err(Error::Halted {
+                execution_id: self.id,
+                seq,
+            });
+        }
+        let seq = self.next_seq;
+        let call = StepCall {
+            seq,
+            name,
+            effect,
+            policy,
+            key: std::sync::OnceLock::new(),
+            execution_id: self.id,
+        };
+        let span = tracing::info_span!(
+            "durably.step",
+            execution_id = %self.id,
+            seq,
+            name,
+            effect = effect.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        // Halted until the step finishes: if the caller drops this future half way (a timeout,
+        // a select), the step's state is unknown and the handle must not go on.
+        self.halted_at = Some(seq);
+        let result = match self.replay.take(seq) {
+            Some(recorded) => {
+                self.replay_step(&call, recorded, f)
+                    .instrument(span.clone())
+                    .await
+            }
+            None => {
+                self.run_fresh(&call, with_intent, f)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        span.record("outcome", outcome_word(&result));
+        if matches!(&result, Ok(_) | Err(Error::StepFailed { .. })) {
+            self.next_seq += 1;
+            self.halted_at = None;
+        }
+        result
+    }
+
+    async fn run_fresh<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        with_intent: Option<IntentHook>,
+        mut f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if let Some(policy) = call.policy {
+            self.write_intent(call, policy, with_intent).await?;
+            fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
+        }
+        self.run_and_record(call, 1, &mut f).await
+    }
+
+    async fn replay_step<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        recorded: RecordedStep,
+        mut f: F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        if recorded.name != call.name || recorded.effect != call.effect {
+            return Err(Error::NonDeterminism {
+                execution_id: self.id,
+                seq: call.seq,
+                recorded: format!("{} step {:?}", recorded.effect, recorded.name),
+                called: format!("{} step {:?}", call.effect, call.name),
+            });
+        }
+        let cap = self.settings.payload_bytes_max;
+        match (recorded.state, call.policy) {
+            (StepState::Completed, _) => {
+                let text = recorded.result.as_deref().unwrap_or("null");
+                Ok(Guarded::Done(payload::decode(
+                    text,
+                    "a recorded step result",
+                    cap,
+                )?))
+            }
+            (StepState::Failed, _) => {
+                let text = recorded.error.as_deref().unwrap_or("null");
+                Err(call.failed(payload::decode(text, "a recorded step error", cap)?))
+            }
+            (StepState::Skipped, Some(_)) => Ok(Guarded::Skipped(call.skipped())),
+            (StepState::Intent, Some(policy)) => {
+                self.resolve_ambiguity(call, policy, recorded.attempts, &mut f)
+                    .await
+            }
+            // The effects match, so only a guarded call has a policy: a pure or idempotent
+            // step never writes these states.
+            (state @ (StepState::Skipped | StepState::Intent), None) => {
+                Err(Error::Inconsistent(format!(
+                    "step {} of execution {} is a {} step in state {state}",
+                    call.seq, self.id, recorded.effect
+                )))
+            }
+        }
+    }
+
+    /// Applies the step's policy to an intent without a result: the effect may or may not have
+    /// happened, and only the caller's chosen policy may decide which.
+    async fn resolve_ambiguity<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        policy: &Policy,
+        attempts: u32,
+        f: &mut F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        tracing::info!(policy = %policy.kind(), "ambiguous step found after a crash");
+        let next_attempt = attempts.saturating_add(1);
+        match policy {
+            Policy::Skip => {
+                let seq = call.seq;
+                self.fence
+                    .write(move |conn, resource, now| {
+                        step_rows::mark_skipped(conn, resource, seq, now)
+                    })
+                    .await?;
+                Ok(Guarded::Skipped(call.skipped()))
+            }
+            Policy::Fail => {
+                self.write_event(
+                    call,
+                    event_kind::AMBIGUITY_FAILED,
+                    json!({ "policy": "fail" }),
+                )
+                .await?;
+                Err(self.ambiguous(call))
+            }
+            Policy::Retry => {
+                let detail = json!({ "policy": "retry", "attempt": next_attempt });
+                self.write_rerun(call, attempts, event_kind::AMBIGUITY_RETRIED, detail)
+                    .await?;
+                self.run_and_record(call, next_attempt, f).await
+            }
+            Policy::Reconcile(probe) => {
+                let answer = probe(call.key())
+                    .await
+                    .map_err(|error| Error::ProbeFailed {
+                        seq: call.seq,
+                        name: call.name.to_owned(),
+                        error,
+                    })?;
+                if let Some(value) = answer {
+                    return self.write_reconciled(call, &value).await.map(Guarded::Done);
+                }
+                let detail =
+                    json!({ "policy": "reconcile", "found": false, "attempt": next_attempt });
+                self.write_rerun(call, attempts, event_kind::AMBIGUITY_RECONCILED, detail)
+                    .await?;
+                self.run_and_record(call, next_attempt, f).await
+            }
+        }
+    }
+
+    fn ambiguous(&self, call: &StepCall<'_>) -> Error {
+        Error::Ambiguous {
+            execution_id: self.id,
+            seq: call.seq,
+            name: call.name.to_owned(),
+        }
+    }
+
+    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome.
+    async fn run_and_record<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        first_attempt: u32,
+        f: &mut F,
+    ) -> Result<Guarded<T>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
+        fail::fail_point!("journal::after-effect", |_| std::process::abort());
+        self.write_result(call, &outcome, attempts).await?;
+        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        outcome
+            .map(Guarded::Done)
+            .map_err(|error| call.failed(error))
+    }
+
+    /// Calls the closure, retrying errors marked retryable with backoff, at most
+    /// `retry.attempts_max` times in this run. Every failed attempt is recorded before the next.
+    async fn call_with_retries<T, F, Fut>(
+        &self,
+        call: &StepCall<'_>,
+        first_attempt: u32,
+        f: &mut F,
+    ) -> Result<(StepOutcome<T>, u32)>
+    where
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+    {
+        let retry = self.settings.retry;
+        let step_key = StepKey::new(call.key(), self.fence.token());
+        let mut attempt = first_attempt;
+        for tries in 1..=retry.attempts_max.max(1) {
+            match f(step_key).await {
+                Err(error) if error.retryable && tries < retry.attempts_max => {
+                    let detail = json!({ "attempt": attempt, "error": error.message });
+                    self.write_attempt(call, attempt.saturating_add(1), detail)
+                        .await?;
+                    tokio::time::sleep(retry.backoff_before(tries + 1)).await;
+                    attempt += 1;
+                }
+                outcome => return Ok((outcome, attempt)),
+            }
+        }
+        Err(Error::Inconsistent(
+            "the retry loop ended without an outcome".to_owned(),
+        ))
+    }
+
+    /// Records a guarded step's intent, with `with_intent`'s rows when there are any. The
+    /// intent alone is one statement and needs no savepoint; with the caller's rows it takes
+    /// one.
+    async fn write_intent(
+        &self,
+        call: &StepCall<'_>,
+        policy: &Policy,
+        with_intent: Option<IntentHook>,
+    ) -> Result<()> {
+        let row = IntentRow {
+            seq: call.seq,
+            name: call.name.to_owned(),
+            policy: policy.kind(),
+            key: call.key().to_string(),
+        };
+        let undo = if with_intent.is_some() {
+            Undo::Savepoint
+        } else {
+            Undo::OneStatement
+        };
+        self.fence
+            .write_with(undo, move |conn, resource, now| {
+                row.record(conn, resource, now)?;
+                with_intent.map_or(Ok(()), |write| write(conn))
+            })
+            .await
+    }
+
+    async fn write_result<T: Serialize>(
+        &self,
+        call: &StepCall<'_>,
+        outcome: &StepOutcome<T>,
+        attempts: u32,
+    ) -> Result<()> {
+        let cap = self.settings.payload_bytes_max;
+        let encoded = match outcome {
+            Ok(value) => payload::encode(value, "the step result", cap)
+                .map(|text| (StepState::Completed, Some(text), None)),
+            Err(error) => payload::encode(error, "the step error", cap)
+                .map(|text| (StepState::Failed, None, Some(text))),
+        };
+        let (state, result, error, unrecordable) = match encoded {
+            Ok((state, result, error)) => (state, result, error, None),
+            // A pure or idempotent step writes nothing and may simply run again.
+            Err(problem) if call.effect != Effect::Guarded => return Err(problem),
+            // The effect has run, but its outcome cannot be journaled. Leaving the intent would
+            // make every later run find the step ambiguous (and Retry would run the effect again
+            // with no crash at all), so a small fixed failure is recorded instead, and the caller
+            // gets the same error now as every replay will.
+            Err(problem) => {
+                let step_error = StepError::fatal(format!(
+                    "the step's outcome could not be journaled: {problem}"
+                ));
+                let text = payload::encode(&step_error, "the step error", cap)?;
+                (StepState::Failed, None, Some(text), Some(step_error))
+            }
+        };
+        let row = ResultRow {
+            seq: call.seq,
+            name: call.name.to_owned(),
+            effect: call.effect,
+            key: call.key().to_string(),
+            state,
+            result,
+            error,
+            attempts,
+        };
+        // A busy database means the batch never began, so trying again cannot write twice.
+        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
+            let row = row.clone();
+            match self
+                .fence
+                .write_with(Undo::OneStatement, move |conn, resource, now| {
+                    row.record(conn, resource, now)
+                })
+                .await
+            {
+                Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
+                Err(error) => return Err(error),
+                Ok(()) => break,
+            }
+        }
+        unrecordable.map_or(Ok(()), |error| Err(call.failed(error)))
+    }
+
+    /// Records that an ambiguous step is about to run again (`kind` says why), unless it has
+    /// already been re-run after a crash `ambiguous_reruns_max` times: a step that keeps
+    /// crashing its process (a poison pill) must not be re-run forever, so it is then left in
+    /// the ambiguous window for an operator, with an `ambiguity_failed` event saying why, and
+    /// the caller gets [`Error::Ambiguous`].
+    async fn write_rerun(
+        &self,
+        call: &StepCall<'_>,
+        attempts: u32,
+        kind: &'static str,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let (seq, reruns_max) = (call.seq, self.settings.ambiguous_reruns_max);
+        let rerun = self
+            .fence
+            .write(move |conn, resource, now| {
+                let reruns = step_rows::count_reruns(conn, resource, seq)?;
+                if reruns >= reruns_max {
+                    let detail = json!({
+                        "reason": "re-run limit reached",
+                        "reruns": reruns,
+                        "ambiguous_reruns_max": reruns_max,
+                    });
+                    let kind = event_kind::AMBIGUITY_FAILED;
+                    events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
+                    return Ok(false);
+                }
+                step_rows::set_attempts(conn, resource, seq, attempts.saturating_add(1))?;
+                events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
+                Ok(true)
+            })
+            .await?;
+        if rerun {
+            Ok(())
+        } else {
+            Err(self.ambiguous(call))
+        }
+    }
+
+    /// Writes an audit event about this step, fenced.
+    async fn write_event(
+        &self,
+        call: &StepCall<'_>,
+        kind: &'static str,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let seq = call.seq;
+        self.fence
+            .write(move |conn, resource, now| {
+                events::record(conn, now, Some(resource), Some(seq), kind, &detail)
+            })
+            .await
+    }
+
+    /// Records the result a reconcile probe found, decoded as the step's type first so that a
+    /// probe answer of the wrong shape is refused before it is journaled.
+    async fn write_reconciled<T>(&self, call: &StepCall<'_>, value: &serde_json::Value) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let cap = self.settings.payload_bytes_max;
+        let decoded: T = payload::decode(&value.to_string(), "a reconciled result", cap)?;
+        let result = payload::encode(&decoded, "the reconciled result", cap)?;
+        let seq = call.seq;
+        self.fence
+            .write(move |conn, resource, now| {
+                step_rows::mark_reconciled(conn, resource, seq, &result, now)
+            })
+            .await?;
+        Ok(decoded)
+    }
+
+    /// Records that attempt `attempts` is about to start, with an audit event. Guarded steps
+    /// have a row to update; pure and idempotent steps get their count with their result.
+    async fn write_attempt(
+        &self,
+        call: &StepCall<'_>,
+        attempts: u32,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let (seq, guarded) = (call.seq, call.effect == Effect::Guarded);
+        self.fence
+            .write(move |conn, resource, now| {
+                if guarded {
+                    step_rows::set_attempts(conn, resource, seq, attempts)?;
+                }
+                let kind = event_kind::ATTEMPT_FAILED;
+                events::record(conn, now, Some(resource), Some(seq), kind, &detail)
+            })
+            .await
+    }
+}
+
+fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
+    match result {
+        Ok(Guarded::Done(_)) => "done",
+        Ok(Guarded::Skipped(_)) => "skipped",
+        Err(Error::StepFailed { .. }) => "failed",
+        Err(Error::Ambiguous { .. }) => "ambiguous",
+        Err(Error::LockLost(_)) => "lock_lost",
+        Err(Error::NonDeterminism { .. }) => "non_determinism",
+        Err(_) => "error",
+    }
+}

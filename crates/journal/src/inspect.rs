@@ -1,0 +1,130 @@
+//! Reading what the journal holds: executions, steps, events, lock holders, and the
+//! executions a program should resume. Nothing here writes.
+
+use durably_lock::{Judgement, LockRow};
+use rusqlite::{OptionalExtension, params};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::journal::Journal;
+use crate::records::{
+    EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter,
+    STEP_COLUMNS, StepRecord,
+};
+use crate::states::Status;
+
+impl Journal {
+    /// The executions a program should resume at start: interrupted ones, and running ones
+    /// whose lock is free or whose holder is dead. Oldest first.
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn recoverable(&self) -> Result<Vec<ExecutionRecord>> {
+        let candidates = self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions
+                 WHERE status IN ('running', 'interrupted') ORDER BY created_at"
+            ))?;
+            let rows = statement.query_map([], ExecutionRecord::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })?;
+        let mut recoverable = Vec::with_capacity(candidates.len());
+        for record in candidates {
+            let resource = record.execution_id.to_string();
+            let lock = self.read(|conn| Ok(durably_lock::read(conn, &resource)?))?;
+            let free = match lock.and_then(|row| row.holder) {
+                None => true,
+                Some(holder) => self.inner.locker.judge().judge(&holder).is_dead(),
+            };
+            if free {
+                recoverable.push(record);
+            }
+        }
+        Ok(recoverable)
+    }
+
+    /// One execution's row.
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions WHERE execution_id = ?1"
+            ))?;
+            Ok(statement
+                .query_row(params![id.to_string()], ExecutionRecord::from_row)
+                .optional()?)
+        })
+    }
+
+    /// Executions, newest first, filtered.
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
+        let created_since = filter.created_since.map(durably_lock::format_timestamp);
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
+                   AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
+                 ORDER BY created_at DESC, execution_id LIMIT ?5"
+            ))?;
+            let rows = statement.query_map(
+                params![
+                    filter.status.map(Status::as_str),
+                    filter.kind,
+                    filter.name_contains,
+                    created_since,
+                    filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
+                ],
+                ExecutionRecord::from_row,
+            )?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// One execution's steps, in order.
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>> {
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM steps WHERE execution_id = ?1 ORDER BY seq"
+            ))?;
+            let rows = statement.query_map(params![id.to_string()], StepRecord::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// One execution's audit events, in order.
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn events(&self, id: Uuid) -> Result<Vec<EventRecord>> {
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE execution_id = ?1 ORDER BY id"
+            ))?;
+            let rows = statement.query_map(params![id.to_string()], EventRecord::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Every held lock with this instance's judgement of its holder.
+    ///
+    /// # Errors
+    /// A storage error or a damaged lock row.
+    pub fn lock_holders(&self) -> Result<Vec<(LockRow, Judgement)>> {
+        let rows = self.read(|conn| Ok(durably_lock::held(conn)?))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| {
+                let judgement = self.inner.locker.judge().judge(row.holder.as_ref()?);
+                Some((row, judgement))
+            })
+            .collect())
+    }
+}

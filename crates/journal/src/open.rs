@@ -1,0 +1,215 @@
+//! Opening an execution: its lock and its row in one transaction, then its recorded steps.
+
+use std::sync::Arc;
+
+use durably_lock::Locker;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::execution::{Execution, Fence, Opening};
+use crate::handles::HandleClaim;
+use crate::journal::Journal;
+use crate::ownership::{OwnLocks, acquire_or_locked};
+use crate::payload::{self, Payload};
+use crate::replay::Replay;
+use crate::states::Status;
+
+/// What opening an execution found.
+#[derive(Debug)]
+#[must_use = "an execution may already be finished"]
+pub enum Opened {
+    /// The execution is this handle's to drive (new, or resumed when `is_resume()`).
+    Running(Execution),
+    /// The execution had already finished; nothing runs.
+    Finished(Finished),
+}
+
+/// The recorded outcome of a finished execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The execution id.
+    pub execution_id: Uuid,
+    /// `Completed` or `Failed`.
+    pub status: Status,
+    /// The output, when completed.
+    pub output: Option<Payload>,
+    /// The error, when failed.
+    pub error: Option<Payload>,
+}
+
+struct OpenOutcome {
+    epoch: u64,
+    is_resume: bool,
+    input: String,
+}
+
+enum OpenFound {
+    Opened(OpenOutcome),
+    Finished(Finished),
+}
+
+/// The row of an execution that exists, as an open needs it.
+struct ExistingRow {
+    status: Status,
+    input: String,
+    output: Option<String>,
+    error: Option<String>,
+}
+
+impl Journal {
+    /// Opens execution `id` exclusively: takes its lock and creates or resumes its row in one
+    /// transaction. A completed or failed execution returns its recorded outcome and runs
+    /// nothing. A lock whose holder is dead is taken over (an audit event records it).
+    ///
+    /// Any UUID names an execution. For a new one, [`crate::new_execution_id`] (time-ordered)
+    /// is recommended over a random id: executions made together then sit together in the
+    /// journal's B-trees, and their commits write fewer pages.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] when a live process holds it, [`Error::Cancelled`] when it was
+    /// cancelled, [`Error::PayloadTooLarge`] for an oversized input, or a storage error.
+    pub async fn open_execution(
+        &self,
+        id: Uuid,
+        kind: &str,
+        name: &str,
+        input: &impl Serialize,
+    ) -> Result<Opened> {
+        let input = payload::encode(input, "the execution input", self.payload_bytes_max())?;
+        let Some(claim) = HandleClaim::claim(&self.inner.handles, id) else {
+            return Err(self.locked_here(id));
+        };
+        let span = tracing::info_span!("durably.open", execution_id = %id, kind, resumed = tracing::field::Empty);
+        let (locker, now) = (Arc::clone(&self.inner.locker), self.now());
+        let (kind, name) = (kind.to_owned(), name.to_owned());
+        let found = self
+            .inner
+            .writer
+            .write(move |conn| {
+                // This open holds the claim, so a lock of this instance on `id` is a leak.
+                let row = NewRow {
+                    id,
+                    kind: &kind,
+                    name: &name,
+                    input: &input,
+                };
+                open_in_transaction(conn, &locker, &row, &now)
+            })
+            .await?;
+        fail::fail_point!("journal::after-lock-commit", |_| std::process::abort());
+        let outcome = match found {
+            OpenFound::Finished(finished) => return Ok(Opened::Finished(finished)),
+            OpenFound::Opened(outcome) => outcome,
+        };
+        span.record("resumed", outcome.is_resume);
+        let fence = Arc::new(Fence::new(self, Arc::from(id.to_string()), outcome.epoch));
+        let cap = self.payload_bytes_max();
+        let replay = match self.read(|conn| Replay::load(conn, &id.to_string(), cap)) {
+            Ok(replay) => replay,
+            Err(error) => {
+                fence.release_detached();
+                return Err(error);
+            }
+        };
+        tracing::debug!(parent: &span, steps = replay.len(), "opened");
+        Ok(Opened::Running(Execution::new(Opening {
+            fence,
+            settings: self.inner.settings,
+            id,
+            is_resume: outcome.is_resume,
+            input: outcome.input,
+            replay,
+            claim,
+        })))
+    }
+
+    /// `Locked` for an execution that a live handle of this journal drives.
+    fn locked_here(&self, id: Uuid) -> Error {
+        let since = self
+            .read(|conn| Ok(durably_lock::read(conn, &id.to_string())?))
+            .ok()
+            .flatten()
+            .and_then(|row| row.holder)
+            .map_or_else(|| "moments ago".to_owned(), |holder| holder.acquired_at);
+        Error::Locked {
+            execution_id: id,
+            pid: self.inner.locker.identity().pid,
+            since,
+        }
+    }
+}
+
+/// The row an open creates when the execution is new.
+struct NewRow<'a> {
+    id: Uuid,
+    kind: &'a str,
+    name: &'a str,
+    input: &'a str,
+}
+
+fn open_in_transaction(
+    conn: &Connection,
+    locker: &Locker,
+    row: &NewRow<'_>,
+    now: &str,
+) -> Result<OpenFound> {
+    let resource = row.id.to_string();
+    let existing = read_existing(conn, row.id)?;
+    if let Some(existing) = &existing {
+        match existing.status {
+            Status::Completed | Status::Failed => {
+                return Ok(OpenFound::Finished(Finished {
+                    execution_id: row.id,
+                    status: existing.status,
+                    output: existing.output.clone().map(Payload::from_stored),
+                    error: existing.error.clone().map(Payload::from_stored),
+                }));
+            }
+            Status::Cancelled => return Err(Error::Cancelled(row.id)),
+            Status::Running | Status::Interrupted => {}
+        }
+    }
+    let epoch = acquire_or_locked(conn, locker, OwnLocks::Reclaim, row.id, now)?;
+    if let Some(existing) = existing {
+        conn.prepare_cached(
+            "UPDATE executions SET status = 'running', opens = opens + 1, updated_at = ?2
+             WHERE execution_id = ?1",
+        )?
+        .execute(params![resource, now])?;
+        return Ok(OpenFound::Opened(OpenOutcome {
+            epoch,
+            is_resume: true,
+            input: existing.input,
+        }));
+    }
+    conn.prepare_cached(
+        "INSERT INTO executions (execution_id, kind, name, status, input, opens, created_at,
+                                 updated_at)
+         VALUES (?1, ?2, ?3, 'running', ?4, 1, ?5, ?5)",
+    )?
+    .execute(params![resource, row.kind, row.name, row.input, now])?;
+    Ok(OpenFound::Opened(OpenOutcome {
+        epoch,
+        is_resume: false,
+        input: row.input.to_owned(),
+    }))
+}
+
+fn read_existing(conn: &Connection, id: Uuid) -> Result<Option<ExistingRow>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT status, input, output, error FROM executions WHERE execution_id = ?1",
+        )?
+        .query_row(params![id.to_string()], |row| {
+            Ok(ExistingRow {
+                status: crate::records::word(row, 0)?,
+                input: row.get(1)?,
+                output: row.get(2)?,
+                error: row.get(3)?,
+            })
+        })
+        .optional()?;
+    Ok(row)
+}

@@ -1,0 +1,279 @@
+//! [`Operator`]: the actions a person (or a tool such as `durably`) takes on a journal that
+//! programs do not take in their everyday work: cancel, resolve an ambiguous step, sweep the
+//! executions of dead processes, and delete old ones. Every action here holds the execution's
+//! lock for the length of its transaction, so no live process is driving it meanwhile.
+
+use std::sync::Arc;
+
+use durably_lock::Locker;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::events;
+use crate::handles::OpenHandles;
+use crate::journal::Journal;
+use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
+use crate::payload;
+use crate::records::event_kind;
+use crate::seen_intent::{self, SeenIntent};
+use crate::states::StepState;
+
+/// An operator's answer for a step stuck in the ambiguous window.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// The effect happened, and this is its result: replay returns it without running anything.
+    Completed(serde_json::Value),
+    /// The effect did not happen: the next run executes the step.
+    NotDone,
+}
+
+/// The operator actions of a journal: `journal.operator()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator<'journal> {
+    pub(crate) journal: &'journal Journal,
+}
+
+impl Journal {
+    /// The operator actions on this journal: cancel, resolve, sweep, retention.
+    pub fn operator(&self) -> Operator<'_> {
+        Operator { journal: self }
+    }
+}
+
+impl Operator<'_> {
+    /// Cancels an execution that no live process holds. A cancelled execution never reopens.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] while a live process holds it, [`Error::NotFound`],
+    /// [`Error::Refused`] when it has already finished.
+    pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<()> {
+        let reason = reason.to_owned();
+        self.with_lock(id, move |conn, now| {
+            let status = status_of(conn, id)?;
+            if status.is_final() {
+                return Err(Error::Refused(format!(
+                    "execution {id} is already {status}; only running or interrupted executions \
+                     can be cancelled"
+                )));
+            }
+            let error = json!({ "cancelled": reason }).to_string();
+            conn.prepare_cached(
+                "UPDATE executions SET status = 'cancelled', error = ?2, updated_at = ?3,
+                                       finalized_at = ?3
+                 WHERE execution_id = ?1",
+            )?
+            .execute(params![id.to_string(), error, now])?;
+            let detail = json!({ "was": status.as_str() });
+            let resource = id.to_string();
+            events::record(
+                conn,
+                now,
+                Some(&resource),
+                None,
+                event_kind::CANCELLED,
+                &detail,
+            )
+        })
+        .await
+    }
+
+    /// Records an operator's answer for step `seq`, stuck in the ambiguous window.
+    ///
+    /// Prefer [`Operator::resolve_seen`]: this answers whatever intent the step has when the
+    /// answer arrives, which may not be the one that was checked.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] while a live process holds the execution, [`Error::Refused`] when the
+    /// step is not ambiguous, [`Error::NotFound`], [`Error::PayloadTooLarge`].
+    pub async fn resolve(&self, id: Uuid, seq: u32, resolution: Resolution) -> Result<()> {
+        self.resolve_expecting(id, seq, None, resolution).await
+    }
+
+    /// Which intent step `seq` is now, if it is in the ambiguous window: take it before checking
+    /// the outside world, and pass it to [`Operator::resolve_seen`] with the answer, so the
+    /// answer applies only to the intent that was checked. `None` when the step is not
+    /// ambiguous.
+    ///
+    /// Refused while a live process holds the execution: it may be running that very attempt,
+    /// so the outside world can still change without the step changing, and a check made now
+    /// could miss an effect that happens next.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] while a live process holds the execution; a storage error.
+    pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
+        let journal = self.journal;
+        let resource = id.to_string();
+        let (seen, lock) = journal.read(|conn| {
+            Ok((
+                seen_intent::current(conn, &resource, seq)?,
+                durably_lock::read(conn, &resource)?,
+            ))
+        })?;
+        let holder = lock.and_then(|lock| lock.holder);
+        if let (Some(_), Some(holder)) = (seen, holder) {
+            let locker = &journal.inner.locker;
+            // As for an operator action: a lock of this instance with no open handle is a leak,
+            // and nobody is running the step under it.
+            let leaked = holder.instance_id == locker.instance_id().to_string()
+                && !journal.inner.handles.contains(id);
+            if !leaked && !locker.judge().judge(&holder).is_dead() {
+                return Err(Error::Locked {
+                    execution_id: id,
+                    pid: holder.pid,
+                    since: holder.acquired_at,
+                });
+            }
+        }
+        Ok(seen)
+    }
+
+    /// As [`Operator::resolve`], but refused when the step changed since `seen` was taken: it
+    /// was run again (by a process, or after another operator's answer), so the outside world
+    /// that was checked may no longer describe this intent.
+    ///
+    /// # Errors
+    /// As [`Operator::resolve`]; [`Error::Refused`] when the step changed.
+    pub async fn resolve_seen(
+        &self,
+        id: Uuid,
+        seq: u32,
+        seen: SeenIntent,
+        resolution: Resolution,
+    ) -> Result<()> {
+        self.resolve_expecting(id, seq, Some(seen), resolution)
+            .await
+    }
+
+    async fn resolve_expecting(
+        &self,
+        id: Uuid,
+        seq: u32,
+        seen: Option<SeenIntent>,
+        resolution: Resolution,
+    ) -> Result<()> {
+        let value = match &resolution {
+            Resolution::Completed(value) => Some(payload::encode(
+                value,
+                "the resolved result",
+                self.journal.payload_bytes_max(),
+            )?),
+            Resolution::NotDone => None,
+        };
+        self.with_lock(id, move |conn, now| {
+            let resource = id.to_string();
+            if let Some(seen) = seen {
+                check_unchanged(conn, &resource, seq, seen)?;
+            }
+            resolve_step(conn, &resource, seq, value.as_deref(), now)
+        })
+        .await
+    }
+
+    /// Runs `action(conn, now)` in one write transaction while holding execution `id`'s lock.
+    async fn with_lock<F>(&self, id: Uuid, action: F) -> Result<()>
+    where
+        F: FnOnce(&Connection, &str) -> Result<()> + Send + 'static,
+    {
+        let journal = self.journal;
+        let (locker, now) = (Arc::clone(&journal.inner.locker), journal.now());
+        let handles = Arc::clone(&journal.inner.handles);
+        journal
+            .inner
+            .writer
+            .write(move |conn| with_operator_lock(conn, &locker, &handles, id, &now, action))
+            .await
+    }
+}
+
+/// Refuses an answer about an intent other than the one the operator looked at.
+fn check_unchanged(conn: &Connection, resource: &str, seq: u32, seen: SeenIntent) -> Result<()> {
+    match seen_intent::current(conn, resource, seq)? {
+        Some(current) if current == seen => Ok(()),
+        Some(current) => Err(Error::Refused(format!(
+            "step {seq} of execution {resource} changed since it was looked at (then {seen}, now \
+             {current}): it ran again, or another operator answered, so what was checked may \
+             not describe it any more"
+        ))),
+        None => Err(Error::Refused(format!(
+            "step {seq} of execution {resource} is no longer in the ambiguous window: since it \
+             was looked at ({seen}) it was answered, or it ran to a result"
+        ))),
+    }
+}
+
+fn resolve_step(
+    conn: &Connection,
+    resource: &str,
+    seq: u32,
+    value: Option<&str>,
+    now: &str,
+) -> Result<()> {
+    let state: Option<StepState> = conn
+        .prepare_cached("SELECT state FROM steps WHERE execution_id = ?1 AND seq = ?2")?
+        .query_row(params![resource, seq], |row| crate::records::word(row, 0))
+        .optional()?;
+    match state {
+        Some(StepState::Intent) => {}
+        Some(other @ (StepState::Completed | StepState::Failed | StepState::Skipped)) => {
+            return Err(Error::Refused(format!(
+                "step {seq} of execution {resource} is not ambiguous: it is {other}; only a step \
+                 with an intent and no result can be resolved"
+            )));
+        }
+        None => {
+            return Err(Error::Refused(format!(
+                "execution {resource} has no step {seq}"
+            )));
+        }
+    }
+    if let Some(value) = value {
+        conn.prepare_cached(
+            "UPDATE steps SET state = 'completed', result = ?3, result_at = ?4
+             WHERE execution_id = ?1 AND seq = ?2",
+        )?
+        .execute(params![resource, seq, value, now])?;
+    } else {
+        // Forgetting the intent makes the next run execute the step afresh, with the same key.
+        conn.prepare_cached("DELETE FROM steps WHERE execution_id = ?1 AND seq = ?2")?
+            .execute(params![resource, seq])?;
+    }
+    let resolution = if value.is_some() {
+        "completed"
+    } else {
+        "not-done"
+    };
+    events::record(
+        conn,
+        now,
+        Some(resource),
+        Some(seq),
+        event_kind::OPERATOR_RESOLVED,
+        &json!({ "resolution": resolution }),
+    )
+}
+
+/// Runs an operator action on an execution while holding its lock for the length of the
+/// transaction, so no live process can be driving it meanwhile.
+fn with_operator_lock(
+    conn: &Connection,
+    locker: &Locker,
+    handles: &OpenHandles,
+    id: Uuid,
+    now: &str,
+    action: impl FnOnce(&Connection, &str) -> Result<()>,
+) -> Result<()> {
+    status_of(conn, id)?;
+    // Decided inside the transaction: an open of this journal claims its id before its request
+    // is queued, so it is either seen here or ordered after this action.
+    let ours = if handles.contains(id) {
+        OwnLocks::Respect
+    } else {
+        OwnLocks::Reclaim
+    };
+    let epoch = acquire_or_locked(conn, locker, ours, id, now)?;
+    action(conn, now)?;
+    locker.release(conn, &id.to_string(), epoch)?;
+    Ok(())
+}
