@@ -136,11 +136,11 @@ impl Judge {
         }
     }
 
-    /// Judges `holder`. Evidence of death from the process tests comes first; an expired
-    /// opt-in lease then overrides "alive" and "unknown", because the holder promised to
-    /// heartbeat and fencing makes a late holder harmless.
+    /// Judges `holder`. The liveness file and the process tests are weighed together (see
+    /// [`weigh`]); an expired opt-in lease then overrides "alive" and "unknown", because the
+    /// holder promised to heartbeat and fencing keeps a late holder out of the journal.
     pub fn judge(&self, holder: &HolderRecord) -> Judgement {
-        let verdict = self.judge_process(holder);
+        let verdict = self.judge_evidence(holder);
         if verdict.is_dead() {
             return verdict;
         }
@@ -150,18 +150,21 @@ impl Judge {
         }
     }
 
-    fn judge_process(&self, holder: &HolderRecord) -> Judgement {
+    fn judge_evidence(&self, holder: &HolderRecord) -> Judgement {
         let Ok(instance_id) = Uuid::parse_str(&holder.instance_id) else {
             return Judgement::Unknown(format!(
                 "instance id {:?} is not a UUID",
                 holder.instance_id
             ));
         };
-        match self.liveness.probe(&instance_id) {
-            Probe::Free => return Judgement::Dead(DeathReason::LivenessFileUnlocked),
-            Probe::Held => return Judgement::Alive("its liveness file is locked".to_owned()),
-            Probe::Missing | Probe::Unreadable(_) => {}
-        }
+        weigh(
+            self.liveness.probe(&instance_id),
+            self.judge_process(holder),
+        )
+    }
+
+    /// The verdict of the process tests alone: boot, pid namespace, pid and start time.
+    fn judge_process(&self, holder: &HolderRecord) -> Judgement {
         if Uuid::parse_str(&holder.boot_id).is_err() {
             return Judgement::Unknown(format!("boot id {:?} is not a UUID", holder.boot_id));
         }
@@ -178,7 +181,7 @@ impl Judge {
         }
         if holder.pid_ns != self.own.pid_ns {
             return Judgement::Unknown(format!(
-                "it runs in another pid namespace ({}) and has no liveness file here",
+                "it runs in another pid namespace ({}), whose pids mean nothing here",
                 holder.pid_ns
             ));
         }
@@ -232,5 +235,43 @@ impl Judge {
     /// The clock the judge reads lease deadlines from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+}
+
+/// Weighs the liveness file against the process tests. Neither kind of evidence can overturn
+/// the other into a death:
+///
+/// - The process tests are conclusive where they apply (same boot, same pid namespace, a
+///   readable `/proc`): a pid that is gone, reused or a zombie is dead even if someone holds
+///   its liveness file locked (a bare-`fork` child, or anyone else who opened it). And a pid
+///   that runs with the recorded start time is never dead because of a free file: that
+///   contradiction makes the holder unknown, which counts as alive.
+/// - Where the process tests cannot decide (another pid namespace or host, an unreadable
+///   `/proc` entry), the file decides: locked is alive, free is dead.
+///
+/// So a free file can kill only a holder whose pid cannot be checked, and a locked file can
+/// save only such a holder; in both cases the file sits in a directory that only the journal's
+/// owner (or root) can write to.
+fn weigh(file: Probe, process: Judgement) -> Judgement {
+    match (file, process) {
+        (Probe::Free, Judgement::Dead(_)) => Judgement::Dead(DeathReason::LivenessFileUnlocked),
+        (_, dead @ Judgement::Dead(_)) => dead,
+        (Probe::Free, Judgement::Alive(why)) => Judgement::Unknown(format!(
+            "its liveness file is free, yet {why}; contradicting evidence proves nothing"
+        )),
+        (Probe::Free, Judgement::Unknown(_)) => Judgement::Dead(DeathReason::LivenessFileUnlocked),
+        (Probe::Held, Judgement::Alive(_) | Judgement::Unknown(_)) => {
+            Judgement::Alive("its liveness file is locked".to_owned())
+        }
+        (Probe::Missing, Judgement::Unknown(why)) => {
+            Judgement::Unknown(format!("{why}; it has no liveness file here"))
+        }
+        (Probe::Untrusted(file), Judgement::Unknown(why)) => {
+            Judgement::Unknown(format!("{why}; {file}, which proves nothing"))
+        }
+        (Probe::Unreadable(error), Judgement::Unknown(why)) => Judgement::Unknown(format!(
+            "{why}; its liveness file cannot be probed ({error})"
+        )),
+        (Probe::Missing | Probe::Untrusted(_) | Probe::Unreadable(_), alive) => alive,
     }
 }

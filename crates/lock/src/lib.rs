@@ -39,6 +39,7 @@
 //! # }
 //! ```
 
+mod checked_dir;
 mod clock;
 mod error;
 mod identity;
@@ -47,6 +48,7 @@ mod liveness;
 mod locker;
 mod row;
 
+pub use checked_dir::Refusal;
 pub use clock::{Clock, SystemClock, format_timestamp, parse_timestamp};
 pub use error::{Error, Result};
 pub use identity::{ProcFs, ProcessIdentity, ProcessStat, ProcessTable};
