@@ -275,3 +275,105 @@ fn weigh(file: Probe, process: Judgement) -> Judgement {
         (Probe::Missing | Probe::Untrusted(_) | Probe::Unreadable(_), alive) => alive,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::identity::ProcFs;
+
+    /// A judge with the real `/proc`, probing `dir`, and a holder record for `holder`.
+    fn setup(dir: &std::path::Path) -> (Judge, ProcessIdentity, LivenessDir) {
+        let liveness = LivenessDir::at(dir);
+        let own = ProcFs::default().own_identity().unwrap();
+        let judge = Judge::new(
+            own.clone(),
+            liveness.clone(),
+            Arc::new(ProcFs::default()),
+            Arc::new(SystemClock),
+        );
+        (judge, own, liveness)
+    }
+
+    fn record(instance_id: &Uuid, holder: &ProcessIdentity) -> HolderRecord {
+        HolderRecord {
+            instance_id: instance_id.to_string(),
+            pid: holder.pid,
+            start_time: holder.start_time,
+            boot_id: holder.boot_id.clone(),
+            pid_ns: holder.pid_ns,
+            hostname: holder.hostname.clone(),
+            acquired_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            heartbeat_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            lease_ms: None,
+        }
+    }
+
+    /// A free, regular liveness file for `instance_id`, as a forger would leave one.
+    fn free_file(liveness: &LivenessDir, instance_id: &Uuid) -> File {
+        File::create(liveness.path().join(format!("{instance_id}.live"))).unwrap()
+    }
+
+    #[test]
+    fn a_free_file_cannot_kill_a_pid_that_runs_with_its_start_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let instance = Uuid::new_v4();
+        drop(free_file(&liveness, &instance));
+        let verdict = judge.judge(&record(&instance, &own));
+        let Judgement::Unknown(why) = &verdict else {
+            panic!("a running pid with its recorded start time was judged {verdict}");
+        };
+        assert!(why.contains("contradicting evidence"), "{why}");
+    }
+
+    #[test]
+    fn a_locked_file_cannot_keep_a_dead_pid_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let instance = Uuid::new_v4();
+        // Someone other than the holder keeps its liveness file locked.
+        let intruder = free_file(&liveness, &instance);
+        intruder.lock().unwrap();
+        let mut reused = own.clone();
+        reused.start_time += 1;
+        assert_eq!(
+            judge.judge(&record(&instance, &reused)),
+            Judgement::Dead(DeathReason::PidReused {
+                pid: own.pid,
+                recorded_start: own.start_time + 1,
+                current_start: own.start_time,
+            })
+        );
+        let mut other_boot = own.clone();
+        other_boot.boot_id = Uuid::new_v4().to_string();
+        assert!(judge.judge(&record(&instance, &other_boot)).is_dead());
+    }
+
+    #[test]
+    fn where_pids_mean_nothing_the_file_decides() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let mut elsewhere = own.clone();
+        elsewhere.pid_ns += 1;
+        let instance = Uuid::new_v4();
+        let verdict = judge.judge(&record(&instance, &elsewhere));
+        assert!(
+            matches!(&verdict, Judgement::Unknown(why) if why.contains("no liveness file")),
+            "{verdict}"
+        );
+        let file = free_file(&liveness, &instance);
+        file.lock().unwrap();
+        assert!(matches!(
+            judge.judge(&record(&instance, &elsewhere)),
+            Judgement::Alive(_)
+        ));
+        drop(file);
+        assert_eq!(
+            judge.judge(&record(&instance, &elsewhere)),
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        );
+    }
+}

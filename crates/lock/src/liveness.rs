@@ -295,6 +295,7 @@ impl Drop for LivenessFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checked_dir::Refusal;
 
     #[test]
     fn a_held_file_probes_held_even_from_this_process() {
@@ -338,5 +339,100 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         let error = LivenessDir::at(&file).hold(&Uuid::new_v4()).unwrap_err();
         assert!(matches!(error, Error::LivenessDir { .. }), "{error}");
+    }
+
+    fn assert_refused(error: &Error, path: &Path, reason: &str) {
+        let Error::LivenessDirRefused { path: refused, .. } = error else {
+            panic!("expected a refusal, got {error}");
+        };
+        assert_eq!(refused, path);
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains(reason), "{message}");
+    }
+
+    #[test]
+    fn a_symlinked_directory_is_refused_and_its_target_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::create_dir(&target).unwrap();
+        // Files the cleanup would remove, were it to follow the link.
+        std::fs::write(target.join("pending-precious"), b"").unwrap();
+        let id = Uuid::new_v4();
+        std::fs::write(target.join(format!("{id}.live")), b"").unwrap();
+        let link = dir.path().join("j.db.durably-live");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let liveness = LivenessDir::beside(&dir.path().join("j.db"));
+
+        let error = liveness.hold(&Uuid::new_v4()).unwrap_err();
+        assert_refused(&error, &link, "symbolic link");
+        let error = liveness.remove_dead(&HashSet::new()).unwrap_err();
+        assert_refused(&error, &link, "symbolic link");
+        assert!(
+            matches!(liveness.probe(&id), Probe::Untrusted(_)),
+            "a free file behind a link proves nothing"
+        );
+        let mut left: Vec<_> = std::fs::read_dir(&target)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [format!("{id}.live"), "pending-precious".to_owned()]);
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for mode in [0o777, 0o770, 0o1777, 0o702] {
+            let path = dir.path().join(format!("live-{mode:o}"));
+            std::fs::create_dir(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let liveness = LivenessDir::at(&path);
+            let error = liveness.hold(&Uuid::new_v4()).unwrap_err();
+            assert_refused(&error, &path, "lets group or others write");
+            assert!(
+                matches!(&error, Error::LivenessDirRefused { reason: Refusal::Writable { mode: found }, .. } if *found == mode),
+                "{error}"
+            );
+            assert!(matches!(
+                liveness.probe(&Uuid::new_v4()),
+                Probe::Untrusted(_)
+            ));
+            assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_link_or_a_directory_under_a_live_name_is_evidence_of_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let liveness = LivenessDir::at(dir.path().join("live"));
+        let keep = liveness.hold(&Uuid::new_v4()).unwrap();
+        let free_elsewhere = dir.path().join("free");
+        std::fs::write(&free_elsewhere, b"").unwrap();
+        let linked = Uuid::new_v4();
+        std::os::unix::fs::symlink(&free_elsewhere, liveness.path().join(live_name(&linked)))
+            .unwrap();
+        let directory = Uuid::new_v4();
+        std::fs::create_dir(liveness.path().join(live_name(&directory))).unwrap();
+        std::fs::create_dir(liveness.path().join("pending-dir")).unwrap();
+
+        for id in [linked, directory] {
+            let probe = liveness.probe(&id);
+            assert!(matches!(probe, Probe::Untrusted(_)), "{id}: {probe:?}");
+        }
+        assert_eq!(liveness.remove_dead(&HashSet::new()).unwrap(), 0);
+        assert!(free_elsewhere.exists());
+        assert_eq!(std::fs::read_dir(liveness.path()).unwrap().count(), 4);
+        assert!(keep.path().exists());
+    }
+
+    #[test]
+    fn probing_and_cleaning_never_create_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let liveness = LivenessDir::beside(&dir.path().join("j.db"));
+        assert!(matches!(liveness.probe(&Uuid::new_v4()), Probe::Missing));
+        assert_eq!(liveness.remove_dead(&HashSet::new()).unwrap(), 0);
+        assert!(!liveness.path().exists());
     }
 }
