@@ -340,26 +340,22 @@ fn within_deadline<T: Send + 'static>(
     let worker = std::thread::spawn(move || {
         let _ = sender.send(work());
     });
-    match receiver.recv_timeout(WAIT_MAX) {
-        Ok(value) => {
-            worker.join().unwrap();
-            value
-        }
-        Err(_) => {
-            let _released: Vec<File> = fifos
-                .iter()
-                .filter_map(|fifo| {
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(libc::O_NONBLOCK)
-                        .open(fifo)
-                        .ok()
-                })
-                .collect();
-            panic!("{what} did not return within {WAIT_MAX:?}: it blocked on a FIFO");
-        }
+    if let Ok(value) = receiver.recv_timeout(WAIT_MAX) {
+        worker.join().unwrap();
+        return value;
     }
+    let _released: Vec<File> = fifos
+        .iter()
+        .filter_map(|fifo| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(fifo)
+                .ok()
+        })
+        .collect();
+    panic!("{what} did not return within {WAIT_MAX:?}: it blocked on a FIFO");
 }
 
 fn mkfifo(path: &Path) {

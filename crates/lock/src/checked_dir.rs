@@ -110,6 +110,31 @@ impl From<Errno> for DirError {
     }
 }
 
+/// Opens the directory at `path` without following a symlink there. `symlink_metadata` names
+/// what is wrong; the checks that count are made on the descriptor, so a swap between the two
+/// cannot slip through.
+fn open_directory(path: &Path) -> Result<OwnedFd, DirError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            return Err(DirError::Refused(Refusal::Symlink));
+        }
+        Ok(metadata) if !metadata.is_dir() => return Err(not_a_directory()),
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(DirError::Missing);
+        }
+        Err(error) => return Err(DirError::Io(error)),
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(CWD, path, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) => Err(DirError::Refused(Refusal::Symlink)),
+        Err(Errno::NOTDIR) => Err(not_a_directory()),
+        Err(Errno::NOENT) => Err(DirError::Missing),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
 /// Something that is not a directory is in the way: an error of the system's kind, not a
 /// question of trust.
 fn not_a_directory() -> DirError {
@@ -190,27 +215,49 @@ pub(crate) struct CheckedDir {
 impl CheckedDir {
     /// Opens and checks the directory at `path`, never creating it.
     pub(crate) fn open(path: &Path, owners: &Owners) -> Result<Self, DirError> {
-        // `symlink_metadata` names what is wrong; the checks that count are made on the
-        // descriptor below, so a swap between the two cannot slip through.
-        match std::fs::symlink_metadata(path) {
-            Ok(metadata) if metadata.file_type().is_symlink() => {
-                return Err(DirError::Refused(Refusal::Symlink));
-            }
-            Ok(metadata) if !metadata.is_dir() => return Err(not_a_directory()),
-            Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(DirError::Missing);
+        let fd = open_directory(path)?;
+        Self::check(fd, path, owners)
+    }
+
+    /// Opens and checks the directory at `path`, creating it (mode 0700) if it does not exist.
+    /// A directory that root creates for a journal of another user is handed to that user
+    /// (`fchown` on the descriptor, which follows no link), so the service that owns the
+    /// journal is not locked out of it.
+    pub(crate) fn create_or_open(path: &Path, owners: &Owners) -> Result<Self, DirError> {
+        match Self::open(path, owners) {
+            Err(DirError::Missing) => {}
+            opened => return opened,
+        }
+        let hand_to = owners.creation_owner().map_err(DirError::Refused)?;
+        let vanished = || DirError::Io(std::io::Error::from(std::io::ErrorKind::NotFound));
+        // Not recursive: the directory sits beside the journal, whose directory exists.
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(path) {
+            Ok(()) => {}
+            // Another process created it first; it is checked like any existing directory.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                return match Self::open(path, owners) {
+                    Err(DirError::Missing) => Err(vanished()),
+                    opened => opened,
+                };
             }
             Err(error) => return Err(DirError::Io(error)),
         }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(CWD, path, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::LOOP) => return Err(DirError::Refused(Refusal::Symlink)),
-            Err(Errno::NOTDIR) => return Err(not_a_directory()),
-            Err(Errno::NOENT) => return Err(DirError::Missing),
-            Err(errno) => return Err(errno.into()),
+        let fd = match open_directory(path) {
+            Err(DirError::Missing) => return Err(vanished()),
+            opened => opened?,
         };
+        // Set up before the check: the umask (or a default ACL) must not decide the mode.
+        if rustix::fs::fstat(&fd)?.st_uid == owners.euid {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE))?;
+            if let Some((owner, group)) = hand_to {
+                rustix::fs::fchown(&fd, Some(Uid::from_raw(owner)), Some(Gid::from_raw(group)))?;
+            }
+        }
+        Self::check(fd, path, owners)
+    }
+
+    /// Checks the open directory `fd` against `owners` and its mode.
+    fn check(fd: OwnedFd, path: &Path, owners: &Owners) -> Result<Self, DirError> {
         let stat = rustix::fs::fstat(&fd)?;
         if !owners.trusts(stat.st_uid) {
             return Err(DirError::Refused(owners.refuse_owner(stat.st_uid)));
@@ -226,47 +273,6 @@ impl CheckedDir {
             owner: stat.st_uid,
             group: stat.st_gid,
         })
-    }
-
-    /// Opens and checks the directory at `path`, creating it (mode 0700) if it does not exist.
-    /// A directory that root creates for a journal of another user is handed to that user
-    /// (`fchown` on the descriptor, which follows no link), so the service that owns the
-    /// journal is not locked out of it.
-    pub(crate) fn create_or_open(path: &Path, owners: &Owners) -> Result<Self, DirError> {
-        match Self::open(path, owners) {
-            Err(DirError::Missing) => {}
-            opened => return opened,
-        }
-        let hand_to = owners.creation_owner().map_err(DirError::Refused)?;
-        // Not recursive: the directory sits beside the journal, whose directory exists.
-        let created = match std::fs::DirBuilder::new().mode(DIR_MODE).create(path) {
-            Ok(()) => true,
-            // Another process created it first; it is checked like any existing directory.
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => false,
-            Err(error) => return Err(DirError::Io(error)),
-        };
-        let mut dir = match Self::open(path, owners) {
-            Err(DirError::Missing) => {
-                return Err(DirError::Io(std::io::Error::from(
-                    std::io::ErrorKind::NotFound,
-                )));
-            }
-            opened => opened?,
-        };
-        if created {
-            // The umask must not take the owner's own access away.
-            rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(DIR_MODE))?;
-            if let Some((owner, group)) = hand_to {
-                rustix::fs::fchown(
-                    &dir.fd,
-                    Some(Uid::from_raw(owner)),
-                    Some(Gid::from_raw(group)),
-                )?;
-                dir.owner = owner;
-                dir.group = group;
-            }
-        }
-        Ok(dir)
     }
 
     /// Where the directory is.

@@ -1,5 +1,6 @@
-//! Judging whether a lock holder is alive, strongest evidence first. Staleness alone never
-//! proves death: only an opt-in lease that the holder itself asked for can be forfeited by time.
+//! Judging whether a lock holder is alive, weighing its liveness file against the process tests
+//! so that neither can overturn the other into a death. Staleness alone never proves death: only
+//! an opt-in lease that the holder itself asked for can be forfeited by time.
 
 use std::fmt;
 use std::sync::Arc;
@@ -122,6 +123,12 @@ pub struct Judge {
 
 impl Judge {
     /// A judge that sees the world as `own` sees it.
+    ///
+    /// A judge never creates or writes anything: its probes open liveness files read-only and
+    /// never create the liveness directory. So a program that only reads a journal judges
+    /// holders with a judge of its own (`own` from [`ProcessTable::own_identity`],
+    /// [`LivenessDir::beside`] the journal) and no [`crate::Locker`], which would create the
+    /// directory and a liveness file.
     pub fn new(
         own: ProcessIdentity,
         liveness: LivenessDir,
@@ -136,8 +143,10 @@ impl Judge {
         }
     }
 
-    /// Judges `holder`. The liveness file and the process tests are weighed together (see
-    /// [`weigh`]); an expired opt-in lease then overrides "alive" and "unknown", because the
+    /// Judges `holder`. The liveness file and the process tests are weighed together: where
+    /// the process tests apply (same boot, same pid namespace, a readable `/proc`) they decide,
+    /// and a free file against a pid that runs with its recorded start time makes the holder
+    /// unknown; elsewhere the file decides. An expired opt-in lease then overrides "alive" and "unknown", because the
     /// holder promised to heartbeat and fencing keeps a late holder out of the journal.
     pub fn judge(&self, holder: &HolderRecord) -> Judgement {
         let verdict = self.judge_evidence(holder);
@@ -254,12 +263,15 @@ impl Judge {
 /// owner (or root) can write to.
 fn weigh(file: Probe, process: Judgement) -> Judgement {
     match (file, process) {
-        (Probe::Free, Judgement::Dead(_)) => Judgement::Dead(DeathReason::LivenessFileUnlocked),
+        // Both agree, or the file is the only evidence there is.
+        (Probe::Free, Judgement::Dead(_) | Judgement::Unknown(_)) => {
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        }
+        // Conclusive process tests: whoever holds the file, it is not the recorded process.
         (_, dead @ Judgement::Dead(_)) => dead,
         (Probe::Free, Judgement::Alive(why)) => Judgement::Unknown(format!(
             "its liveness file is free, yet {why}; contradicting evidence proves nothing"
         )),
-        (Probe::Free, Judgement::Unknown(_)) => Judgement::Dead(DeathReason::LivenessFileUnlocked),
         (Probe::Held, Judgement::Alive(_) | Judgement::Unknown(_)) => {
             Judgement::Alive("its liveness file is locked".to_owned())
         }
@@ -284,7 +296,8 @@ mod tests {
     use crate::clock::SystemClock;
     use crate::identity::ProcFs;
 
-    /// A judge with the real `/proc`, probing `dir`, and a holder record for `holder`.
+    /// A judge of this process with the real `/proc`, probing `dir`; with its identity and
+    /// directory.
     fn setup(dir: &std::path::Path) -> (Judge, ProcessIdentity, LivenessDir) {
         let liveness = LivenessDir::at(dir);
         let own = ProcFs::default().own_identity().unwrap();
