@@ -40,16 +40,6 @@ use uuid::Uuid;
 /// The unprivileged user the attacker (or the service) runs as.
 const NOBODY: u32 = 65534;
 
-/// Whether this process can act as another user; says why a test is skipped when it cannot.
-fn root_or_skip(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("skipping {test}: it needs root to run children as uid {NOBODY}");
-    }
-    root
-}
-
 /// `program args...` run as uid and gid 65534 with no supplementary groups.
 fn as_nobody(program: &str, args: &[&str]) -> Command {
     let mut command = Command::new("setpriv");
@@ -72,11 +62,27 @@ fn run_as_nobody(program: &str, args: &[&str]) {
     );
 }
 
-/// A directory every user may create entries in, each user deleting only their own: like `/tmp`.
-fn shared_sticky_dir() -> tempfile::TempDir {
+/// Whether this process can act as another user; says why a test is skipped when it cannot.
+fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipping {test}: it needs root to act as uid {NOBODY}");
+    }
+    root
+}
+
+/// For a test that acts as another user: a directory every user may create entries in, each
+/// user deleting only their own (like `/tmp`), and the path of a journal in it that does not
+/// exist yet. `None`, with a message, when this process is not root: the test is skipped.
+fn shared_sticky_dir(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !root_or_skip(test) {
+        return None;
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    dir
+    let database = dir.path().join("journal.db");
+    Some((dir, database))
 }
 
 /// A database with the `locks` table, made by root, at `path`.
@@ -101,11 +107,11 @@ fn journal_refusal(error: durably_journal::Error) -> Error {
 
 #[test]
 fn a_directory_another_user_planted_is_refused() {
-    if !root_or_skip("a_directory_another_user_planted_is_refused") {
+    let Some((_shared, database)) =
+        shared_sticky_dir("a_directory_another_user_planted_is_refused")
+    else {
         return;
-    }
-    let shared = shared_sticky_dir();
-    let database = shared.path().join("journal.db");
+    };
     lock_database(&database);
     let planted = LivenessDir::beside(&database).path().to_owned();
     run_as_nobody("mkdir", &["-m", "0777", planted.to_str().unwrap()]);
@@ -135,10 +141,11 @@ fn a_directory_another_user_planted_is_refused() {
 
 #[test]
 fn roots_open_never_follows_a_symlinked_directory() {
-    if !root_or_skip("roots_open_never_follows_a_symlinked_directory") {
+    let Some((_shared, database)) =
+        shared_sticky_dir("roots_open_never_follows_a_symlinked_directory")
+    else {
         return;
-    }
-    let shared = shared_sticky_dir();
+    };
     let private = tempfile::tempdir().unwrap();
     // Files the cleanup removes when it finds them free in a liveness directory.
     let precious = [
@@ -148,7 +155,6 @@ fn roots_open_never_follows_a_symlinked_directory() {
     for name in &precious {
         std::fs::write(private.path().join(name), b"root's").unwrap();
     }
-    let database = shared.path().join("journal.db");
     let link = LivenessDir::beside(&database).path().to_owned();
     run_as_nobody(
         "ln",
@@ -177,11 +183,11 @@ fn roots_open_never_follows_a_symlinked_directory() {
 
 #[test]
 fn root_creates_the_liveness_directory_for_the_journals_owner() {
-    if !root_or_skip("root_creates_the_liveness_directory_for_the_journals_owner") {
+    let Some((_shared, database)) =
+        shared_sticky_dir("root_creates_the_liveness_directory_for_the_journals_owner")
+    else {
         return;
-    }
-    let shared = shared_sticky_dir();
-    let database = shared.path().join("journal.db");
+    };
     lock_database(&database);
     std::os::unix::fs::chown(&database, Some(NOBODY), Some(NOBODY)).unwrap();
 
@@ -239,11 +245,11 @@ fn root_creates_the_liveness_directory_for_the_journals_owner() {
 
 #[test]
 fn another_user_may_not_create_the_directory_for_a_journal_not_theirs() {
-    if !root_or_skip("another_user_may_not_create_the_directory_for_a_journal_not_theirs") {
+    let Some((_shared, database)) =
+        shared_sticky_dir("another_user_may_not_create_the_directory_for_a_journal_not_theirs")
+    else {
         return;
-    }
-    let shared = shared_sticky_dir();
-    let database = shared.path().join("journal.db");
+    };
     lock_database(&database);
     let mut child = as_nobody(
         env!("CARGO_BIN_EXE_lock_holder"),
@@ -405,12 +411,18 @@ fn a_fifo_in_the_liveness_directory_blocks_nothing() {
     }
 }
 
-#[test]
-fn a_free_file_swapped_in_for_a_live_holder_proves_nothing() {
-    let scratch = Scratch::with_lock_tables();
+/// A `lock_holder` child that holds `resource` at epoch 1, with its instance id.
+fn holding_resource(scratch: &Scratch) -> (Driven, String) {
     let (mut holder, instance) = spawn_holder(&scratch.database, "resource", &[]);
     holder.send("acquire");
     assert_eq!(holder.expect("acquired"), ["1", "none"]);
+    (holder, instance)
+}
+
+#[test]
+fn a_free_file_swapped_in_for_a_live_holder_proves_nothing() {
+    let scratch = Scratch::with_lock_tables();
+    let (mut holder, instance) = holding_resource(&scratch);
     // Whoever can write the directory replaces the holder's locked file with a free one.
     let file = scratch.liveness().path().join(format!("{instance}.live"));
     std::fs::remove_file(&file).unwrap();
@@ -437,9 +449,7 @@ fn a_free_file_swapped_in_for_a_live_holder_proves_nothing() {
 #[test]
 fn a_lock_on_a_dead_holders_file_does_not_keep_it_alive() {
     let scratch = Scratch::with_lock_tables();
-    let (mut holder, instance) = spawn_holder(&scratch.database, "resource", &[]);
-    holder.send("acquire");
-    assert_eq!(holder.expect("acquired"), ["1", "none"]);
+    let (mut holder, instance) = holding_resource(&scratch);
     holder.kill();
     // Someone else opens the dead holder's file and keeps it locked.
     let squatter = File::open(scratch.liveness().path().join(format!("{instance}.live"))).unwrap();

@@ -251,10 +251,12 @@ impl Judge {
 /// the other into a death:
 ///
 /// - The process tests are conclusive where they apply (same boot, same pid namespace, a
-///   readable `/proc`): a pid that is gone, reused or a zombie is dead even if someone holds
-///   its liveness file locked (a bare-`fork` child, or anyone else who opened it). And a pid
-///   that runs with the recorded start time is never dead because of a free file: that
-///   contradiction makes the holder unknown, which counts as alive.
+///   readable `/proc`): a pid that is gone or reused, or a host that rebooted, is dead even if
+///   someone holds its liveness file locked (a bare-`fork` child, or anyone else who opened
+///   it). And a pid that runs with the recorded start time is never dead because of a free
+///   file: that contradiction makes the holder unknown, which counts as alive. A zombie state
+///   is the one process verdict a locked file contradicts: it is also how a process looks
+///   whose main thread exited while its other threads (and its descriptors) live on.
 /// - Where the process tests cannot decide (another pid namespace or host, an unreadable
 ///   `/proc` entry), the file decides: locked is alive, free is dead.
 ///
@@ -267,6 +269,12 @@ fn weigh(file: Probe, process: Judgement) -> Judgement {
         (Probe::Free, Judgement::Dead(_) | Judgement::Unknown(_)) => {
             Judgement::Dead(DeathReason::LivenessFileUnlocked)
         }
+        // A process whose main thread exited while its other threads run shows as a zombie,
+        // and it still holds its file; a real zombie has closed every descriptor.
+        (Probe::Held, Judgement::Dead(DeathReason::Zombie { pid })) => Judgement::Unknown(format!(
+            "pid {pid} shows as a zombie, yet its liveness file is locked (as when the main \
+                 thread exited and other threads run on); contradicting evidence proves nothing"
+        )),
         // Conclusive process tests: whoever holds the file, it is not the recorded process.
         (_, dead @ Judgement::Dead(_)) => dead,
         (Probe::Free, Judgement::Alive(why)) => Judgement::Unknown(format!(
@@ -352,17 +360,67 @@ mod tests {
         intruder.lock().unwrap();
         let mut reused = own.clone();
         reused.start_time += 1;
-        assert_eq!(
-            judge.judge(&record(&instance, &reused)),
-            Judgement::Dead(DeathReason::PidReused {
-                pid: own.pid,
-                recorded_start: own.start_time + 1,
-                current_start: own.start_time,
-            })
-        );
         let mut other_boot = own.clone();
         other_boot.boot_id = Uuid::new_v4().to_string();
-        assert!(judge.judge(&record(&instance, &other_boot)).is_dead());
+        for holder in [reused, other_boot] {
+            let verdict = judge.judge(&record(&instance, &holder));
+            assert!(
+                matches!(
+                    verdict,
+                    Judgement::Dead(
+                        DeathReason::PidReused { .. } | DeathReason::BootIdChanged { .. }
+                    )
+                ),
+                "{verdict}"
+            );
+        }
+    }
+
+    /// Every pid is a zombie with the recorded start time.
+    #[derive(Debug)]
+    struct Zombies(ProcessIdentity);
+
+    impl ProcessTable for Zombies {
+        fn own_identity(&self) -> crate::Result<ProcessIdentity> {
+            Ok(self.0.clone())
+        }
+
+        fn stat(&self, _pid: i64) -> crate::Result<Option<crate::ProcessStat>> {
+            Ok(Some(crate::ProcessStat {
+                start_time: self.0.start_time,
+                state: 'Z',
+            }))
+        }
+    }
+
+    #[test]
+    fn a_zombie_with_a_locked_file_is_unknown_and_without_one_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, own, liveness) = setup(dir.path());
+        let judge = Judge::new(
+            own.clone(),
+            liveness.clone(),
+            Arc::new(Zombies(own.clone())),
+            Arc::new(SystemClock),
+        );
+        let instance = Uuid::new_v4();
+        let pid = own.pid;
+        assert_eq!(
+            judge.judge(&record(&instance, &own)),
+            Judgement::Dead(DeathReason::Zombie { pid })
+        );
+        let file = free_file(&liveness, &instance);
+        file.lock().unwrap();
+        let verdict = judge.judge(&record(&instance, &own));
+        assert!(
+            matches!(&verdict, Judgement::Unknown(why) if why.contains("zombie")),
+            "{verdict}"
+        );
+        drop(file);
+        assert_eq!(
+            judge.judge(&record(&instance, &own)),
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        );
     }
 
     #[test]
