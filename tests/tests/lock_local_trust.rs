@@ -85,6 +85,24 @@ fn shared_sticky_dir(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
     Some((dir, database))
 }
 
+/// A copy of the `lock_holder` helper beside `database`, for uid 65534 to run: the build
+/// directory may sit below a folder only root can enter. It is copied by a `cp` child, so no
+/// thread of this process ever holds a write descriptor of it that a concurrent fork could
+/// inherit (exec would then fail with `ETXTBSY`).
+fn lock_holder_for_nobody(database: &Path) -> PathBuf {
+    let copy = database.with_file_name("lock_holder");
+    if !copy.exists() {
+        let status = Command::new("cp")
+            .arg(env!("CARGO_BIN_EXE_lock_holder"))
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cp lock_holder: {status}");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    copy
+}
+
 /// A database with the `locks` table, made by root, at `path`.
 fn lock_database(path: &Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
@@ -210,7 +228,7 @@ fn root_creates_the_liveness_directory_for_the_journals_owner() {
     // The service, running as the journal's owner, still registers and takes locks.
     let database_arg = database.to_str().unwrap();
     let mut service = Driven::start(&mut as_nobody(
-        env!("CARGO_BIN_EXE_lock_holder"),
+        lock_holder_for_nobody(&database).to_str().unwrap(),
         &[database_arg, "resource"],
     ));
     service.expect("ready");
@@ -252,7 +270,7 @@ fn another_user_may_not_create_the_directory_for_a_journal_not_theirs() {
     };
     lock_database(&database);
     let mut child = as_nobody(
-        env!("CARGO_BIN_EXE_lock_holder"),
+        lock_holder_for_nobody(&database).to_str().unwrap(),
         &[database.to_str().unwrap(), "resource"],
     )
     .stdin(Stdio::null())
