@@ -48,6 +48,7 @@ mod events;
 mod execution;
 mod execution_id;
 mod executions;
+mod files;
 mod handles;
 mod journal;
 mod payload;
@@ -64,7 +65,7 @@ pub use config::{
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
     RetryPolicy,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
 pub use executions::{Finished, Opened, Resolution};
