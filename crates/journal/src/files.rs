@@ -242,3 +242,107 @@ fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::io::AsRawFd;
+    use std::path::Path;
+
+    use super::{MainFile, Siblings, check_siblings, effective_uid, sibling};
+    use crate::error::Error;
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().mode() & 0o777
+    }
+
+    fn set_mode(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn ours(mode: u32) -> MainFile {
+        MainFile {
+            owner: effective_uid(),
+            mode,
+        }
+    }
+
+    #[test]
+    fn a_wal_or_index_missing_once_sqlite_holds_them_is_an_error_and_not_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        check_siblings(&path, ours(0o600), Siblings::MayBeMissing).unwrap();
+        let error = check_siblings(&path, ours(0o600), Siblings::Open).unwrap_err();
+        assert!(
+            matches!(&error, Error::Io { path: missing, source, .. }
+                if *missing == sibling(&path, "-wal")
+                    && source.kind() == std::io::ErrorKind::NotFound),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_sibling_is_narrowed_to_the_journals_bits_and_never_widened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let (wal, shm) = (sibling(&path, "-wal"), sibling(&path, "-shm"));
+        for (file, mode) in [(&wal, 0o606), (&shm, 0o600)] {
+            std::fs::write(file, b"x").unwrap();
+            set_mode(file, mode);
+        }
+        check_siblings(&path, ours(0o640), Siblings::Open).unwrap();
+        assert_eq!((mode_of(&wal), mode_of(&shm)), (0o600, 0o600));
+    }
+
+    /// Whether a lock of this process's SQLite on byte `offset` of `file` is still held, asked
+    /// as an open-file-description lock, which conflicts with this process's own POSIX locks.
+    /// The probe's descriptor stays open until `keep` is dropped: closing it would drop them.
+    fn locked(file: &Path, offset: i64, keep: &mut Vec<std::fs::File>) -> bool {
+        let probe = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file)
+            .unwrap();
+        // SAFETY: a zeroed flock is a valid argument, and the descriptor is open.
+        let mut query: libc::flock = unsafe { std::mem::zeroed() };
+        query.l_type = libc::F_WRLCK as i16;
+        query.l_whence = libc::SEEK_SET as i16;
+        query.l_start = offset;
+        query.l_len = 1;
+        // SAFETY: F_OFD_GETLK fills the flock it is given.
+        let rc = unsafe { libc::fcntl(probe.as_raw_fd(), libc::F_OFD_GETLK, &mut query) };
+        assert_eq!(rc, 0, "F_OFD_GETLK failed");
+        keep.push(probe);
+        query.l_type != libc::F_UNLCK as i16
+    }
+
+    /// Tightening goes through an `O_PATH` descriptor: closing it drops none of SQLite's POSIX
+    /// locks on the file, where closing any other descriptor of it would drop them all.
+    #[test]
+    fn tightening_the_index_keeps_sqlites_locks_on_it() {
+        /// The WAL index's write lock: held from a write transaction's first write to its end.
+        const WAL_WRITE_LOCK_OFFSET: i64 = 120;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE; INSERT INTO t VALUES (1);",
+        )
+        .unwrap();
+        let shm = sibling(&path, "-shm");
+        let mut probes = Vec::new();
+        assert!(locked(&shm, WAL_WRITE_LOCK_OFFSET, &mut probes));
+        set_mode(&shm, 0o666);
+
+        check_siblings(&path, ours(0o600), Siblings::Open).unwrap();
+        assert_eq!(mode_of(&shm), 0o600);
+        assert!(
+            locked(&shm, WAL_WRITE_LOCK_OFFSET, &mut probes),
+            "tightening dropped SQLite's lock"
+        );
+        // The probe sees a drop: closing a plain descriptor drops the lock.
+        probes.clear();
+        assert!(!locked(&shm, WAL_WRITE_LOCK_OFFSET, &mut probes));
+        drop(conn);
+    }
+}

@@ -174,8 +174,8 @@ fn value_text(value: rusqlite::types::Value) -> String {
 ///
 /// The file is created, or the one found checked, before SQLite opens it, and the files SQLite
 /// keeps beside it are checked before and again once SQLite holds them (see `files`): a WAL
-/// another user plants between the two is found by the second look, before anything but the
-/// schema is written.
+/// another user plants between the two is found by the second look, before the migrations or
+/// any other write.
 pub(crate) fn open_writer(
     path: &Path,
     durability: Durability,
