@@ -33,7 +33,7 @@ use durably_journal::{
     rusqlite,
 };
 use support::journal::{Held, finish, worker, worker_as_nobody};
-use support::{Scratch, integrity, is_root, runtime, spawn};
+use support::{Scratch, directory_entries, integrity, is_root, runtime, sibling, spawn};
 use uuid::Uuid;
 
 /// Opens execution `id`, which must not be finished.
@@ -115,15 +115,6 @@ fn step_rows(path: &Path, id: Uuid) -> i64 {
         |row| row.get(0),
     )
     .unwrap()
-}
-
-fn directory_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Fills the disk with ever more steps until one is refused; every step that returned was
@@ -624,12 +615,6 @@ fn a_recorded_payload_over_the_read_cap_is_refused_on_replay_and_the_lock_is_fre
         assert_eq!(replayed, "y".repeat(2000));
     });
     assert_eq!(integrity(&scratch.database), "ok");
-}
-
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Regression test for a bug these tests found: dropping the last handle of a journal returned

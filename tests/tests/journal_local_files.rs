@@ -23,12 +23,12 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use durably_journal::{Error, Journal, UnsafeFileReason};
 use support::journal::{Held, worker, worker_as_nobody};
-use support::{NOBODY, Scratch, is_root, runtime, spawn};
+use support::{NOBODY, Scratch, directory_entries, is_root, runtime, sibling, spawn};
 use uuid::Uuid;
 
 fn mode_of(path: &Path) -> u32 {
@@ -37,21 +37,6 @@ fn mode_of(path: &Path) -> u32 {
 
 fn owner_of(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap().uid()
-}
-
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn set_mode(path: &Path, mode: u32) {
@@ -231,7 +216,7 @@ fn an_empty_file_others_can_use_is_refused_and_left_as_it_was() {
             "{message}"
         );
         assert_eq!(Snapshot::of(&scratch.database), before);
-        assert_eq!(entries(scratch.dir.path()), ["journal.db"]);
+        assert_eq!(directory_entries(scratch.dir.path()), ["journal.db"]);
     }
 
     let scratch = Scratch::new();
@@ -292,7 +277,7 @@ fn an_empty_file_of_another_user_is_refused_and_left_as_it_was() {
 
     refused(&scratch.database, UnsafeFileReason::EmptyNotPrivate);
     assert_eq!(Snapshot::of(&scratch.database), before);
-    assert_eq!(entries(scratch.dir.path()), ["journal.db"]);
+    assert_eq!(directory_entries(scratch.dir.path()), ["journal.db"]);
 }
 
 /// In a shared directory, another user plants a `-wal` or `-shm` beside a journal, open to
@@ -446,7 +431,11 @@ fn a_dangling_link_is_refused_and_nothing_is_created() {
                 if *path == link && found == Path::new(target)),
             "{error:?}"
         );
-        assert_eq!(entries(scratch.dir.path()), ["link.db"], "{target}");
+        assert_eq!(
+            directory_entries(scratch.dir.path()),
+            ["link.db"],
+            "{target}"
+        );
     }
 
     let scratch = Scratch::new();
@@ -455,7 +444,7 @@ fn a_dangling_link_is_refused_and_nothing_is_created() {
     std::os::unix::fs::symlink("journal.db", &link).unwrap();
     let journal = Journal::open(&link).unwrap();
     assert_eq!(journal.path(), scratch.database.canonicalize().unwrap());
-    let names = entries(scratch.dir.path());
+    let names = directory_entries(scratch.dir.path());
     assert!(
         names
             .iter()

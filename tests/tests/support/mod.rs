@@ -60,6 +60,24 @@ impl Scratch {
     }
 }
 
+/// The names in directory `dir`, sorted.
+pub fn directory_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The path of the file SQLite keeps beside the database at `path` under `suffix` (`-wal`,
+/// `-shm`).
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// The lines of the file at `path`; none if there is no such file yet.
 pub fn read_lines(path: &Path) -> Vec<String> {
     match std::fs::read_to_string(path) {
