@@ -122,12 +122,10 @@ pub enum Error {
         reason: String,
     },
     /// A file of the journal (the database, its `-wal`, `-shm` or `-journal`) would let
-    /// another user read or change what durably writes, or is not a regular file. Nothing was
-    /// written to it.
-    #[error(
-        "{path} (owner uid {owner}, mode {mode:04o}) {reason}; durably refused it and wrote \
-         nothing to it"
-    )]
+    /// another user read or change what durably writes, or is not a regular file. Found before
+    /// SQLite opened the database (the usual case), it was left as it was; found by the look
+    /// after, SQLite had opened it, and no payload was written.
+    #[error("{path} (owner uid {owner}, mode {mode:04o}) {reason}; durably refuses to use it")]
     UnsafeFile {
         /// The file.
         path: PathBuf,
@@ -290,7 +288,7 @@ pub enum UnsafeFileReason {
     #[error("belongs to a user who owns neither the database file nor this process")]
     ForeignOwner,
     /// A symbolic link, a directory, a FIFO or a device where a regular file belongs.
-    #[error("is not a regular file")]
+    #[error("is not a regular file (a symbolic link, a directory, a FIFO or a device)")]
     NotRegular,
 }
 

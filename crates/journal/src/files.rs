@@ -22,8 +22,8 @@ const CREATED_MODE: u32 = 0o600;
 /// The permission bits of a mode that give access to the group or to others.
 const SHARED_BITS: u32 = 0o077;
 
-/// How often creating the database is tried when it disappears between the failed exclusive
-/// create and the look at the file found there (someone deleted it in between).
+/// How many times creating the database is tried when the file that failed the exclusive create
+/// is gone when looked at (someone deleted it in between).
 const CREATE_ATTEMPTS_MAX: u32 = 3;
 
 /// The files SQLite keeps beside a database: the WAL, its shared-memory index, and the rollback
@@ -63,10 +63,13 @@ pub(crate) fn create_or_adopt(path: &Path) -> Result<MainFile> {
             Err(error) if error.kind() == ErrorKind::AlreadyExists => {}
             Err(error) => return Err(create_error(path, error)),
         }
+        // Deleted since the create failed: create it after all, a bounded number of times.
+        let vanished = |error: &std::io::Error| {
+            error.kind() == ErrorKind::NotFound && attempts < CREATE_ATTEMPTS_MAX
+        };
         match std::fs::symlink_metadata(path) {
             Ok(found) => return adopt(path, &found),
-            Err(error) if error.kind() == ErrorKind::NotFound && attempts < CREATE_ATTEMPTS_MAX => {
-            }
+            Err(error) if vanished(&error) => {}
             Err(source) => {
                 return Err(Error::Io {
                     action: "look at the database file",
@@ -81,7 +84,7 @@ pub(crate) fn create_or_adopt(path: &Path) -> Result<MainFile> {
 /// Creates the file with `O_CREAT | O_EXCL` and mode 0600, so it never exists with another
 /// mode: no other user can open it between its creation and a later `chmod`, and no crash can
 /// leave it readable. The umask can only take bits away from 0600; should it take the owner's
-/// too, the descriptor of the new file gives them back before anyone else has it.
+/// too, the new file's own descriptor gives them back before SQLite opens it.
 fn create(path: &Path) -> std::io::Result<MainFile> {
     // With O_EXCL the kernel follows no symbolic link in the last component: a link there,
     // dangling or not, fails the create with AlreadyExists.
