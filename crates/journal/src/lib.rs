@@ -47,6 +47,7 @@ mod error;
 mod events;
 mod execution;
 mod execution_id;
+mod files;
 mod handles;
 mod inspect;
 mod journal;
@@ -68,7 +69,7 @@ pub use config::{
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
     RetryPolicy,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
 pub use journal::Journal;

@@ -1,13 +1,14 @@
 //! Opening the database: connection pragmas, the schema migrations and the file checks that
 //! come before them.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
+use crate::files::{self, Siblings};
 use crate::writer::WalSync;
 
 /// The numbered migrations of `schema/`, in order. `PRAGMA user_version` is the number applied.
@@ -83,14 +84,13 @@ pub(crate) fn writer_wal_sync(
     if durability == Durability::ProcessCrash {
         return Ok(None);
     }
-    let mut wal_path = path.as_os_str().to_owned();
-    wal_path.push("-wal");
-    let wal_path = std::path::PathBuf::from(wal_path);
+    let wal_path = files::sibling(path, "-wal");
     // Write access is only for fsync, which some systems refuse on a read-only descriptor;
-    // nothing is ever written through it.
+    // nothing is ever written through it. No link is followed, as SQLite follows none.
     let wal = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&wal_path)
         .map_err(|source| Error::Io {
             action: "open the WAL file to sync",
@@ -171,34 +171,32 @@ fn value_text(value: rusqlite::types::Value) -> String {
 }
 
 /// Opens the write connection, creating the file (mode 0600) when it does not exist.
+///
+/// The file is created, or the one found checked, before SQLite opens it, and the files SQLite
+/// keeps beside it are checked before and again once SQLite holds them (see `files`): a WAL
+/// another user plants between the two is found by the second look, before the migrations or
+/// any other write.
 pub(crate) fn open_writer(
     path: &Path,
     durability: Durability,
     busy_timeout_ms: u64,
 ) -> Result<Connection> {
-    let existed = path.exists();
+    let main = files::create_or_adopt(path)?;
+    files::check_siblings(path, main, Siblings::MayBeMissing)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|error| at_path(error, path))?;
-    if !existed {
-        // SQLite creates the file 0644; tighten it before the WAL and SHM files exist, since
-        // SQLite gives those the database file's mode. chmod goes by path and never opens the
-        // file, so SQLite's POSIX locks are untouched.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
-            |source| Error::Io {
-                action: "set mode 0600 on",
-                path: path.to_owned(),
-                source,
-            },
-        )?;
-    }
     // The header check reads the file, and another process may be creating it right now: wait
     // for its lock as every later statement does. Setting the timeout does not touch the file.
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     check_header(&conn, path)?;
     check_before_wal_switch(&conn, path)?;
     configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| with_path(error, path))?;
+    // A read in WAL mode opens the WAL and its index, and SQLite keeps both open from here on.
+    conn.query_row("PRAGMA user_version", [], |_| Ok(()))
+        .map_err(|error| at_path(error, path))?;
+    files::check_siblings(path, main, Siblings::Open)?;
     Ok(conn)
 }
 
