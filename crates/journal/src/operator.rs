@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use durably_lock::Locker;
+use durably_lock::{DeathReason, HolderRecord, Judgement, Locker};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::events;
 use crate::handles::OpenHandles;
 use crate::journal::Journal;
-use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
+use crate::ownership::{self, OwnLocks, acquire_or_locked, status_of};
 use crate::payload;
 use crate::records::event_kind;
 use crate::seen_intent::{self, SeenIntent};
@@ -98,35 +98,84 @@ impl Operator<'_> {
     ///
     /// Refused while a live process holds the execution: it may be running that very attempt,
     /// so the outside world can still change without the step changing, and a check made now
-    /// could miss an effect that happens next.
+    /// could miss an effect that happens next. Refused, too, while a process that lost the
+    /// execution only because its lease expired may still be running, whether it still holds
+    /// the lock or was taken over since: its lock was forfeited, but it may be inside the
+    /// step's closure, frozen or slow, and perform the effect when it goes on.
     ///
     /// # Errors
-    /// [`Error::Locked`] while a live process holds the execution; a storage error.
+    /// [`Error::Locked`] while a live process holds the execution,
+    /// [`Error::LeaseExpiredHolderAlive`] while one whose lease expired may still run; a
+    /// storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
         let resource = id.to_string();
-        let (seen, lock) = journal.read(|conn| {
-            Ok((
-                seen_intent::current(conn, &resource, seq)?,
-                durably_lock::read(conn, &resource)?,
-            ))
+        let (seen, lock, lease_expired) = journal.read(|conn| {
+            let seen = seen_intent::current(conn, &resource, seq)?;
+            let lease_expired = match seen {
+                Some(_) => ownership::lease_expired_holders(conn, &resource)?,
+                None => Vec::new(),
+            };
+            Ok((seen, durably_lock::read(conn, &resource)?, lease_expired))
         })?;
-        let holder = lock.and_then(|lock| lock.holder);
-        if let (Some(_), Some(holder)) = (seen, holder) {
-            let locker = &journal.inner.locker;
-            // As for an operator action: a lock of this instance with no open handle is a leak,
-            // and nobody is running the step under it.
-            let leaked = holder.instance_id == locker.instance_id().to_string()
-                && !journal.inner.handles.contains(id);
-            if !leaked && !locker.judge().judge(&holder).is_dead() {
-                return Err(Error::Locked {
-                    execution_id: id,
-                    pid: holder.pid,
-                    since: holder.acquired_at,
-                });
-            }
+        if seen.is_none() {
+            return Ok(None);
+        }
+        if let Some(holder) = lock.and_then(|lock| lock.holder) {
+            self.refuse_if_holder_may_act(id, seq, &holder)?;
+        }
+        for holder in &lease_expired {
+            self.refuse_if_lease_expired_may_act(id, seq, holder)?;
         }
         Ok(seen)
+    }
+
+    /// Refuses a look at step `seq` while the lock's `holder` may be running it.
+    fn refuse_if_holder_may_act(&self, id: Uuid, seq: u32, holder: &HolderRecord) -> Result<()> {
+        if self.is_ours_without_handle(id, holder) {
+            return Ok(());
+        }
+        match self.journal.inner.locker.judge().judge(holder) {
+            Judgement::Dead(DeathReason::LeaseExpired { .. }) => {
+                self.refuse_if_lease_expired_may_act(id, seq, holder)
+            }
+            Judgement::Dead(_) => Ok(()),
+            Judgement::Alive(_) | Judgement::Unknown(_) => Err(Error::Locked {
+                execution_id: id,
+                pid: holder.pid,
+                since: holder.acquired_at.clone(),
+            }),
+        }
+    }
+
+    /// Refuses a look at step `seq` while `holder`, whose lease expired, may still be running:
+    /// the lease decides who holds the lock, and only the evidence says whether the process
+    /// has stopped.
+    fn refuse_if_lease_expired_may_act(
+        &self,
+        id: Uuid,
+        seq: u32,
+        holder: &HolderRecord,
+    ) -> Result<()> {
+        let evidence = self.journal.inner.locker.judge().judge_evidence(holder);
+        if evidence.is_dead() || self.is_ours_without_handle(id, holder) {
+            return Ok(());
+        }
+        Err(Error::LeaseExpiredHolderAlive {
+            execution_id: id,
+            seq,
+            pid: holder.pid,
+            heartbeat_at: holder.heartbeat_at.clone(),
+            evidence: evidence.to_string(),
+        })
+    }
+
+    /// Whether `holder` is this journal's own instance with no open handle on execution `id`.
+    /// As for an operator action, such a lock is a leak, and nobody in this process is running
+    /// the execution's steps under it.
+    fn is_ours_without_handle(&self, id: Uuid, holder: &HolderRecord) -> bool {
+        holder.instance_id == self.journal.inner.locker.instance_id().to_string()
+            && !self.journal.inner.handles.contains(id)
     }
 
     /// As [`Operator::resolve`], but refused when the step changed since `seen` was taken: it
