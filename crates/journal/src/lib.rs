@@ -72,10 +72,11 @@ pub use config::{
 pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
+pub use inspect::Previews;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
-pub use payload::Payload;
+pub use payload::{PREVIEW_CHARS_MAX, Payload, PayloadPreview};
 pub use records::{
     EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord, event_kind,
 };

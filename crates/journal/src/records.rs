@@ -1,7 +1,11 @@
 //! Records of what the journal holds, for inspection (`durably ls`, `show`, tests). Every
 //! column is parsed once, here, at the row boundary: ids into [`Uuid`], times into
-//! [`DateTime<Utc>`], closed vocabularies into their enums, payloads into [`Payload`]. A value
-//! that does not parse means a damaged or foreign row and is an error, never a guess.
+//! [`DateTime<Utc>`], closed vocabularies into their enums, payloads into [`Payload`] (or
+//! [`PayloadPreview`], for listings). A value that does not parse means a damaged or foreign
+//! row and is an error, never a guess.
+//!
+//! The payload columns come last in each column list: each is two result columns (see
+//! [`PayloadColumn`]), chosen by the record's payload type.
 
 use std::str::FromStr;
 
@@ -11,13 +15,17 @@ use rusqlite::types::Type;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
-use crate::payload::Payload;
+use crate::error::Result as JournalResult;
+#[cfg(doc)]
+use crate::payload::PayloadPreview;
+use crate::payload::{Payload, PayloadColumn};
 use crate::states::{PolicyKind, Status, StepState};
 use crate::step::{Effect, IdempotencyKey};
 
-/// One row of `executions`.
+/// One row of `executions`, with its payloads whole ([`Payload`]) or as previews
+/// ([`PayloadPreview`], from [`crate::Journal::previews`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExecutionRecord {
+pub struct ExecutionRecord<P = Payload> {
     /// The execution id.
     pub execution_id: Uuid,
     /// What kind of work it is.
@@ -27,11 +35,11 @@ pub struct ExecutionRecord {
     /// Its status.
     pub status: Status,
     /// The input.
-    pub input: Payload,
+    pub input: P,
     /// The output, once completed.
-    pub output: Option<Payload>,
+    pub output: Option<P>,
     /// The error, once failed or cancelled.
-    pub error: Option<Payload>,
+    pub error: Option<P>,
     /// How many times it was opened.
     pub opens: u32,
     /// When it was created.
@@ -45,30 +53,49 @@ pub struct ExecutionRecord {
     pub finalized_at: Option<DateTime<Utc>>,
 }
 
-pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, input, output, \
-                                            error, opens, created_at, updated_at, finalized_at";
-
-impl ExecutionRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            execution_id: uuid(row, 0)?,
-            kind: row.get(1)?,
-            name: row.get(2)?,
-            status: word(row, 3)?,
-            input: Payload::from_stored(row.get(4)?),
-            output: row.get::<_, Option<String>>(5)?.map(Payload::from_stored),
-            error: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
-            opens: row.get(7)?,
-            created_at: time(row, 8)?,
-            updated_at: time(row, 9)?,
-            finalized_at: optional_time(row, 10)?,
-        })
-    }
+/// The columns [`read_execution`] reads, payloads read as `P`.
+pub(crate) fn execution_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+    format!(
+        "execution_id, kind, name, status, opens, created_at, updated_at, finalized_at, \
+         {}, {}, {}",
+        P::select("input", bytes_max),
+        P::select("output", bytes_max),
+        P::select("error", bytes_max),
+    )
 }
 
-/// One row of `steps`.
+/// An execution from a row of [`execution_columns`].
+pub(crate) fn read_execution<P: PayloadColumn>(
+    row: &Row<'_>,
+    bytes_max: usize,
+) -> JournalResult<ExecutionRecord<P>> {
+    let execution_id = uuid(row, 0)?;
+    let payload = |index, column: &'static str| {
+        P::read(row, index, bytes_max, || {
+            format!("the stored {column} of execution {execution_id}")
+        })
+    };
+    Ok(ExecutionRecord {
+        execution_id,
+        kind: row.get(1)?,
+        name: row.get(2)?,
+        status: word(row, 3)?,
+        opens: row.get(4)?,
+        created_at: time(row, 5)?,
+        updated_at: time(row, 6)?,
+        finalized_at: optional_time(row, 7)?,
+        input: payload(8, "input")?.ok_or_else(|| {
+            crate::Error::Inconsistent(format!("execution {execution_id} has no input"))
+        })?,
+        output: payload(10, "output")?,
+        error: payload(12, "error")?,
+    })
+}
+
+/// One row of `steps`, with its payloads whole ([`Payload`]) or as previews
+/// ([`PayloadPreview`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StepRecord {
+pub struct StepRecord<P = Payload> {
     /// Call order within the execution.
     pub seq: u32,
     /// The step's name.
@@ -82,9 +109,9 @@ pub struct StepRecord {
     /// The idempotency key handed to the closure.
     pub idempotency_key: IdempotencyKey,
     /// The result, once completed.
-    pub result: Option<Payload>,
+    pub result: Option<P>,
     /// The error, once failed.
-    pub error: Option<Payload>,
+    pub error: Option<P>,
     /// Times the closure was started.
     pub attempts: u32,
     /// When the intent committed (guarded steps).
@@ -95,30 +122,47 @@ pub struct StepRecord {
     pub result_at: Option<DateTime<Utc>>,
 }
 
-pub(crate) const STEP_COLUMNS: &str = "seq, name, effect, policy, state, idempotency_key, result, \
-                                       error, attempts, intent_at, result_at";
-
-impl StepRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            seq: row.get(0)?,
-            name: row.get(1)?,
-            effect: word(row, 2)?,
-            policy: optional_word(row, 3)?,
-            state: word(row, 4)?,
-            idempotency_key: IdempotencyKey(uuid(row, 5)?),
-            result: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
-            error: row.get::<_, Option<String>>(7)?.map(Payload::from_stored),
-            attempts: row.get(8)?,
-            intent_at: optional_time(row, 9)?,
-            result_at: optional_time(row, 10)?,
-        })
-    }
+/// The columns [`read_step`] reads, payloads read as `P`.
+pub(crate) fn step_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+    format!(
+        "seq, name, effect, policy, state, idempotency_key, attempts, intent_at, result_at, \
+         {}, {}",
+        P::select("result", bytes_max),
+        P::select("error", bytes_max),
+    )
 }
 
-/// One row of `events`, the audit trail.
+/// A step of `execution_id`, from a row of [`step_columns`].
+pub(crate) fn read_step<P: PayloadColumn>(
+    row: &Row<'_>,
+    execution_id: Uuid,
+    bytes_max: usize,
+) -> JournalResult<StepRecord<P>> {
+    let seq: u32 = row.get(0)?;
+    let payload = |index, column: &'static str| {
+        P::read(row, index, bytes_max, || {
+            format!("the stored {column} of step {seq} of execution {execution_id}")
+        })
+    };
+    Ok(StepRecord {
+        seq,
+        name: row.get(1)?,
+        effect: word(row, 2)?,
+        policy: optional_word(row, 3)?,
+        state: word(row, 4)?,
+        idempotency_key: IdempotencyKey(uuid(row, 5)?),
+        attempts: row.get(6)?,
+        intent_at: optional_time(row, 7)?,
+        result_at: optional_time(row, 8)?,
+        result: payload(9, "result")?,
+        error: payload(11, "error")?,
+    })
+}
+
+/// One row of `events`, the audit trail, with its detail whole ([`Payload`]) or as a preview
+/// ([`PayloadPreview`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EventRecord {
+pub struct EventRecord<P = Payload> {
     /// Order of writing.
     pub id: i64,
     /// When.
@@ -131,25 +175,38 @@ pub struct EventRecord {
     /// What happened: one of [`event_kind`]'s words, or a word of a crate built on the journal.
     pub kind: String,
     /// Details (JSON): ids, names and reasons, never payloads.
-    pub detail: Payload,
+    pub detail: P,
 }
 
-pub(crate) const EVENT_COLUMNS: &str = "id, at, execution_id, seq, kind, detail";
+/// The columns [`read_event`] reads, the detail read as `P`.
+pub(crate) fn event_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+    format!(
+        "id, at, execution_id, seq, kind, {}",
+        P::select("detail", bytes_max)
+    )
+}
 
-impl EventRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get(0)?,
-            at: time(row, 1)?,
-            execution_id: row
-                .get::<_, Option<String>>(2)?
-                .map(|text| parse_column(2, &text, Uuid::parse_str))
-                .transpose()?,
-            seq: row.get(3)?,
-            kind: row.get(4)?,
-            detail: Payload::from_stored(row.get(5)?),
-        })
-    }
+/// An event from a row of [`event_columns`].
+pub(crate) fn read_event<P: PayloadColumn>(
+    row: &Row<'_>,
+    bytes_max: usize,
+) -> JournalResult<EventRecord<P>> {
+    let id: i64 = row.get(0)?;
+    let detail = P::read(row, 5, bytes_max, || {
+        format!("the stored detail of event {id}")
+    })?
+    .ok_or_else(|| crate::Error::Inconsistent(format!("event {id} has no detail")))?;
+    Ok(EventRecord {
+        id,
+        at: time(row, 1)?,
+        execution_id: row
+            .get::<_, Option<String>>(2)?
+            .map(|text| parse_column(2, &text, Uuid::parse_str))
+            .transpose()?,
+        seq: row.get(3)?,
+        kind: row.get(4)?,
+        detail,
+    })
 }
 
 /// Filters of [`crate::Journal::list`].
