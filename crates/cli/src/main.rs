@@ -43,7 +43,7 @@ fn run(cli: &Cli, db_from_env: bool) -> Result<ExitCode> {
     let db = cli.db.as_deref();
     match &cli.command {
         Command::Ls(args) => commands::ls::run(&db::required(db)?, args, json)?,
-        Command::Show { id } => commands::show::run(&db::required(db)?, *id, json)?,
+        Command::Show(args) => commands::show::run(&db::required(db)?, args, json)?,
         Command::Locks => commands::locks::run(&db::required(db)?, json)?,
         Command::Sweep { dry_run } => commands::sweep::run(&db::required(db)?, *dry_run, json)?,
         Command::Gc(args) => commands::gc::run(&db::required(db)?, args, json)?,

@@ -81,9 +81,10 @@
 
 pub use durably_journal::{
     Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
-    Guarded, IdempotencyKey, Journal, JournalBuilder, ListFilter, Opened, Payload, Policy,
-    PolicyKind, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError,
-    StepKey, StepRecord, StepState, UnknownWord, event_kind, new_execution_id,
+    Guarded, IdempotencyKey, Journal, JournalBuilder, ListFilter, Opened, PREVIEW_CHARS_MAX,
+    Payload, PayloadPreview, Policy, PolicyKind, Previews, ReconcileFuture, ReconcileProbe, Result,
+    RetryPolicy, Skipped, Status, StepError, StepKey, StepRecord, StepState, UnknownWord,
+    event_kind, new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.

@@ -26,7 +26,7 @@ pub(super) struct Row {
 
 impl Row {
     /// The record's row fields, escaped.
-    pub(super) fn from_record(record: &ExecutionRecord) -> Self {
+    pub(super) fn from_record<P>(record: &ExecutionRecord<P>) -> Self {
         Self {
             execution_id: record.execution_id.to_string(),
             kind: escape(&record.kind),
@@ -50,7 +50,9 @@ pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
         created_since: args.since,
         limit: Some(args.limit),
     };
+    // Previews: the rows print no payload, and a preview never reads one over the cap.
     let rows: Vec<Row> = journal
+        .previews()
         .list(&filter)?
         .iter()
         .map(Row::from_record)
