@@ -76,8 +76,8 @@ pub enum Command {
     #[command(hide = true)]
     SchedulerWorker(WorkerArgs),
     /// The resuming process of the `resume-memory` scenario.
-    #[command(hide = true)]
-    ResumeWorker(ResumeWorkerArgs),
+    #[command(hide = true, name = "resume-worker")]
+    Resumer(ResumeWorkerArgs),
 }
 
 /// Arguments of the `resume-memory` scenario's resuming process.

@@ -44,7 +44,7 @@ async fn run(args: Args) -> Result<()> {
         Some(Command::SchedulerWorker(worker)) => {
             return scenarios::scheduler::worker(worker, args.durability.into()).await;
         }
-        Some(Command::ResumeWorker(worker)) => {
+        Some(Command::Resumer(worker)) => {
             return scenarios::resume_memory::worker(worker, args.durability.into()).await;
         }
         None => {}

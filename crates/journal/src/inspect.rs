@@ -236,8 +236,14 @@ pub(crate) fn list<P: PayloadColumn>(
     })
 }
 
+/// The rows of a page of steps: those of `?1` after seq `?2`, at most `?3`.
+const STEPS_PAGE: &str = "WHERE execution_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
+/// The rows of a page of events: those of `?1` after id `?2`, at most `?3`.
+const EVENTS_PAGE: &str = "WHERE execution_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+
 /// At most `limit` steps of execution `id` after step `after` (every one when `None`), in
-/// order, payloads read as `P`. One range read of the steps' primary key.
+/// order, payloads read as `P`. One range read of `steps_by_execution`.
 pub(crate) fn steps_page<P: PayloadColumn>(
     conn: &Connection,
     id: Uuid,
@@ -246,7 +252,7 @@ pub(crate) fn steps_page<P: PayloadColumn>(
     bytes_max: usize,
 ) -> Result<Vec<StepRecord<P>>> {
     let sql = format!(
-        "SELECT {} FROM steps WHERE execution_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        "SELECT {} FROM steps {STEPS_PAGE}",
         records::step_columns::<P>(bytes_max)
     );
     let parameters = params![
@@ -269,7 +275,7 @@ pub(crate) fn events_page<P: PayloadColumn>(
     bytes_max: usize,
 ) -> Result<Vec<EventRecord<P>>> {
     let sql = format!(
-        "SELECT {} FROM events WHERE execution_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+        "SELECT {} FROM events {EVENTS_PAGE}",
         records::event_columns::<P>(bytes_max)
     );
     let parameters = params![
@@ -296,4 +302,43 @@ fn collect<T>(
         records.push(read(row)?);
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{EVENTS_PAGE, STEPS_PAGE};
+    use crate::config::Durability;
+    use crate::storage;
+
+    /// A page is one range read of an index, wherever it starts in however long an execution.
+    #[test]
+    fn a_page_of_steps_or_events_is_one_index_range_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let conn = storage::open_writer(&path, Durability::Full, 1_000).unwrap();
+        storage::migrate(&conn, &path).unwrap();
+        for (table, page, index) in [
+            (
+                "steps",
+                STEPS_PAGE,
+                "steps_by_execution (execution_id=? AND seq>?)",
+            ),
+            (
+                "events",
+                EVENTS_PAGE,
+                "events_by_execution (execution_id=? AND id>?)",
+            ),
+        ] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN SELECT * FROM {table} {page}"))
+                .unwrap()
+                .query_map(rusqlite::params!["an execution", 7, 100], |row| row.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(plan, [format!("SEARCH {table} USING INDEX {index}")]);
+        }
+    }
 }

@@ -131,7 +131,7 @@ impl Operator<'_> {
     }
 
     /// Refuses a look at step `seq` while the lock's `holder` may be running it.
-    fn refuse_if_holder_may_act(&self, id: Uuid, seq: u32, holder: &HolderRecord) -> Result<()> {
+    fn refuse_if_holder_may_act(self, id: Uuid, seq: u32, holder: &HolderRecord) -> Result<()> {
         if self.is_ours_without_handle(id, holder) {
             return Ok(());
         }
@@ -152,7 +152,7 @@ impl Operator<'_> {
     /// the lease decides who holds the lock, and only the evidence says whether the process
     /// has stopped.
     fn refuse_if_lease_expired_may_act(
-        &self,
+        self,
         id: Uuid,
         seq: u32,
         holder: &HolderRecord,
@@ -173,7 +173,7 @@ impl Operator<'_> {
     /// Whether `holder` is this journal's own instance with no open handle on execution `id`.
     /// As for an operator action, such a lock is a leak, and nobody in this process is running
     /// the execution's steps under it.
-    fn is_ours_without_handle(&self, id: Uuid, holder: &HolderRecord) -> bool {
+    fn is_ours_without_handle(self, id: Uuid, holder: &HolderRecord) -> bool {
         holder.instance_id == self.journal.inner.locker.instance_id().to_string()
             && !self.journal.inner.handles.contains(id)
     }

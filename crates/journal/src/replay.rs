@@ -1,8 +1,8 @@
 //! The recorded steps of an execution, read a window at a time as replay reaches them. A
 //! resumed execution holds one window, however many steps it has recorded: at most
 //! [`REPLAY_WINDOW_STEPS_MAX`] steps, whose payloads add up to at most
-//! [`REPLAY_WINDOW_BYTES_MAX`] beyond the window's first step. Each window is one indexed
-//! range read of the steps' primary key from the next step to replay, and the first is read
+//! [`REPLAY_WINDOW_BYTES_MAX`] beyond the window's first step. Each window is one range read of
+//! the index `steps_by_execution` from the next step to replay, and the first is read
 //! when the execution is opened. Once a window has reached the end of the recorded steps, no
 //! further read is made: every later step is new.
 //!
@@ -44,7 +44,6 @@ pub(crate) struct RecordedStep {
 pub(crate) struct Replay {
     journal: Journal,
     execution_id: Uuid,
-    payload_bytes_max: usize,
     /// Steps `first_seq`, `first_seq + 1`, ... in order; each is taken once.
     window: Vec<Option<RecordedStep>>,
     first_seq: u32,
@@ -61,7 +60,6 @@ impl Replay {
         let mut replay = Self {
             journal: journal.clone(),
             execution_id,
-            payload_bytes_max: journal.payload_bytes_max(),
             window: Vec::new(),
             first_seq: 0,
             end: None,
@@ -84,7 +82,10 @@ impl Replay {
             return Ok(None);
         }
         let Some(mut index) = seq.checked_sub(self.first_seq) else {
-            return Ok(None);
+            return Err(Error::Inconsistent(format!(
+                "step {seq} of execution {} was asked for after replay had moved past it",
+                self.execution_id
+            )));
         };
         if index as usize >= self.window.len() {
             self.read_window(seq)?;
@@ -95,7 +96,7 @@ impl Replay {
 
     /// Replaces the window with the recorded steps from `from_seq` on.
     fn read_window(&mut self, from_seq: u32) -> Result<()> {
-        let (execution_id, bytes_max) = (self.execution_id, self.payload_bytes_max);
+        let (execution_id, bytes_max) = (self.execution_id, self.journal.payload_bytes_max());
         let (window, complete) = self
             .journal
             .read(|conn| read_window(conn, execution_id, from_seq, bytes_max))?;
@@ -114,6 +115,9 @@ impl Replay {
     }
 }
 
+/// The rows of a window: the steps of `?1` from seq `?2` on, at most `?3`.
+const WINDOW_ROWS: &str = "WHERE execution_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3";
+
 /// Reads the recorded steps of `execution_id` from `from_seq` on, up to the window's bounds.
 /// Also says whether it reached the last recorded step.
 fn read_window(
@@ -123,8 +127,7 @@ fn read_window(
     bytes_max: usize,
 ) -> Result<(Vec<RecordedStep>, bool)> {
     let sql = format!(
-        "SELECT seq, name, effect, state, attempts, {}, {} FROM steps
-         WHERE execution_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+        "SELECT seq, name, effect, state, attempts, {}, {} FROM steps {WINDOW_ROWS}",
         Payload::select("result", bytes_max),
         Payload::select("error", bytes_max),
     );
@@ -179,7 +182,7 @@ mod tests {
     use rusqlite::{Connection, params};
     use uuid::Uuid;
 
-    use super::{REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay};
+    use super::{REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS};
     use crate::error::{Error, Result};
     use crate::journal::Journal;
 
@@ -233,6 +236,26 @@ mod tests {
             (0..steps).try_for_each(|seq| insert_step(conn, id, seq, "step", &result))
         });
         (journal, id)
+    }
+
+    /// A window is one range read of an index, wherever it starts.
+    #[test]
+    fn a_window_is_one_index_range_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+        let sql = format!("EXPLAIN QUERY PLAN SELECT * FROM steps {WINDOW_ROWS}");
+        let plan: Vec<String> = journal
+            .read(|conn| {
+                let mut statement = conn.prepare(&sql)?;
+                let rows =
+                    statement.query_map(params!["an execution", 7, 100], |row| row.get(3))?;
+                Ok(rows.collect::<rusqlite::Result<_>>()?)
+            })
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH steps USING INDEX steps_by_execution (execution_id=? AND seq>?)"]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 mod support;
 
 use durably_journal::rusqlite::{ffi, params};
-use durably_journal::{Error, Journal, Opened};
+use durably_journal::{Error, Opened};
 use support::{Scratch, start};
 use uuid::Uuid;
 

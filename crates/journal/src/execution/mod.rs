@@ -42,7 +42,8 @@ pub struct Execution {
     id: Uuid,
     is_resume: bool,
     input: String,
-    replay: Replay,
+    // Boxed: the replay window's state is a third of the handle, which callers move around.
+    replay: Box<Replay>,
     next_seq: u32,
     halted_at: Option<u32>,
     finalized: bool,
@@ -72,7 +73,7 @@ impl Execution {
             id: opening.id,
             is_resume: opening.is_resume,
             input: opening.input,
-            replay: opening.replay,
+            replay: Box::new(opening.replay),
             next_seq: 0,
             halted_at: None,
             finalized: false,
