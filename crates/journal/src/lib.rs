@@ -47,6 +47,7 @@ mod error;
 mod events;
 mod execution;
 mod execution_id;
+mod extension;
 mod handles;
 mod inspect;
 mod journal;
@@ -71,6 +72,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
+pub use extension::{ExtensionSchema, ambiguous_step_exists, record_event, step_attempts_total};
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
@@ -84,7 +86,7 @@ pub use step::{
     Effect, FencingToken, Guarded, IdempotencyKey, Policy, ReconcileFuture, ReconcileProbe,
     Skipped, StepError, StepKey,
 };
-pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
+pub use storage::{APPLICATION_ID, Migration, SCHEMA_VERSION};
 pub use sweep::{
     GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,
 };

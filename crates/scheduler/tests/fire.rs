@@ -15,7 +15,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_scheduler::{FireOutcome, FireState, Job, JobId, Registration, Scheduler, StepError};
+use durably_scheduler::{
+    FIRE_RETRY_DEFAULT, FireOutcome, FireState, Job, JobId, Registration, RetryPolicy, Scheduler,
+    StepError,
+};
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 use tokio::sync::Notify;
 
@@ -25,7 +28,7 @@ async fn registered_report(
     clock: &Arc<ManualClock>,
     calls: &Calls,
 ) -> (Scheduler, JobId) {
-    let scheduler = scratch.scheduler(clock);
+    let scheduler = scratch.scheduler(clock).await;
     let _ = scheduler
         .register(counting_job("report", calls).build().unwrap())
         .await
@@ -38,7 +41,7 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let registration = scheduler.register(counting_job("report", &calls).build().unwrap());
     assert_eq!(registration.await.unwrap(), Registration::New);
     let job = JobId::new("report").unwrap();
@@ -65,7 +68,7 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     ));
 
     // Another scheduler (its own journal handle and lock instance) on the same file.
-    let other = scratch.scheduler(&clock);
+    let other = scratch.scheduler(&clock).await;
     let calls_elsewhere = Calls::default();
     let registration = other.register(counting_job("report", &calls_elsewhere).build().unwrap());
     assert!(matches!(
@@ -111,7 +114,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
         })
         .build()
         .unwrap();
-    let first = scratch.scheduler(&clock);
+    let first = scratch.scheduler(&clock).await;
     let _ = first.register(blocking).await.unwrap();
     let job = JobId::new("slow").unwrap();
     let running = tokio::spawn({
@@ -123,7 +126,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
         .unwrap();
 
     let calls = Calls::default();
-    let second = scratch.scheduler(&clock);
+    let second = scratch.scheduler(&clock).await;
     let _ = second
         .register(counting_job("slow", &calls).build().unwrap())
         .await
@@ -148,8 +151,11 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
         let calls = calls.clone();
         Job::builder("flaky")
             .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-            .attempts_max(3)
-            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .retry(RetryPolicy {
+                attempts_max: 3,
+                backoff_initial: Duration::from_millis(1),
+                backoff_max: Duration::from_millis(5),
+            })
             .body(move |context| {
                 let calls = calls.clone();
                 async move {
@@ -168,7 +174,7 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
             .build()
             .unwrap()
     };
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let _ = scheduler.register(flaky).await.unwrap();
     let job = JobId::new("flaky").unwrap();
 
@@ -231,7 +237,10 @@ async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
     let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
 
     let changed = counting_job("report", &calls)
-        .attempts_max(5)
+        .retry(RetryPolicy {
+            attempts_max: 5,
+            ..FIRE_RETRY_DEFAULT
+        })
         .build()
         .unwrap();
     let registration = scheduler.register(changed).await.unwrap();
