@@ -310,7 +310,11 @@ impl Scheduler {
                 // Shutdown starts no new fire: the rest stay `pending` (or as they were) in
                 // the ledger, and the next pass, here or elsewhere, resumes them.
                 if scheduler.inner.shutdown.is_set() {
-                    tracing::info!(job = %job.id, slot = %fire.slot, "shutting down: fire left for the next pass");
+                    tracing::info!(
+                        job = %job.id,
+                        slot = %fire.slot,
+                        "shutting down: fire left for the next pass"
+                    );
                     break;
                 }
                 let slot = fire.slot;

@@ -247,7 +247,7 @@ impl Scheduler {
 
     /// Fires `job` at `slot` once: registers the fire in the ledger, opens its execution (the
     /// fire id) exclusively, and runs the body as one guarded step per attempt under the job's
-    /// ambiguity policy, retrying a failing body as the job's [`RetryPolicy`](durably_journal::RetryPolicy)
+    /// ambiguity policy, retrying a failing body as the job's [`RetryPolicy`](crate::RetryPolicy)
     /// allows.
     ///
     /// - Already finished (here or in another process): [`FireOutcome::Replayed`], nothing runs.
