@@ -6,6 +6,8 @@
 //! The column definitions are read as text: a column's definition runs from its name to the
 //! next line indented as much as it, which is how every migration in `schema/` lays them out.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::BTreeSet;
