@@ -23,7 +23,6 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,12 +32,9 @@ use durably_journal::{
     Error, Execution, Journal, Opened, Policy, Resolution, SCHEMA_VERSION, StepError, StepRecord,
     rusqlite,
 };
-use support::journal::{Held, finish, worker};
-use support::{Scratch, integrity, runtime};
+use support::journal::{Held, finish, worker, worker_as_nobody};
+use support::{Scratch, directory_entries, integrity, is_root, runtime, sibling, spawn};
 use uuid::Uuid;
-
-/// The uid and gid of `nobody`, for running a child without root's powers.
-const NOBODY: u32 = 65_534;
 
 /// Opens execution `id`, which must not be finished.
 async fn start(journal: &Journal, id: Uuid) -> Execution {
@@ -119,15 +115,6 @@ fn step_rows(path: &Path, id: Uuid) -> i64 {
         |row| row.get(0),
     )
     .unwrap()
-}
-
-fn directory_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Fills the disk with ever more steps until one is refused; every step that returned was
@@ -239,11 +226,6 @@ impl Drop for Immutable {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Makes `paths` read-only for this process: `chattr +i` as root (root ignores permission
 /// bits), permission bits otherwise. `None` when that is impossible here.
 fn make_read_only(paths: &[&Path]) -> Option<Immutable> {
@@ -300,23 +282,6 @@ fn a_read_only_file_is_read_only_and_loses_nothing() {
     }
 }
 
-/// Spawns `command`, whose program may be a file this process has just written. Another test
-/// thread that forks at that moment holds the copy's write descriptor until its child execs,
-/// and the kernel refuses to run a file open for writing (`ETXTBSY`): a known Linux race, so
-/// the spawn is tried again, a bounded number of times.
-fn spawn_fresh_copy(command: &mut Command) -> std::process::Child {
-    const SPAWN_TRIES_MAX: u32 = 100;
-    for _ in 1..SPAWN_TRIES_MAX {
-        match command.spawn() {
-            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            spawned => return spawned.unwrap(),
-        }
-    }
-    command.spawn().unwrap()
-}
-
 /// In another process, for a user the permission bits really stop: a `journal_worker` child
 /// opens a `0444` file; when the tests run as root, the child runs as `nobody`.
 #[test]
@@ -328,13 +293,7 @@ fn a_read_only_file_for_another_user_is_read_only_and_loses_nothing() {
     std::fs::set_permissions(scratch.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bytes = std::fs::read(&scratch.database).unwrap();
     let mut command = if is_root() {
-        // The build directory may sit below a folder only root can enter (a fresh clone in a
-        // private temporary directory), so `nobody` runs a copy of the worker kept beside the
-        // database instead.
-        let copy = scratch.dir.path().join("journal_worker");
-        std::fs::copy(env!("CARGO_BIN_EXE_journal_worker"), &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Command::new(copy)
+        worker_as_nobody(scratch.dir.path())
     } else {
         worker()
     };
@@ -343,11 +302,7 @@ fn a_read_only_file_for_another_user_is_read_only_and_loses_nothing() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if is_root() {
-        // std drops root's supplementary groups when it switches the uid.
-        command.uid(NOBODY).gid(NOBODY);
-    }
-    let answer = finish(spawn_fresh_copy(&mut command)).answer().clone();
+    let answer = finish(spawn(&mut command)).answer().clone();
     assert_eq!(
         (answer["outcome"].as_str(), answer["kind"].as_str()),
         (Some("error"), Some("read_only")),
@@ -474,7 +429,7 @@ fn a_schema_from_the_future_is_schema_too_new_and_its_data_kept() {
                 if found == future && supported == SCHEMA_VERSION),
             "{error:?}"
         );
-        assert!(error.to_string().contains("upgrade durably"), "{error}");
+        assert!(error.to_string().contains("knows only up to"), "{error}");
         assert!(
             std::fs::read(&scratch.database).unwrap() == bytes,
             "the newer file was altered"
@@ -660,12 +615,6 @@ fn a_recorded_payload_over_the_read_cap_is_refused_on_replay_and_the_lock_is_fre
         assert_eq!(replayed, "y".repeat(2000));
     });
     assert_eq!(integrity(&scratch.database), "ok");
-}
-
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Regression test for a bug these tests found: dropping the last handle of a journal returned

@@ -178,7 +178,7 @@ fn fail_is_ambiguous_on_every_reopen_until_an_operator_records_the_value() {
             answer["message"]
                 .as_str()
                 .unwrap()
-                .contains("durably resolve"),
+                .contains("an operator must check the outside world"),
             "{answer}"
         );
         assert!(

@@ -130,6 +130,34 @@ pub enum Error {
         /// What SQLite said.
         reason: String,
     },
+    /// A file of the journal (the database, its `-wal`, `-shm` or `-journal`) would let
+    /// another user read or change what durably writes, or is not a regular file. Found before
+    /// SQLite opened the database (the usual case), it was left as it was; found by the look
+    /// after, SQLite had opened it, and no payload was written.
+    #[error("{path} (owner uid {owner}, mode {mode:04o}) {reason}; durably refuses to use it")]
+    UnsafeFile {
+        /// The file.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// What is wrong with it.
+        reason: UnsafeFileReason,
+    },
+    /// The database path is a symbolic link whose target does not resolve. A journal is opened
+    /// only at its real path, so that every process finds the same WAL and liveness directory;
+    /// nothing was created.
+    #[error(
+        "{path} is a symbolic link to {target}, which does not exist; durably does not create a \
+         journal through a link, and created nothing"
+    )]
+    DanglingSymlink {
+        /// The link.
+        path: PathBuf,
+        /// What it points to.
+        target: PathBuf,
+    },
     /// Another connection held the write lock past the busy timeout.
     #[error("the database stayed locked by another writer for over {busy_timeout_ms} ms")]
     Busy {
@@ -242,6 +270,27 @@ pub enum Error {
     /// The read pool could not hand out a connection.
     #[error("cannot get a read connection: {0}")]
     Pool(#[from] r2d2::Error),
+}
+
+/// Why a journal file was refused as [`Error::UnsafeFile`].
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeFileReason {
+    /// An empty database file that belongs to another user, or that the group or others may
+    /// read or write. Someone else made it and chose its mode, and a descriptor opened while it
+    /// was readable would still read everything written to it after a `chmod`.
+    #[error(
+        "is an empty database file that is not private to this user: whoever created it chose \
+         its mode and may already hold it open"
+    )]
+    EmptyNotPrivate,
+    /// A `-wal`, `-shm` or `-journal` file owned by a user who owns neither the database file
+    /// nor this process: SQLite would read it into the database and write payloads into it.
+    #[error("belongs to a user who owns neither the database file nor this process")]
+    ForeignOwner,
+    /// A symbolic link, a directory, a FIFO or a device where a regular file belongs.
+    #[error("is not a regular file (a symbolic link, a directory, a FIFO or a device)")]
+    NotRegular,
 }
 
 impl Error {

@@ -48,6 +48,7 @@ mod events;
 mod execution;
 mod execution_id;
 mod extension;
+mod files;
 mod handles;
 mod inspect;
 mod journal;
@@ -69,7 +70,7 @@ pub use config::{
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
     RetryPolicy,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
 pub use extension::{ExtensionSchema, ambiguous_step_exists, record_event, step_attempts_total};

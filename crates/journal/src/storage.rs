@@ -1,7 +1,7 @@
 //! Opening the database: connection pragmas, the schema migrations and the file checks that
 //! come before them.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -9,6 +9,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::extension::ExtensionSchema;
+use crate::files::{self, Siblings};
 use crate::writer::WalSync;
 
 /// One numbered schema migration. A released migration never changes: a file that applied it
@@ -107,14 +108,13 @@ pub(crate) fn writer_wal_sync(
     if durability == Durability::ProcessCrash {
         return Ok(None);
     }
-    let mut wal_path = path.as_os_str().to_owned();
-    wal_path.push("-wal");
-    let wal_path = std::path::PathBuf::from(wal_path);
+    let wal_path = files::sibling(path, "-wal");
     // Write access is only for fsync, which some systems refuse on a read-only descriptor;
-    // nothing is ever written through it.
+    // nothing is ever written through it. No link is followed, as SQLite follows none.
     let wal = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&wal_path)
         .map_err(|source| Error::Io {
             action: "open the WAL file to sync",
@@ -195,35 +195,33 @@ fn value_text(value: rusqlite::types::Value) -> String {
 }
 
 /// Opens the write connection, creating the file (mode 0600) when it does not exist.
+///
+/// The file is created, or the one found checked, before SQLite opens it, and the files SQLite
+/// keeps beside it are checked before and again once SQLite holds them (see `files`): a WAL
+/// another user plants between the two is found by the second look, before the migrations or
+/// any other write.
 pub(crate) fn open_writer(
     path: &Path,
     durability: Durability,
     busy_timeout_ms: u64,
 ) -> Result<Connection> {
-    let existed = path.exists();
+    let main = files::create_or_adopt(path)?;
+    files::check_siblings(path, main, Siblings::MayBeMissing)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|error| Error::from(error).at_path(path))?;
-    if !existed {
-        // SQLite creates the file 0644; tighten it before the WAL and SHM files exist, since
-        // SQLite gives those the database file's mode. chmod goes by path and never opens the
-        // file, so SQLite's POSIX locks are untouched.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
-            |source| Error::Io {
-                action: "set mode 0600 on",
-                path: path.to_owned(),
-                source,
-            },
-        )?;
-    }
     // The header check reads the file, and another process may be creating it right now: wait
     // for its lock as every later statement does. Setting the timeout does not touch the file.
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     check_header(&conn, path)?;
     check_before_wal_switch(&conn, path)?;
     configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| error.at_path(path))?;
+    // A read in WAL mode opens the WAL and its index, and SQLite keeps both open from here on.
+    conn.query_row("PRAGMA user_version", [], |_| Ok(()))
+        .map_err(|error| Error::from(error).at_path(path))?;
+    files::check_siblings(path, main, Siblings::Open)?;
     Ok(conn)
 }
 

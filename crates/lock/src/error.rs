@@ -1,5 +1,7 @@
 use std::path::PathBuf;
 
+use crate::checked_dir::Refusal;
+
 /// Everything that can go wrong in `durably-lock`.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,15 @@ pub enum Error {
         /// The underlying error.
         #[source]
         source: std::io::Error,
+    },
+    /// The liveness directory is not trusted, so nothing in it is used: its owner or its
+    /// writers could forge the evidence that decides whether a holder is alive.
+    #[error("refusing the liveness directory {path}: {reason}")]
+    LivenessDirRefused {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: Refusal,
     },
     /// A lock row could not be read as a lock (a foreign or damaged database).
     #[error("lock row {resource:?} is corrupt: {reason}; run `PRAGMA integrity_check` on the file")]

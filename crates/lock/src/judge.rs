@@ -1,5 +1,6 @@
-//! Judging whether a lock holder is alive, strongest evidence first. Staleness alone never
-//! proves death: only an opt-in lease that the holder itself asked for can be forfeited by time.
+//! Judging whether a lock holder is alive, weighing its liveness file against the process tests
+//! so that neither can overturn the other into a death. Staleness alone never proves death: only
+//! an opt-in lease that the holder itself asked for can be forfeited by time.
 
 use std::fmt;
 use std::sync::Arc;
@@ -122,6 +123,12 @@ pub struct Judge {
 
 impl Judge {
     /// A judge that sees the world as `own` sees it.
+    ///
+    /// A judge never creates or writes anything: its probes open liveness files read-only and
+    /// never create the liveness directory. So a program that only reads a journal judges
+    /// holders with a judge of its own (`own` from [`ProcessTable::own_identity`],
+    /// [`LivenessDir::beside`] the journal) and no [`crate::Locker`], which would create the
+    /// directory and a liveness file.
     pub fn new(
         own: ProcessIdentity,
         liveness: LivenessDir,
@@ -136,11 +143,13 @@ impl Judge {
         }
     }
 
-    /// Judges `holder`. Evidence of death from the process tests comes first; an expired
-    /// opt-in lease then overrides "alive" and "unknown", because the holder promised to
-    /// heartbeat and fencing makes a late holder harmless.
+    /// Judges `holder`. The liveness file and the process tests are weighed together: where
+    /// the process tests apply (same boot, same pid namespace, a readable `/proc`) they decide,
+    /// and a free file against a pid that runs with its recorded start time makes the holder
+    /// unknown; elsewhere the file decides. An expired opt-in lease then overrides "alive" and "unknown", because the
+    /// holder promised to heartbeat and fencing keeps a late holder out of the journal.
     pub fn judge(&self, holder: &HolderRecord) -> Judgement {
-        let verdict = self.judge_process(holder);
+        let verdict = self.judge_evidence(holder);
         if verdict.is_dead() {
             return verdict;
         }
@@ -150,18 +159,21 @@ impl Judge {
         }
     }
 
-    fn judge_process(&self, holder: &HolderRecord) -> Judgement {
+    fn judge_evidence(&self, holder: &HolderRecord) -> Judgement {
         let Ok(instance_id) = Uuid::parse_str(&holder.instance_id) else {
             return Judgement::Unknown(format!(
                 "instance id {:?} is not a UUID",
                 holder.instance_id
             ));
         };
-        match self.liveness.probe(&instance_id) {
-            Probe::Free => return Judgement::Dead(DeathReason::LivenessFileUnlocked),
-            Probe::Held => return Judgement::Alive("its liveness file is locked".to_owned()),
-            Probe::Missing | Probe::Unreadable(_) => {}
-        }
+        weigh(
+            self.liveness.probe(&instance_id),
+            self.judge_process(holder),
+        )
+    }
+
+    /// The verdict of the process tests alone: boot, pid namespace, pid and start time.
+    fn judge_process(&self, holder: &HolderRecord) -> Judgement {
         if Uuid::parse_str(&holder.boot_id).is_err() {
             return Judgement::Unknown(format!("boot id {:?} is not a UUID", holder.boot_id));
         }
@@ -178,7 +190,7 @@ impl Judge {
         }
         if holder.pid_ns != self.own.pid_ns {
             return Judgement::Unknown(format!(
-                "it runs in another pid namespace ({}) and has no liveness file here",
+                "it runs in another pid namespace ({}), whose pids mean nothing here",
                 holder.pid_ns
             ));
         }
@@ -232,5 +244,207 @@ impl Judge {
     /// The clock the judge reads lease deadlines from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+}
+
+/// Weighs the liveness file against the process tests. Neither kind of evidence can overturn
+/// the other into a death:
+///
+/// - The process tests are conclusive where they apply (same boot, same pid namespace, a
+///   readable `/proc`): a pid that is gone or reused, or a host that rebooted, is dead even if
+///   someone holds its liveness file locked (a bare-`fork` child, or anyone else who opened
+///   it). And a pid that runs with the recorded start time is never dead because of a free
+///   file: that contradiction makes the holder unknown, which counts as alive. A zombie state
+///   is the one process verdict a locked file contradicts: it is also how a process looks
+///   whose main thread exited while its other threads (and its descriptors) live on.
+/// - Where the process tests cannot decide (another pid namespace or host, an unreadable
+///   `/proc` entry), the file decides: locked is alive, free is dead.
+///
+/// So a free file can kill only a holder whose pid cannot be checked, and a locked file can
+/// save only such a holder; in both cases the file sits in a directory that only the journal's
+/// owner (or root) can write to.
+fn weigh(file: Probe, process: Judgement) -> Judgement {
+    match (file, process) {
+        // Both agree, or the file is the only evidence there is.
+        (Probe::Free, Judgement::Dead(_) | Judgement::Unknown(_)) => {
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        }
+        // A process whose main thread exited while its other threads run shows as a zombie,
+        // and it still holds its file; a real zombie has closed every descriptor.
+        (Probe::Held, Judgement::Dead(DeathReason::Zombie { pid })) => Judgement::Unknown(format!(
+            "pid {pid} shows as a zombie, yet its liveness file is locked (as when the main \
+                 thread exited and other threads run on); contradicting evidence proves nothing"
+        )),
+        // Conclusive process tests: whoever holds the file, it is not the recorded process.
+        (_, dead @ Judgement::Dead(_)) => dead,
+        (Probe::Free, Judgement::Alive(why)) => Judgement::Unknown(format!(
+            "its liveness file is free, yet {why}; contradicting evidence proves nothing"
+        )),
+        (Probe::Held, Judgement::Alive(_) | Judgement::Unknown(_)) => {
+            Judgement::Alive("its liveness file is locked".to_owned())
+        }
+        (Probe::Missing, Judgement::Unknown(why)) => {
+            Judgement::Unknown(format!("{why}; it has no liveness file here"))
+        }
+        (Probe::Untrusted(file), Judgement::Unknown(why)) => {
+            Judgement::Unknown(format!("{why}; {file}, which proves nothing"))
+        }
+        (Probe::Unreadable(error), Judgement::Unknown(why)) => Judgement::Unknown(format!(
+            "{why}; its liveness file cannot be probed ({error})"
+        )),
+        (Probe::Missing | Probe::Untrusted(_) | Probe::Unreadable(_), alive) => alive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::identity::ProcFs;
+
+    /// A judge of this process with the real `/proc`, probing `dir`; with its identity and
+    /// directory.
+    fn setup(dir: &std::path::Path) -> (Judge, ProcessIdentity, LivenessDir) {
+        let liveness = LivenessDir::at(dir);
+        let own = ProcFs::default().own_identity().unwrap();
+        let judge = Judge::new(
+            own.clone(),
+            liveness.clone(),
+            Arc::new(ProcFs::default()),
+            Arc::new(SystemClock),
+        );
+        (judge, own, liveness)
+    }
+
+    fn record(instance_id: &Uuid, holder: &ProcessIdentity) -> HolderRecord {
+        HolderRecord {
+            instance_id: instance_id.to_string(),
+            pid: holder.pid,
+            start_time: holder.start_time,
+            boot_id: holder.boot_id.clone(),
+            pid_ns: holder.pid_ns,
+            hostname: holder.hostname.clone(),
+            acquired_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            heartbeat_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            lease_ms: None,
+        }
+    }
+
+    /// A free, regular liveness file for `instance_id`, as a forger would leave one.
+    fn free_file(liveness: &LivenessDir, instance_id: &Uuid) -> File {
+        File::create(liveness.path().join(format!("{instance_id}.live"))).unwrap()
+    }
+
+    #[test]
+    fn a_free_file_cannot_kill_a_pid_that_runs_with_its_start_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let instance = Uuid::new_v4();
+        drop(free_file(&liveness, &instance));
+        let verdict = judge.judge(&record(&instance, &own));
+        let Judgement::Unknown(why) = &verdict else {
+            panic!("a running pid with its recorded start time was judged {verdict}");
+        };
+        assert!(why.contains("contradicting evidence"), "{why}");
+    }
+
+    #[test]
+    fn a_locked_file_cannot_keep_a_dead_pid_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let instance = Uuid::new_v4();
+        // Someone other than the holder keeps its liveness file locked.
+        let intruder = free_file(&liveness, &instance);
+        intruder.lock().unwrap();
+        let mut reused = own.clone();
+        reused.start_time += 1;
+        let mut other_boot = own.clone();
+        other_boot.boot_id = Uuid::new_v4().to_string();
+        for holder in [reused, other_boot] {
+            let verdict = judge.judge(&record(&instance, &holder));
+            assert!(
+                matches!(
+                    verdict,
+                    Judgement::Dead(
+                        DeathReason::PidReused { .. } | DeathReason::BootIdChanged { .. }
+                    )
+                ),
+                "{verdict}"
+            );
+        }
+    }
+
+    /// Every pid is a zombie with the recorded start time.
+    #[derive(Debug)]
+    struct Zombies(ProcessIdentity);
+
+    impl ProcessTable for Zombies {
+        fn own_identity(&self) -> crate::Result<ProcessIdentity> {
+            Ok(self.0.clone())
+        }
+
+        fn stat(&self, _pid: i64) -> crate::Result<Option<crate::ProcessStat>> {
+            Ok(Some(crate::ProcessStat {
+                start_time: self.0.start_time,
+                state: 'Z',
+            }))
+        }
+    }
+
+    #[test]
+    fn a_zombie_with_a_locked_file_is_unknown_and_without_one_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, own, liveness) = setup(dir.path());
+        let judge = Judge::new(
+            own.clone(),
+            liveness.clone(),
+            Arc::new(Zombies(own.clone())),
+            Arc::new(SystemClock),
+        );
+        let instance = Uuid::new_v4();
+        let pid = own.pid;
+        assert_eq!(
+            judge.judge(&record(&instance, &own)),
+            Judgement::Dead(DeathReason::Zombie { pid })
+        );
+        let file = free_file(&liveness, &instance);
+        file.lock().unwrap();
+        let verdict = judge.judge(&record(&instance, &own));
+        assert!(
+            matches!(&verdict, Judgement::Unknown(why) if why.contains("zombie")),
+            "{verdict}"
+        );
+        drop(file);
+        assert_eq!(
+            judge.judge(&record(&instance, &own)),
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        );
+    }
+
+    #[test]
+    fn where_pids_mean_nothing_the_file_decides() {
+        let dir = tempfile::tempdir().unwrap();
+        let (judge, own, liveness) = setup(dir.path());
+        let mut elsewhere = own.clone();
+        elsewhere.pid_ns += 1;
+        let instance = Uuid::new_v4();
+        let verdict = judge.judge(&record(&instance, &elsewhere));
+        assert!(
+            matches!(&verdict, Judgement::Unknown(why) if why.contains("no liveness file")),
+            "{verdict}"
+        );
+        let file = free_file(&liveness, &instance);
+        file.lock().unwrap();
+        assert!(matches!(
+            judge.judge(&record(&instance, &elsewhere)),
+            Judgement::Alive(_)
+        ));
+        drop(file);
+        assert_eq!(
+            judge.judge(&record(&instance, &elsewhere)),
+            Judgement::Dead(DeathReason::LivenessFileUnlocked)
+        );
     }
 }

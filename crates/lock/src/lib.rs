@@ -3,8 +3,10 @@
 //! A lock is a row in the `locks` table (see `schema/0001_locks.sql`). Its holder is stamped
 //! with an instance UUID, pid, process start time, boot id, pid-namespace inode and host name,
 //! and each instance keeps a liveness file beside the database locked with `flock` for its whole
-//! life. A holder is judged dead only on evidence (its liveness file is free, the host rebooted,
-//! its pid is gone, reused or a zombie), or when it opted into a lease and let it expire.
+//! life. A holder is judged dead only on evidence that nothing contradicts (its liveness file is
+//! free while its pid cannot be shown to run, the host rebooted, its pid is gone, reused or a
+//! zombie), or when it opted into a lease and let it expire. The liveness directory and its
+//! files count only when no other user could have made them (see [`LivenessDir`]).
 //! Every acquire and takeover bumps a fencing epoch; a write fenced by a stale epoch fails with
 //! [`Error::LockLost`].
 //!
@@ -39,6 +41,7 @@
 //! # }
 //! ```
 
+mod checked_dir;
 mod clock;
 mod error;
 mod identity;
@@ -47,6 +50,7 @@ mod liveness;
 mod locker;
 mod row;
 
+pub use checked_dir::Refusal;
 pub use clock::{Clock, SystemClock, format_timestamp, parse_timestamp};
 pub use error::{Error, Result};
 pub use identity::{ProcFs, ProcessIdentity, ProcessStat, ProcessTable};

@@ -1,6 +1,9 @@
 //! Helpers for the `journal_*` tests and `faults.rs`: the `journal_worker` helper process, run
 //! with bounded waits, and the independent ledger its closures append to.
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use serde_json::Value;
@@ -9,6 +12,19 @@ use super::{Driven, Scratch, read_lines, wait_exit};
 
 pub fn worker() -> Command {
     Command::new(env!("CARGO_BIN_EXE_journal_worker"))
+}
+
+/// The worker, run as `nobody`; this process must be root. The build directory may sit below a
+/// folder only root can enter (a fresh clone in a private temporary directory), so `nobody`
+/// runs a copy of the worker kept in `dir`; spawn it with [`super::spawn`].
+pub fn worker_as_nobody(dir: &Path) -> Command {
+    let copy = dir.join("journal_worker");
+    std::fs::copy(env!("CARGO_BIN_EXE_journal_worker"), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut command = Command::new(copy);
+    // std drops root's supplementary groups when it switches the uid.
+    command.uid(super::NOBODY).gid(super::NOBODY);
+    command
 }
 
 impl Scratch {
@@ -78,7 +94,12 @@ pub struct Held(Driven);
 
 impl Held {
     pub fn spawn(args: &[&str]) -> Self {
-        Self(Driven::start(worker().args(args)))
+        Self::start(worker().args(args))
+    }
+
+    /// Starts `command`, a worker with its arguments.
+    pub fn start(command: &mut Command) -> Self {
+        Self(Driven::start(command))
     }
 
     /// The next line the worker prints, waiting at most [`super::WAIT_MAX`].

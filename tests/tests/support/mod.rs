@@ -6,6 +6,7 @@
 // fail the test by panicking.
 #![allow(
     dead_code,
+    unused_imports,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::missing_panics_doc
@@ -19,13 +20,22 @@ pub mod scheduler;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use process::{Driven, wait_exit};
+pub use process::{Driven, spawn, wait_exit};
 
 /// How long any single wait for a child or a condition may take before the test fails.
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// How often a bounded wait looks again at what it waits for.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// The uid and gid of `nobody`, for running a child without root's powers.
+pub const NOBODY: u32 = 65_534;
+
+/// Whether this process runs as root, so it can act as, and for, another user.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// A scratch directory with a database path and a ledger path in it; neither file exists until
 /// something creates it. The `lock`, `journal` and `scheduler` submodules add what their tests
@@ -48,6 +58,24 @@ impl Scratch {
             ledger,
         }
     }
+}
+
+/// The names in directory `dir`, sorted.
+pub fn directory_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The path of the file SQLite keeps beside the database at `path` under `suffix` (`-wal`,
+/// `-shm`).
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// The lines of the file at `path`; none if there is no such file yet.

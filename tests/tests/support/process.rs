@@ -24,6 +24,23 @@ pub fn wait_exit(child: &mut Child, name: &str) -> ExitStatus {
     }
 }
 
+/// Spawns `command`, whose program may be a file this process has just written. Another test
+/// thread that forks at that moment holds the copy's write descriptor until its child execs,
+/// and the kernel refuses to run a file open for writing (`ETXTBSY`): a known Linux race, so
+/// the spawn is tried again, a bounded number of times.
+pub fn spawn(command: &mut Command) -> Child {
+    const SPAWN_TRIES_MAX: u32 = 100;
+    for _ in 1..SPAWN_TRIES_MAX {
+        match command.spawn() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            spawned => return spawned.unwrap(),
+        }
+    }
+    command.spawn().unwrap()
+}
+
 /// A helper binary run as a child, driven by lines on stdin, answering with lines on stdout.
 /// Dropping it kills the child, so a failing test leaves no stopped or running child behind.
 pub struct Driven {
@@ -41,12 +58,12 @@ impl Driven {
     /// Starts `command` with stdin and stdout piped to this process and stderr inherited.
     pub fn start(command: &mut Command) -> Self {
         let program = command.get_program().to_string_lossy().into_owned();
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot start {program}: {error}"));
+        let mut child = spawn(
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
         let stdout = child.stdout.take().unwrap();
         let (sender, lines) = channel();
         std::thread::spawn(move || {

@@ -6,6 +6,10 @@
 //! with [`Durability::Full`](crate::Durability::Full), after an fsync of the WAL that began after
 //! that COMMIT (see [`wal_sync`]). There is no flush interval: a lone request pays for one commit,
 //! and requests that queue while a commit is in flight share the next one.
+//!
+//! One queue, first in first out, carries every request. Callers who wait for an answer take
+//! room in it ([`QUEUE_REQUESTS_MAX`]) and wait for room when it is full; the release of a
+//! dropped handle takes none and never waits (see [`Writer::write_detached`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result, classify, replicate};
 
@@ -25,8 +29,13 @@ pub(crate) use wal_sync::WalSync;
 /// How many requests one commit takes at most. Bounds the time the write lock is held.
 pub(crate) const BATCH_REQUESTS_MAX: usize = 512;
 
-/// How many requests may wait for the writer before callers are made to wait (back-pressure).
+/// How many requests whose callers wait for an answer may queue for the writer before further
+/// callers are made to wait for room (back-pressure). Releases of dropped handles do not count.
 pub(crate) const QUEUE_REQUESTS_MAX: usize = 4096;
+
+// A batch takes requests from the queue, so it can never be larger than what the queue holds;
+// a batch bound above the queue's would be a bound that never applies.
+const _: () = assert!(BATCH_REQUESTS_MAX <= QUEUE_REQUESTS_MAX);
 
 /// Counters of the writer's work, for tests and the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,7 +48,8 @@ pub struct WriterStats {
     pub requests_failed: u64,
     /// Commits that failed (every request of the batch got the error).
     pub commits_failed: u64,
-    /// Requests waiting in the queue right now, not yet taken by the writer.
+    /// Requests waiting in the queue right now, not yet taken by the writer, releases of dropped
+    /// handles included.
     pub queued: u64,
     /// The writer's own fsyncs of the WAL ([`Durability::Full`](crate::Durability::Full)). Each
     /// makes every commit before it durable, so there are at most as many as commits.
@@ -59,6 +69,7 @@ pub struct WriterStats {
 
 #[derive(Debug, Default)]
 struct Counters {
+    queued: AtomicU64,
     commits: AtomicU64,
     requests: AtomicU64,
     requests_failed: AtomicU64,
@@ -70,6 +81,13 @@ struct Counters {
 }
 
 impl Counters {
+    /// The writer takes `queued` out of the queue: it no longer counts as queued, and its room
+    /// is given back.
+    fn take(&self, queued: Queued) -> Box<dyn Job> {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        queued.job
+    }
+
     /// Counts one answered request, submitted at `sent` and taken by the writer at `taken`
     /// (`None` when it was answered without being run).
     fn record_answer(&self, sent: Instant, taken: Option<Instant>) {
@@ -93,8 +111,8 @@ pub(crate) enum Undo {
     Savepoint,
     /// The request changes rows with at most one statement, and can fail only before that
     /// statement or inside it, where SQLite takes the statement back on its own. It needs no
-    /// savepoint: that saves two statements and the sub-journal's page copies per request,
-    /// about 6 % of the concurrent benchmark's throughput. The writer checks the promise: such
+    /// savepoint: that saves two statements and the sub-journal's page copies per request
+    /// (docs/performance.md gives the measured gain). The writer checks the promise: such
     /// a request that fails after changing rows rolls its whole batch back.
     OneStatement,
 }
@@ -186,12 +204,24 @@ where
     }
 }
 
+/// A request in the writer's queue.
+struct Queued {
+    job: Box<dyn Job>,
+    /// The room the request takes in the queue while it waits there, given back when the
+    /// writer takes it. `None` for a release, which never waits for room.
+    _room: Option<OwnedSemaphorePermit>,
+}
+
 /// The handle callers use to submit writes.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
     /// The database file, named in errors that SQLite raises without it.
     path: Arc<Path>,
-    queue: mpsc::Sender<Box<dyn Job>>,
+    /// Unbounded in itself: the bound on waiting callers' requests is `room`, and the releases,
+    /// which take no room, are bounded by the handles (see [`Writer::write_detached`]).
+    queue: mpsc::UnboundedSender<Queued>,
+    /// [`QUEUE_REQUESTS_MAX`] permits; a caller holds one while its request is queued.
+    room: Arc<Semaphore>,
     counters: Arc<Counters>,
     ack_timeout: Duration,
 }
@@ -237,7 +267,7 @@ impl Writer {
         ack_timeout: Duration,
         wal: Option<Box<dyn WalSync>>,
     ) -> Result<(Self, WriterThread)> {
-        let (queue, receiver) = mpsc::channel(QUEUE_REQUESTS_MAX);
+        let (queue, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         let thread_error = |source| Error::Io {
             action: "start the writer thread for",
@@ -257,6 +287,7 @@ impl Writer {
         let writer = Self {
             path: Arc::from(path),
             queue,
+            room: Arc::new(Semaphore::new(QUEUE_REQUESTS_MAX)),
             counters,
             ack_timeout,
         };
@@ -294,10 +325,12 @@ impl Writer {
         let (reply, acknowledged) = oneshot::channel();
         let job = TypedJob::boxed(undo, work, reply);
         let waiting = async {
-            self.queue
-                .send(job)
+            // The semaphore is never closed, so waiting for room cannot fail.
+            let room = Arc::clone(&self.room)
+                .acquire_owned()
                 .await
                 .map_err(|_| Error::WriterStopped)?;
+            self.enqueue(job, Some(room))?;
             let answer: Answer<T> = acknowledged.await.map_err(|_| Error::WriterStopped)?;
             self.counters.record_answer(sent, answer.taken);
             answer.outcome
@@ -311,20 +344,31 @@ impl Writer {
     }
 
     /// Submits `work` without waiting for it (used by `Drop`, which cannot await). The request
-    /// still goes through the queue in order.
+    /// goes through the queue in order, behind every request submitted before it, and never
+    /// waits for room: a full queue neither blocks the dropping thread nor starts one, and
+    /// nothing is dropped.
+    ///
+    /// Bound: the only detached request is the release of a handle, one per handle. A handle
+    /// is opened by a request through this same queue, and an open queued behind a release
+    /// returns only after the writer has taken that release. So every handle whose release is
+    /// still queued was open, or being opened, when the oldest queued release was submitted:
+    /// the queued releases never outnumber the handles of one moment.
     pub(crate) fn write_detached<F>(&self, work: F)
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let (reply, _ignored) = oneshot::channel();
-        let job = TypedJob::boxed(Undo::Savepoint, work, reply);
-        if let Err(mpsc::error::TrySendError::Full(job)) = self.queue.try_send(job) {
-            // The queue is full: hand the job to a thread that may block until there is room.
-            let queue = self.queue.clone();
-            let _ = std::thread::Builder::new()
-                .name("durably-release".to_owned())
-                .spawn(move || queue.blocking_send(job));
-        }
+        // Fails only when the writer thread has ended, and then nothing can be written.
+        let _ = self.enqueue(TypedJob::boxed(Undo::Savepoint, work, reply), None);
+    }
+
+    /// Puts `job` at the end of the queue, holding `room` until the writer takes it.
+    fn enqueue(&self, job: Box<dyn Job>, room: Option<OwnedSemaphorePermit>) -> Result<()> {
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        self.queue.send(Queued { job, _room: room }).map_err(|_| {
+            self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+            Error::WriterStopped
+        })
     }
 
     /// The writer's counters so far.
@@ -334,7 +378,7 @@ impl Writer {
             requests: self.counters.requests.load(Ordering::Relaxed),
             requests_failed: self.counters.requests_failed.load(Ordering::Relaxed),
             commits_failed: self.counters.commits_failed.load(Ordering::Relaxed),
-            queued: (self.queue.max_capacity() - self.queue.capacity()) as u64,
+            queued: self.counters.queued.load(Ordering::Relaxed),
             syncs: self.counters.syncs.load(Ordering::Relaxed),
             answered: self.counters.answered.load(Ordering::Relaxed),
             queued_ns: self.counters.queued_ns.load(Ordering::Relaxed),
@@ -347,17 +391,17 @@ impl Writer {
 /// delivered before the connection closes.
 fn run(
     conn: &Connection,
-    mut receiver: mpsc::Receiver<Box<dyn Job>>,
+    mut receiver: mpsc::UnboundedReceiver<Queued>,
     counters: &Counters,
     busy_timeout_ms: u64,
     syncer: Option<Syncer>,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(BATCH_REQUESTS_MAX);
     while let Some(first) = receiver.blocking_recv() {
-        batch.push(first);
+        batch.push(counters.take(first));
         while batch.len() < BATCH_REQUESTS_MAX {
             match receiver.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(queued) => batch.push(counters.take(queued)),
                 Err(_) => break,
             }
         }
