@@ -3,7 +3,8 @@
 //! recorded outcome without calling the body; a fire held by another live scheduler is reported
 //! as `LockedBy` and runs nothing; a failing body is retried up to the job's bound, each attempt
 //! recorded as its own guarded step and in the ledger's `attempts`; a changed job definition is
-//! detected from its stored hash and keeps the high-water mark.
+//! detected from its stored hash and keeps the high-water mark; a fire's state is read from
+//! its ledger row, never from its execution.
 //!
 //! Method: real journals on a scratch file and a hand-moved clock; the body counts its calls,
 //! and the `fires`, `steps` and `events` tables are read back with plain SQL.
@@ -296,4 +297,52 @@ async fn a_fire_ends_its_execution_and_its_ledger_row_in_one_transaction() {
         ),
         1
     );
+}
+
+/// A fire's state is its `fires` row: a row that says `skipped` replays as skipped whatever the
+/// execution's output says, and a row still `running` whose execution the journal reports
+/// finished (the ledger and the journal disagree) is a `Ledger` error that leaves the row as it
+/// was, never a repair from the execution.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_fire_is_reported_from_its_row_and_a_disagreement_is_an_error() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let (scheduler, job) = registered_report(&scratch, &clock, &calls).await;
+    let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    let set_state = |state: &str| {
+        let conn = rusqlite::Connection::open(scratch.path()).unwrap();
+        conn.execute(
+            "UPDATE fires SET state = ?1,
+                              finished_at = CASE WHEN ?1 = 'running' THEN NULL ELSE finished_at END",
+            [state],
+        )
+        .unwrap();
+    };
+
+    set_state("skipped");
+    let replayed = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(
+            replayed,
+            FireOutcome::Replayed {
+                state: FireState::Skipped,
+                ..
+            }
+        ),
+        "{replayed:?}"
+    );
+
+    set_state("running");
+    let refused = scheduler.fire(&job, slot(T0_MS)).await.unwrap_err();
+    assert!(
+        matches!(refused, durably_scheduler::Error::Ledger(_)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        scheduler.fire_state(&job, slot(T0_MS)).unwrap(),
+        Some((FireState::Running, 1)),
+        "the row is left for a person to look at"
+    );
+    assert_eq!(calls.total(), 1, "the body never ran again");
 }
