@@ -57,7 +57,9 @@ const MIGRATIONS: &[Migration] = &[
 /// The journal's views, recreated by every writer open after the migrations.
 const VIEWS: &str = include_str!("../../../schema/views.sql");
 
-/// The schema version this build writes and understands.
+/// The journal's schema version (`PRAGMA user_version`) this build writes and understands. The
+/// tables of crates built on the journal count their own versions (see
+/// [`ExtensionSchema`](crate::ExtensionSchema)).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// `PRAGMA application_id` of a durably journal: the bytes "dura".

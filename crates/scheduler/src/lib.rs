@@ -11,7 +11,8 @@
 //! - [`due_slots`] decides, under a [`CatchUp`] policy, which slots to fire after downtime.
 //! - A [`Job`] adds the policies and the body; a [`Scheduler`] registers jobs, fires one slot
 //!   ([`Scheduler::fire`]) and runs the loop ([`Scheduler::run`]). The slot ledger (tables
-//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database.
+//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database; this crate owns
+//!   it, and building a `Scheduler` creates or migrates it.
 //!
 //! Firing a slot runs the body once; firing it again replays the recorded outcome:
 //!
