@@ -1,5 +1,5 @@
-//! Opening the database: connection pragmas, the schema migrations and the file checks that
-//! come before them.
+//! Opening the database: connection pragmas, the schema migrations (the journal's own and those
+//! of crates built on it) with the views they own, and the file checks that come before them.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
