@@ -8,18 +8,18 @@
 --
 -- Rows already written are copied in (execution_id, seq) order, the old table's own, so the
 -- copy needs no sort. `id` only records the order rows were inserted in; steps are still found
--- and numbered by (execution_id, seq), which stays unique. The views that read `steps` are
--- dropped here and created again from 0004_views.sql right after this file, in the same
--- transaction.
+-- and numbered by (execution_id, seq), which stays unique. The journal's views are dropped
+-- first: SQLite refuses to rename a table while a view names a table that does not exist. The
+-- open that runs this migration creates them again from schema/views.sql once the migrations
+-- are done. The scheduler's `fire_ledger` does not read `steps` and stays.
 --
 -- The CHECKs on `effect`, `policy` and `state` allow the same words as 0002's, spelled as `=`
 -- chains: SQLite evaluates `x IN ('a', 'b', 'c')` in a CHECK by building a temporary b-tree of
 -- the list for every row it writes, about 7 µs of a step write's 30.
-DROP VIEW execution_summary;
-DROP VIEW ambiguous_steps;
-DROP VIEW lock_holders;
-DROP VIEW recent_events;
-DROP VIEW fire_ledger;
+DROP VIEW IF EXISTS execution_summary;
+DROP VIEW IF EXISTS ambiguous_steps;
+DROP VIEW IF EXISTS lock_holders;
+DROP VIEW IF EXISTS recent_events;
 
 CREATE TABLE steps_in_commit_order (
     -- Insertion order across all executions; not part of any key.

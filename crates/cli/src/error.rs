@@ -53,8 +53,16 @@ impl From<durably::Error> for CliError {
 }
 
 impl From<durably::scheduler::Error> for CliError {
+    /// The scheduler's message says what was wrong; for the input a command line gives (a job
+    /// id, a slot) this adds what to pass instead.
     fn from(error: durably::scheduler::Error) -> Self {
-        Self::usage(error.to_string())
+        use durably::scheduler::Error;
+        let advice = match &error {
+            Error::InvalidJobId { .. } => "; pass the job id as the program registers it",
+            Error::SlotOutOfRange { .. } => "; pass a slot from year 1970 to 9999",
+            _ => "",
+        };
+        Self::usage(format!("{error}{advice}"))
     }
 }
 

@@ -105,9 +105,14 @@ pub mod defaults {
 }
 
 /// The SQLite driver and file format, for programs that write their own rows in the journal's
-/// transactions ([`crate::Journal::write`], [`crate::Execution::complete_with`]).
+/// transactions ([`crate::Journal::write`], [`crate::Execution::complete_with`]), keep their own
+/// tables in its file ([`crate::Journal::migrate_extension`]), and read the few journal facts
+/// such programs need without SQL on the journal's tables.
 pub mod sqlite {
-    pub use durably_journal::{APPLICATION_ID, SCHEMA_VERSION, WriterStats, rusqlite};
+    pub use durably_journal::{
+        APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
+        ambiguous_step_exists, record_event, rusqlite, step_attempts_total,
+    };
 }
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.

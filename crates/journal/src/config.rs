@@ -57,8 +57,9 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt` (2 for the first retry).
-    pub(crate) fn backoff_before(&self, attempt: u32) -> Duration {
+    /// The wait before attempt `attempt` (2 for the first retry): `backoff_initial`, doubled
+    /// for each attempt after the second, never more than `backoff_max`.
+    pub fn backoff_before(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(2).min(20);
         self.backoff_initial
             .saturating_mul(1_u32 << doublings)

@@ -117,6 +117,22 @@ pub enum Error {
         /// The newest this build knows.
         supported: i64,
     },
+    /// The tables of a crate built on the journal (see [`crate::ExtensionSchema`]) were
+    /// migrated by a newer build of that crate.
+    #[error(
+        "{path} has {owner} schema version {found}, but this build knows only up to \
+         {supported}; the {owner} tables were left untouched"
+    )]
+    ExtensionSchemaTooNew {
+        /// The database.
+        path: PathBuf,
+        /// The crate that owns the tables (its `schema_versions` owner).
+        owner: &'static str,
+        /// The version the file records.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
     /// The file is an SQLite database of another application.
     #[error(
         "{path} is an SQLite database of another application ({reason}); it was left untouched"

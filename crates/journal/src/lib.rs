@@ -47,6 +47,7 @@ mod error;
 mod events;
 mod execution;
 mod execution_id;
+mod extension;
 mod files;
 mod handles;
 mod inspect;
@@ -72,6 +73,7 @@ pub use config::{
 pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
+pub use extension::{ExtensionSchema, ambiguous_step_exists, record_event, step_attempts_total};
 pub use inspect::Previews;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
@@ -86,7 +88,7 @@ pub use step::{
     Effect, FencingToken, Guarded, IdempotencyKey, Policy, ReconcileFuture, ReconcileProbe,
     Skipped, StepError, StepKey,
 };
-pub use storage::{APPLICATION_ID, SCHEMA_VERSION};
+pub use storage::{APPLICATION_ID, Migration, SCHEMA_VERSION};
 pub use sweep::{
     GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,
 };

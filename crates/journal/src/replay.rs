@@ -44,6 +44,8 @@ pub(crate) struct RecordedStep {
 pub(crate) struct Replay {
     journal: Journal,
     execution_id: Uuid,
+    /// How many steps were recorded when the execution was opened: one past the highest seq.
+    recorded: u32,
     /// Steps `first_seq`, `first_seq + 1`, ... in order; each is taken once.
     window: Vec<Option<RecordedStep>>,
     first_seq: u32,
@@ -52,20 +54,32 @@ pub(crate) struct Replay {
 }
 
 impl Replay {
-    /// Reads the first window of execution `execution_id`'s recorded steps.
+    /// Reads how many steps execution `execution_id` has recorded, and the first window of
+    /// them, in one read transaction.
     ///
     /// # Errors
     /// As [`Replay::take`].
     pub(crate) fn open(journal: &Journal, execution_id: Uuid) -> Result<Self> {
+        let bytes_max = journal.payload_bytes_max();
+        let (recorded, (window, complete)) = journal.read(|conn| {
+            let recorded = recorded_steps(conn, execution_id)?;
+            Ok((recorded, read_window(conn, execution_id, 0, bytes_max)?))
+        })?;
         let mut replay = Self {
             journal: journal.clone(),
             execution_id,
+            recorded,
             window: Vec::new(),
             first_seq: 0,
             end: None,
         };
-        replay.read_window(0)?;
+        replay.install(0, window, complete);
         Ok(replay)
+    }
+
+    /// How many steps were recorded when the execution was opened.
+    pub(crate) fn recorded(&self) -> u32 {
+        self.recorded
     }
 
     /// Takes the recorded step `seq`, if any, reading the next window when `seq` is past this
@@ -100,12 +114,17 @@ impl Replay {
         let (window, complete) = self
             .journal
             .read(|conn| read_window(conn, execution_id, from_seq, bytes_max))?;
+        self.install(from_seq, window, complete);
+        Ok(())
+    }
+
+    /// Makes `window`, read from `from_seq` on, the current window.
+    fn install(&mut self, from_seq: u32, window: Vec<RecordedStep>, complete: bool) {
         debug_assert!(window.len() <= REPLAY_WINDOW_STEPS_MAX as usize);
         let read = u32::try_from(window.len()).unwrap_or(u32::MAX);
         self.end = complete.then(|| from_seq.saturating_add(read));
         self.first_seq = from_seq;
         self.window = window.into_iter().map(Some).collect();
-        Ok(())
     }
 
     /// How many steps the current window holds.
@@ -113,6 +132,23 @@ impl Replay {
     pub(crate) fn window_len(&self) -> usize {
         self.window.len()
     }
+}
+
+/// One past the highest recorded seq of `?1`: one seek at the end of its range of the index.
+const RECORDED_STEPS: &str = "SELECT max(seq) + 1 FROM steps WHERE execution_id = ?1";
+
+/// How many steps `execution_id` has recorded: one past its highest seq (steps are numbered
+/// without gaps; a gap is found when replay reaches it).
+fn recorded_steps(conn: &Connection, execution_id: Uuid) -> Result<u32> {
+    let recorded: Option<i64> = conn
+        .prepare_cached(RECORDED_STEPS)?
+        .query_row(params![execution_id.to_string()], |row| row.get(0))?;
+    u32::try_from(recorded.unwrap_or(0)).map_err(|_| {
+        Error::Inconsistent(format!(
+            "execution {execution_id} has a step numbered outside 0 to {}",
+            u32::MAX - 1
+        ))
+    })
 }
 
 /// The rows of a window: the steps of `?1` from seq `?2` on, at most `?3`.
@@ -182,7 +218,9 @@ mod tests {
     use rusqlite::{Connection, params};
     use uuid::Uuid;
 
-    use super::{REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS};
+    use super::{
+        RECORDED_STEPS, REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS,
+    };
     use crate::error::{Error, Result};
     use crate::journal::Journal;
 
@@ -238,23 +276,31 @@ mod tests {
         (journal, id)
     }
 
-    /// A window is one range read of an index, wherever it starts.
-    #[test]
-    fn a_window_is_one_index_range_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path().join("journal.db")).unwrap();
-        let sql = format!("EXPLAIN QUERY PLAN SELECT * FROM steps {WINDOW_ROWS}");
-        let plan: Vec<String> = journal
+    /// The query plan of `sql` with `parameters`, one line per step.
+    fn plan(journal: &Journal, sql: &str, parameters: impl rusqlite::Params) -> Vec<String> {
+        journal
             .read(|conn| {
-                let mut statement = conn.prepare(&sql)?;
-                let rows =
-                    statement.query_map(params!["an execution", 7, 100], |row| row.get(3))?;
+                let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                let rows = statement.query_map(parameters, |row| row.get(3))?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)
             })
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A window is one range read of an index, wherever it starts, and the count of recorded
+    /// steps one seek, however many there are.
+    #[test]
+    fn a_window_is_one_index_range_read_and_the_count_one_seek() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+        let window = format!("SELECT * FROM steps {WINDOW_ROWS}");
         assert_eq!(
-            plan,
+            plan(&journal, &window, params!["an execution", 7, 100]),
             ["SEARCH steps USING INDEX steps_by_execution (execution_id=? AND seq>?)"]
+        );
+        assert_eq!(
+            plan(&journal, RECORDED_STEPS, params!["an execution"]),
+            ["SEARCH steps USING COVERING INDEX steps_by_execution (execution_id=?)"]
         );
     }
 
@@ -264,6 +310,7 @@ mod tests {
         let steps = 3 * REPLAY_WINDOW_STEPS_MAX + 17;
         let (journal, id) = journal_with_steps(&dir, steps, 3);
         let mut replay = Replay::open(&journal, id).unwrap();
+        assert_eq!(replay.recorded(), steps);
         assert_eq!(replay.window_len(), REPLAY_WINDOW_STEPS_MAX as usize);
         for seq in 0..steps {
             let step = replay.take(seq).unwrap();

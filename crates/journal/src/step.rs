@@ -89,7 +89,7 @@ impl IdempotencyKey {
     /// version 8 the same way as scheduler fire ids.
     pub fn derive(execution_id: Uuid, seq: u32, name: &str) -> Self {
         // The context's own hash is the same for every key; hashing it once instead of per key
-        // halves the cost of a derivation (the same bytes as `Hasher::new_derive_key`).
+        // saves one of the two hash computations a derivation would make (the same bytes as `Hasher::new_derive_key`).
         static CONTEXT_KEY: std::sync::LazyLock<blake3::hazmat::ContextKey> =
             std::sync::LazyLock::new(|| {
                 blake3::hazmat::hash_derive_key_context("durably step idempotency key v1")

@@ -1,39 +1,65 @@
-//! Opening the database: connection pragmas, the schema migrations and the file checks that
-//! come before them.
+//! Opening the database: connection pragmas, the schema migrations (the journal's own and those
+//! of crates built on it) with the views they own, and the file checks that come before them.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
+use crate::extension::ExtensionSchema;
 use crate::files::{self, Siblings};
 use crate::writer::WalSync;
 
-/// The numbered migrations of `schema/`, in order. `PRAGMA user_version` is the number applied.
-const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_locks", include_str!("../../../schema/0001_locks.sql")),
-    (
-        "0002_journal",
-        include_str!("../../../schema/0002_journal.sql"),
-    ),
-    (
-        "0003_scheduler",
-        include_str!("../../../schema/0003_scheduler.sql"),
-    ),
-    ("0004_views", include_str!("../../../schema/0004_views.sql")),
-    // Rebuilding `steps` drops the views that read it; they are created again as 0004 made them.
-    (
-        "0005_steps_in_commit_order",
-        concat!(
-            include_str!("../../../schema/0005_steps_in_commit_order.sql"),
-            include_str!("../../../schema/0004_views.sql")
-        ),
-    ),
+/// One numbered schema migration. A released migration never changes: a file that applied it
+/// is never shown it again, so a change would make old and new files differ. Views are not
+/// migrations (see [`ExtensionSchema::views`](crate::ExtensionSchema::views)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// Its name, as its file is named, for the log line that reports it applied.
+    pub name: &'static str,
+    /// Its SQL: statements with no transaction control, run in one transaction with the
+    /// version that counts it.
+    pub sql: &'static str,
+}
+
+/// The journal's numbered migrations (`schema/`), in order. `PRAGMA user_version` is the
+/// number applied. The lock crate owns the `locks` table and its SQL; the journal, the layer
+/// that runs migrations, applies it first.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "0001_locks",
+        sql: durably_lock::MIGRATION_SQL,
+    },
+    Migration {
+        name: "0002_journal",
+        sql: include_str!("../../../schema/0002_journal.sql"),
+    },
+    Migration {
+        name: "0003_scheduler",
+        sql: include_str!("../../../schema/0003_scheduler.sql"),
+    },
+    Migration {
+        name: "0004_views",
+        sql: include_str!("../../../schema/0004_views.sql"),
+    },
+    Migration {
+        name: "0005_steps_in_commit_order",
+        sql: include_str!("../../../schema/0005_steps_in_commit_order.sql"),
+    },
+    Migration {
+        name: "0006_schema_versions",
+        sql: include_str!("../../../schema/0006_schema_versions.sql"),
+    },
 ];
 
-/// The schema version this build writes and understands.
+/// The journal's views, recreated by every writer open after the migrations.
+const VIEWS: &str = include_str!("../../../schema/views.sql");
+
+/// The journal's schema version (`PRAGMA user_version`) this build writes and understands. The
+/// tables of crates built on the journal count their own versions (see
+/// [`ExtensionSchema`](crate::ExtensionSchema)).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// `PRAGMA application_id` of a durably journal: the bytes "dura".
@@ -97,7 +123,7 @@ pub(crate) fn writer_wal_sync(
             path: wal_path,
             source,
         })?;
-    set_and_verify(conn, "synchronous", "1", "1").map_err(|error| with_path(error, path))?;
+    set_and_verify(conn, "synchronous", "1", "1").map_err(|error| error.at_path(path))?;
     Ok(Some(Box::new(wal)))
 }
 
@@ -186,16 +212,17 @@ pub(crate) fn open_writer(
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(|error| at_path(error, path))?;
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|error| Error::from(error).at_path(path))?;
     // The header check reads the file, and another process may be creating it right now: wait
     // for its lock as every later statement does. Setting the timeout does not touch the file.
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     check_header(&conn, path)?;
     check_before_wal_switch(&conn, path)?;
-    configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| with_path(error, path))?;
+    configure_writer(&conn, durability, busy_timeout_ms).map_err(|error| error.at_path(path))?;
     // A read in WAL mode opens the WAL and its index, and SQLite keeps both open from here on.
     conn.query_row("PRAGMA user_version", [], |_| Ok(()))
-        .map_err(|error| at_path(error, path))?;
+        .map_err(|error| Error::from(error).at_path(path))?;
     files::check_siblings(path, main, Siblings::Open)?;
     Ok(conn)
 }
@@ -208,13 +235,13 @@ pub(crate) fn open_writer(
 fn check_before_wal_switch(conn: &Connection, path: &Path) -> Result<()> {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |row| row.get(0))
-        .map_err(|error| at_path(error, path))?;
+        .map_err(|error| Error::from(error).at_path(path))?;
     if mode.eq_ignore_ascii_case("wal") {
         return Ok(());
     }
     let verdict: String = conn
         .query_row("PRAGMA quick_check(1)", [], |row| row.get(0))
-        .map_err(|error| at_path(error, path))?;
+        .map_err(|error| Error::from(error).at_path(path))?;
     if verdict == "ok" {
         Ok(())
     } else {
@@ -241,7 +268,7 @@ fn check_header(conn: &Connection, path: &Path) -> Result<()> {
             [],
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
-        .map_err(|error| at_path(error, path))?;
+        .map_err(|error| Error::from(error).at_path(path))?;
     let reason = if application_id == APPLICATION_ID {
         return Ok(());
     } else if application_id != 0 {
@@ -259,22 +286,97 @@ fn check_header(conn: &Connection, path: &Path) -> Result<()> {
     })
 }
 
-/// Applies the migrations this file lacks, each in its own transaction. Safe to run from two
+/// Whose schema a migration pass brings up to date, and where its version is kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Owner {
+    /// The journal itself: `PRAGMA user_version`.
+    Journal,
+    /// A crate built on the journal: its row of `schema_versions`.
+    Extension(&'static ExtensionSchema),
+}
+
+impl Owner {
+    fn migrations(self) -> &'static [Migration] {
+        match self {
+            Self::Journal => MIGRATIONS,
+            Self::Extension(schema) => schema.migrations,
+        }
+    }
+
+    fn views(self) -> &'static str {
+        match self {
+            Self::Journal => VIEWS,
+            Self::Extension(schema) => schema.views,
+        }
+    }
+
+    fn version(self, conn: &Connection) -> Result<i64> {
+        Ok(match self {
+            Self::Journal => conn.query_row("PRAGMA user_version", [], |row| row.get(0))?,
+            Self::Extension(schema) => conn
+                .prepare_cached("SELECT version FROM schema_versions WHERE owner = ?1")?
+                .query_row(params![schema.owner], |row| row.get(0))
+                .optional()?
+                .unwrap_or(0),
+        })
+    }
+
+    fn set_version(self, conn: &Connection, version: i64) -> Result<()> {
+        match self {
+            // A pragma takes no parameters; `version` is a number this module computed.
+            Self::Journal => conn.execute_batch(&format!("PRAGMA user_version = {version}"))?,
+            Self::Extension(schema) => {
+                conn.prepare_cached(
+                    "INSERT INTO schema_versions (owner, version) VALUES (?1, ?2)
+                     ON CONFLICT (owner) DO UPDATE SET version = excluded.version",
+                )?
+                .execute(params![schema.owner, version])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn too_new(self, path: &Path, found: i64, supported: i64) -> Error {
+        match self {
+            Self::Journal => Error::SchemaTooNew {
+                path: path.to_owned(),
+                found,
+                supported,
+            },
+            Self::Extension(schema) => Error::ExtensionSchemaTooNew {
+                path: path.to_owned(),
+                owner: schema.owner,
+                found,
+                supported,
+            },
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Journal => "journal",
+            Self::Extension(schema) => schema.owner,
+        }
+    }
+}
+
+/// Applies the journal's migrations this file lacks, each in its own transaction, then brings
+/// its views up to date in the transaction that finds the schema current. Safe to run from two
 /// processes at once: the version is re-read under the write lock.
 pub(crate) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
     // One pass a migration, plus the pass that finds the schema current.
     for _ in 0..=MIGRATIONS.len() {
         conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|error| with_path(error.into(), path))?;
-        let applied = match next_migration(conn, path) {
+            .map_err(|error| Error::from(error).at_path(path))?;
+        let applied = match journal_pass(conn, path) {
             Ok(applied) => applied,
             Err(error) => {
                 let _ = conn.execute_batch("ROLLBACK");
-                return Err(error);
+                return Err(error.at_path(path));
             }
         };
         conn.execute_batch("COMMIT")
-            .map_err(|error| with_path(error.into(), path))?;
+            .map_err(|error| Error::from(error).at_path(path))?;
         if !applied {
             return Ok(());
         }
@@ -282,32 +384,82 @@ pub(crate) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Applies one migration inside the open transaction; `false` when the schema is current.
-fn next_migration(conn: &Connection, path: &Path) -> Result<bool> {
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            path: path.to_owned(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if version == SCHEMA_VERSION {
-        return Ok(false);
-    }
-    if version == 0 {
+/// One pass of [`migrate`] inside its transaction. A new file is checked to be empty and
+/// stamped with the journal's application id before its first migration.
+fn journal_pass(conn: &Connection, path: &Path) -> Result<bool> {
+    if Owner::Journal.version(conn)? == 0 {
         refuse_foreign(conn, path)?;
         conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
     }
-    let Some((_, sql)) = usize::try_from(version)
-        .ok()
-        .and_then(|index| MIGRATIONS.get(index))
-    else {
+    migration_pass(conn, path, Owner::Journal)
+}
+
+/// Applies `owner`'s next missing migration inside the caller's transaction and returns
+/// `true`; when none is missing, brings `owner`'s views up to date instead and returns `false`.
+///
+/// # Errors
+/// [`Error::SchemaTooNew`] or [`Error::ExtensionSchemaTooNew`] when the file counts more
+/// migrations than this build knows; nothing is changed then.
+pub(crate) fn migration_pass(conn: &Connection, path: &Path, owner: Owner) -> Result<bool> {
+    let migrations = owner.migrations();
+    let supported = migrations.len() as i64;
+    let version = owner.version(conn)?;
+    if version > supported {
+        return Err(owner.too_new(path, version, supported));
+    }
+    let next = usize::try_from(version).map_err(|_| {
+        Error::Inconsistent(format!(
+            "the {} schema of {} has version {version}",
+            owner.name(),
+            path.display()
+        ))
+    })?;
+    let Some(migration) = migrations.get(next) else {
+        refresh_views(conn, owner.views())?;
         return Ok(false);
     };
-    conn.execute_batch(sql)?;
-    conn.execute_batch(&format!("PRAGMA user_version = {}", version + 1))?;
+    conn.execute_batch(migration.sql)?;
+    owner.set_version(conn, version + 1)?;
+    tracing::info!(
+        owner = owner.name(),
+        migration = migration.name,
+        path = %path.display(),
+        "applied a schema migration"
+    );
     Ok(true)
+}
+
+/// Recreates the views `views` defines (`DROP VIEW IF EXISTS` and `CREATE VIEW` statements)
+/// unless the file already stores every one of them with the same SQL. Leaving current views
+/// alone keeps the schema unchanged, so an open does not make every other connection to the
+/// file prepare its statements again.
+fn refresh_views(conn: &Connection, views: &str) -> Result<()> {
+    let mut stored =
+        conn.prepare_cached("SELECT sql FROM sqlite_schema WHERE type = 'view' AND name = ?1")?;
+    for (name, sql) in defined_views(views)? {
+        let current: Option<String> = stored
+            .query_row(params![name], |row| row.get(0))
+            .optional()?;
+        if current.as_deref() != Some(sql.as_str()) {
+            conn.execute_batch(views)?;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The views `views` creates, by name, with their SQL as SQLite stores it: read back from an
+/// empty in-memory database it was applied to (SQLite resolves a view's tables only when the
+/// view is read).
+fn defined_views(views: &str) -> Result<Vec<(String, String)>> {
+    let scratch = Connection::open_in_memory()?;
+    scratch.execute_batch(views)?;
+    let mut statement =
+        scratch.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'view'")?;
+    let defined = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(defined)
 }
 
 fn refuse_foreign(conn: &Connection, path: &Path) -> Result<()> {
@@ -323,18 +475,4 @@ fn refuse_foreign(conn: &Connection, path: &Path) -> Result<()> {
         });
     }
     Ok(())
-}
-
-fn at_path(error: rusqlite::Error, path: &Path) -> Error {
-    with_path(error.into(), path)
-}
-
-fn with_path(error: Error, path: &Path) -> Error {
-    match error {
-        Error::Corrupt { reason, .. } => Error::Corrupt {
-            path: path.to_owned(),
-            reason,
-        },
-        other => other,
-    }
 }

@@ -375,8 +375,8 @@ fn delete_batch(
     let statuses = class.statuses();
     // Oldest first within each status, in the order of `executions_by_status`, so a batch
     // reads only its own rows from the index. Ordering by `finalized_at` across two statuses
-    // (or adding `execution_id`) made SQLite sort every due row for every batch: O(due) per
-    // batch, seconds per batch with a million due executions, and the writer stalled meanwhile.
+    // (or adding `execution_id`) would make SQLite sort every due row for every batch: O(due)
+    // work per batch, on the writer thread, while every other writer waits.
     let ids: Vec<String> = conn
         .prepare_cached(
             "SELECT execution_id FROM executions

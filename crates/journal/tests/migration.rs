@@ -3,8 +3,8 @@
 //! recorded step keeps replaying exactly as before, including an intent left ambiguous.
 //!
 //! Method: build the version-4 file from the numbered schema files as an earlier build applied
-//! them, write the rows that build wrote for a half-done execution, then open it with this
-//! build and drive the execution.
+//! them (frozen in tests/fixtures/schema-v5), write the rows that build wrote for a half-done
+//! execution, then open it with this build and drive the execution.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,11 +18,12 @@ use serde_json::{Value, json};
 use support::{Scratch, integrity, start};
 use uuid::Uuid;
 
+/// The SQL of migrations 1 to 4 as the builds of schema version 5 applied them.
 const SCHEMA_V4: [&str; 4] = [
-    include_str!("../../../schema/0001_locks.sql"),
-    include_str!("../../../schema/0002_journal.sql"),
-    include_str!("../../../schema/0003_scheduler.sql"),
-    include_str!("../../../schema/0004_views.sql"),
+    include_str!("../../../tests/fixtures/schema-v5/0001_locks.sql"),
+    include_str!("../../../tests/fixtures/schema-v5/0002_journal.sql"),
+    include_str!("../../../tests/fixtures/schema-v5/0003_scheduler.sql"),
+    include_str!("../../../tests/fixtures/schema-v5/0004_views.sql"),
 ];
 
 const AT: &str = "2026-11-01T10:00:00.000Z";

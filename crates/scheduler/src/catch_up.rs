@@ -174,12 +174,12 @@ pub(crate) fn check_policy(policy: &CatchUp) -> Result<()> {
     if let CatchUp::All { window, max } = *policy {
         if window.is_zero() {
             return Err(Error::InvalidCatchUp {
-                reason: "the `All` window is zero; give it a positive duration".to_owned(),
+                reason: "the `All` window is zero".to_owned(),
             });
         }
         if !(1..=CATCH_UP_SLOTS_MAX).contains(&max) {
             return Err(Error::InvalidCatchUp {
-                reason: format!("the `All` max is {max}; use 1 to {CATCH_UP_SLOTS_MAX}"),
+                reason: format!("the `All` max is {max}, outside 1 to {CATCH_UP_SLOTS_MAX}"),
             });
         }
     }

@@ -3,14 +3,18 @@
 //! Most variants come from input the caller supplied (a job id, a time, a schedule, a policy),
 //! so they are not retryable: the same input fails the same way. [`Error::Journal`] wraps the
 //! journal's storage errors, some of which are ([`Error::is_retryable`]). The message of each
-//! variant says what was wrong and what to change.
+//! variant says what happened, with the job, slot and values involved; what to do about it is
+//! the caller's to say (the `durably` CLI adds it to the messages it prints).
 
 /// What went wrong in the scheduler.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A job id was empty, too long or held a control character.
-    #[error("invalid job id {job_id:?}: {reason}; use 1 to 200 bytes of printable UTF-8")]
+    #[error(
+        "invalid job id {job_id:?}: {reason} (a job id is 1 to 200 bytes of UTF-8 with no \
+         control characters)"
+    )]
     InvalidJobId {
         /// The rejected id, truncated for display.
         job_id: String,
@@ -21,7 +25,7 @@ pub enum Error {
     /// A time lies outside the range a slot can hold.
     #[error(
         "time {millis} ms since the Unix epoch is outside the slot range \
-         1970-01-01T00:00:00.000Z ..= 9999-12-31T23:59:59.999Z; pass a time inside it"
+         1970-01-01T00:00:00.000Z ..= 9999-12-31T23:59:59.999Z"
     )]
     SlotOutOfRange {
         /// The rejected time, in milliseconds since the Unix epoch (UTC).
@@ -30,8 +34,8 @@ pub enum Error {
 
     /// A cron expression did not parse, or can never match.
     #[error(
-        "invalid cron expression {expr:?}: {reason}; use 5 fields \
-         (minute hour day-of-month month day-of-week) or a nickname such as @daily"
+        "invalid cron expression {expr:?}: {reason} (a cron schedule takes 5 fields, minute \
+         hour day-of-month month day-of-week, or a nickname such as @daily)"
     )]
     InvalidCron {
         /// The rejected expression.
@@ -41,14 +45,19 @@ pub enum Error {
     },
 
     /// A time zone name is not in the IANA database that this build carries.
-    #[error("unknown time zone {name:?}; use an IANA name such as \"Europe/Berlin\" or \"UTC\"")]
+    #[error(
+        "unknown time zone {name:?}: not a name of the IANA time zone database this build \
+         carries (such as \"Europe/Berlin\" or \"UTC\")"
+    )]
     UnknownTimeZone {
         /// The rejected name.
         name: String,
     },
 
     /// An interval was zero, not a whole number of milliseconds, or too long.
-    #[error("invalid interval: {reason}; use a whole number of milliseconds from 1 ms up")]
+    #[error(
+        "invalid interval: {reason} (an interval is a whole number of milliseconds, at least 1)"
+    )]
     InvalidInterval {
         /// Which rule the interval broke.
         reason: String,
@@ -63,9 +72,9 @@ pub enum Error {
 
     /// The cron engine failed while computing a slot.
     ///
-    /// This should not happen for an expression that parsed; it is reported rather than
-    /// hidden so that a wrong slot is never fired.
-    #[error("cron evaluation of {expr:?} near {near} failed: {reason}; please report this bug")]
+    /// An expression that parsed should never meet this; it is a bug in the cron engine or in
+    /// this crate, reported rather than hidden so that a wrong slot is never fired.
+    #[error("cron evaluation of {expr:?} near {near} failed: {reason}")]
     CronEvaluation {
         /// The expression being evaluated.
         expr: String,
@@ -85,18 +94,18 @@ pub enum Error {
         reason: String,
     },
 
-    /// A fire was asked for a job this scheduler has not registered.
-    #[error("job {job:?} is not registered with this scheduler; call `register` first")]
+    /// A fire was asked for a job this scheduler has not registered
+    /// ([`Scheduler::register`](crate::Scheduler::register)).
+    #[error("job {job:?} is not registered with this scheduler")]
     UnknownJob {
         /// The job id.
         job: String,
     },
 
-    /// A fire was asked for a time that is not a slot of the job's schedule.
-    #[error(
-        "{slot} is not a slot of job {job:?}'s schedule; fire only nominal grid times \
-         (`Schedule::latest_at_or_before` finds the slot at or before a time)"
-    )]
+    /// A fire was asked for a time that is not a slot of the job's schedule
+    /// ([`Schedule::latest_at_or_before`](crate::Schedule::latest_at_or_before) finds the slot
+    /// at or before a time).
+    #[error("{slot} is not a slot of job {job:?}'s schedule")]
     NotASlot {
         /// The job id.
         job: String,
@@ -104,11 +113,13 @@ pub enum Error {
         slot: String,
     },
 
-    /// An explicit fire named a slot later than the scheduler's clock. Firing it early would
-    /// run the body before its time, and the loop would still have to handle the slots before
-    /// it; explicit fires only ever name slots that are already due.
+    /// An explicit fire named a slot after the job's upcoming slot (the first slot after the
+    /// scheduler's clock). Firing it early would run the body before its time while the slots
+    /// before it are still to come; an explicit fire names a slot already due, or the upcoming
+    /// one.
     #[error(
-        "{slot} of job {job:?} is later than now ({now}); an explicit fire may name only a slot          at or before now, so wait for it or let the loop fire it"
+        "{slot} of job {job:?} lies after the job's upcoming slot (the scheduler's clock reads \
+         {now}); an explicit fire runs only a slot at or before now, or the first one after it"
     )]
     SlotInFuture {
         /// The job id.
@@ -122,14 +133,14 @@ pub enum Error {
     /// The scheduler is shutting down, so this fire started no new attempt. Its row stays
     /// unfinished in the ledger and the next pass (here or in another process) resumes it.
     #[error(
-        "the scheduler is shutting down; the fire was left unfinished and will be resumed by          the next scheduler pass"
+        "the scheduler is shutting down, so the fire started no new attempt; it stays \
+         unfinished in the ledger for the next scheduler pass"
     )]
     ShuttingDown,
 
-    /// The slot ledger holds something this build cannot read (an unknown fire state).
-    #[error(
-        "the scheduler ledger is inconsistent: {0}; inspect the `fires` table and report a bug"
-    )]
+    /// The slot ledger contradicts itself or the journal (an unknown fire state, a finished
+    /// execution whose fire is not finished).
+    #[error("the scheduler ledger is inconsistent: {0}")]
     Ledger(String),
 
     /// The journal failed: storage, a lock, an ambiguous fire body under `Policy::Fail`.

@@ -1,4 +1,4 @@
-//! The deterministic id of one fire: a (job, slot) pair.
+//! The deterministic id of one fire, a (job, slot) pair, and the fire that carries it.
 
 use uuid::Uuid;
 
@@ -50,6 +50,27 @@ pub fn fire_id(job: &JobId, slot: Slot) -> Uuid {
     debug_assert_eq!(id.get_version_num(), 8);
     debug_assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
     id
+}
+
+/// One fire as the scheduler drives it: the job, the slot, and the fire id, derived once when
+/// the fire is first named (registered by the loop, found by recovery, or fired explicitly) and
+/// carried to the journal open and every ledger write of the fire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fire {
+    pub(crate) job: JobId,
+    pub(crate) slot: Slot,
+    /// `fire_id(job, slot)`: the execution that runs this fire.
+    pub(crate) execution_id: Uuid,
+}
+
+impl Fire {
+    pub(crate) fn new(job: &JobId, slot: Slot) -> Self {
+        Self {
+            job: job.clone(),
+            slot,
+            execution_id: fire_id(job, slot),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_journal::{IdempotencyKey, Policy, StepError};
+use durably_journal::{IdempotencyKey, Policy, RetryPolicy, StepError};
 use uuid::Uuid;
 
 use crate::catch_up::{CatchUp, Overlap};
@@ -15,11 +15,21 @@ use crate::job_id::JobId;
 use crate::schedule::Schedule;
 use crate::slot::Slot;
 
-/// The most attempts one fire may make: a bound on [`JobBuilder::attempts_max`].
+/// The most attempts one fire may make: a bound on [`RetryPolicy::attempts_max`] in
+/// [`JobBuilder::retry`].
 pub const FIRE_ATTEMPTS_MAX: u32 = 100;
 
-/// The longest backoff between two attempts of a fire: a bound on [`JobBuilder::backoff`].
+/// The longest backoff between two attempts of a fire: a bound on
+/// [`RetryPolicy::backoff_max`] in [`JobBuilder::retry`].
 pub const FIRE_BACKOFF_MAX: Duration = Duration::from_hours(1);
+
+/// A job's retries unless [`JobBuilder::retry`] sets others: 3 attempts, waiting 0.5 s before
+/// the second and doubling up to 30 s.
+pub const FIRE_RETRY_DEFAULT: RetryPolicy = RetryPolicy {
+    attempts_max: 3,
+    backoff_initial: Duration::from_millis(500),
+    backoff_max: Duration::from_secs(30),
+};
 
 /// What a fire body is handed: which fire this is and the keys to deduplicate its effect with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,35 +122,6 @@ pub type FireFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, Step
 /// A fire body: called once per attempt of a fire.
 pub type FireBody = Arc<dyn Fn(FireContext) -> FireFuture + Send + Sync>;
 
-/// Waits between the attempts of a failing fire: `initial` before the second attempt, doubled
-/// before each later one, never more than `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The wait before the second attempt.
-    pub initial: Duration,
-    /// The longest wait.
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// The wait before attempt `attempt` (2 for the first retry).
-    pub fn before(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(2).min(20);
-        self.initial
-            .saturating_mul(1_u32 << doublings)
-            .min(self.max)
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_millis(500),
-            max: Duration::from_secs(30),
-        }
-    }
-}
-
 /// A validated job, ready for [`Scheduler::register`](crate::Scheduler::register). Build one
 /// with [`Job::builder`]. Cheap to clone.
 #[derive(Clone)]
@@ -150,8 +131,7 @@ pub struct Job {
     pub(crate) catch_up: CatchUp,
     pub(crate) overlap: Overlap,
     pub(crate) policy: Policy,
-    pub(crate) attempts_max: u32,
-    pub(crate) backoff: Backoff,
+    pub(crate) retry: RetryPolicy,
     pub(crate) body: FireBody,
 }
 
@@ -163,8 +143,7 @@ impl fmt::Debug for Job {
             .field("catch_up", &self.catch_up)
             .field("overlap", &self.overlap)
             .field("policy", &self.policy)
-            .field("attempts_max", &self.attempts_max)
-            .field("backoff", &self.backoff)
+            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
@@ -178,8 +157,7 @@ impl Job {
             catch_up: CatchUp::Skip,
             overlap: Overlap::Skip,
             policy: Policy::Skip,
-            attempts_max: 3,
-            backoff: Backoff::default(),
+            retry: FIRE_RETRY_DEFAULT,
             body: None,
         }
     }
@@ -204,9 +182,9 @@ impl Job {
         self.overlap
     }
 
-    /// The most attempts one fire makes.
-    pub fn attempts_max(&self) -> u32 {
-        self.attempts_max
+    /// How a failing fire is retried: its attempts and the backoff between them.
+    pub fn retry(&self) -> RetryPolicy {
+        self.retry
     }
 
     /// The canonical JSON definition stored in `jobs.definition`: everything but the body.
@@ -228,9 +206,9 @@ impl Job {
             r#"{{"version":1,"schedule":{},"catch_up":{catch_up},"overlap":"{overlap}","policy":"{}","attempts_max":{},"backoff_initial_ms":{},"backoff_max_ms":{}}}"#,
             self.schedule.definition(),
             self.policy.kind().as_str(),
-            self.attempts_max,
-            self.backoff.initial.as_millis(),
-            self.backoff.max.as_millis(),
+            self.retry.attempts_max,
+            self.retry.backoff_initial.as_millis(),
+            self.retry.backoff_max.as_millis(),
         )
     }
 
@@ -250,15 +228,14 @@ enum ScheduleInput {
 }
 
 /// Configures a [`Job`]. Defaults: catch-up [`CatchUp::Skip`], overlap [`Overlap::Skip`],
-/// ambiguity policy [`Policy::Skip`], 3 attempts, backoff 0.5 s doubling up to 30 s.
+/// ambiguity policy [`Policy::Skip`], retries [`FIRE_RETRY_DEFAULT`].
 pub struct JobBuilder {
     id: String,
     schedule: Option<ScheduleInput>,
     catch_up: CatchUp,
     overlap: Overlap,
     policy: Policy,
-    attempts_max: u32,
-    backoff: Backoff,
+    retry: RetryPolicy,
     body: Option<FireBody>,
 }
 
@@ -318,18 +295,13 @@ impl JobBuilder {
         self
     }
 
-    /// Attempts in all, the first included, for a fire whose body returns an error; from 1 to
-    /// [`FIRE_ATTEMPTS_MAX`].
+    /// How a fire whose body returns an error is retried, with the type steps use: attempts in
+    /// all, the first included, from 1 to [`FIRE_ATTEMPTS_MAX`], and the backoff between them,
+    /// `backoff_initial <= backoff_max <=` [`FIRE_BACKOFF_MAX`]. Every body error is retried
+    /// this way, whether or not the error is marked retryable.
     #[must_use]
-    pub fn attempts_max(mut self, attempts_max: u32) -> Self {
-        self.attempts_max = attempts_max;
-        self
-    }
-
-    /// The waits between attempts; `max` at most [`FIRE_BACKOFF_MAX`].
-    #[must_use]
-    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.backoff = Backoff { initial, max };
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
         self
     }
 
@@ -363,9 +335,7 @@ impl JobBuilder {
         };
         let schedule = match self.schedule {
             None => {
-                return Err(invalid(
-                    "it has no schedule; call `interval` or `cron`".into(),
-                ));
+                return Err(invalid("it has no schedule".into()));
             }
             Some(ScheduleInput::Ready(schedule)) => schedule,
             Some(ScheduleInput::Interval { every, anchor_ms }) => {
@@ -376,20 +346,21 @@ impl JobBuilder {
         // The same check `due_slots` makes, made once here so a bad policy fails at
         // registration rather than in the loop.
         crate::catch_up::check_policy(&self.catch_up)?;
-        if !(1..=FIRE_ATTEMPTS_MAX).contains(&self.attempts_max) {
+        let retry = self.retry;
+        if !(1..=FIRE_ATTEMPTS_MAX).contains(&retry.attempts_max) {
             return Err(invalid(format!(
-                "attempts_max is {}; use 1 to {FIRE_ATTEMPTS_MAX}",
-                self.attempts_max
+                "retry.attempts_max is {}, outside 1 to {FIRE_ATTEMPTS_MAX}",
+                retry.attempts_max
             )));
         }
-        if self.backoff.max > FIRE_BACKOFF_MAX || self.backoff.initial > self.backoff.max {
+        if retry.backoff_max > FIRE_BACKOFF_MAX || retry.backoff_initial > retry.backoff_max {
             return Err(invalid(format!(
-                "backoff {:?} up to {:?} is out of bounds; use initial <= max <= {:?}",
-                self.backoff.initial, self.backoff.max, FIRE_BACKOFF_MAX
+                "backoff {:?} up to {:?} is not within initial <= max <= {FIRE_BACKOFF_MAX:?}",
+                retry.backoff_initial, retry.backoff_max
             )));
         }
         let Some(body) = self.body else {
-            return Err(invalid("it has no body; call `body`".into()));
+            return Err(invalid("it has no body".into()));
         };
         Ok(Job {
             id,
@@ -397,8 +368,7 @@ impl JobBuilder {
             catch_up: self.catch_up,
             overlap: self.overlap,
             policy: self.policy,
-            attempts_max: self.attempts_max,
-            backoff: self.backoff,
+            retry,
             body,
         })
     }

@@ -1,33 +1,48 @@
-//! The slot ledger: the `jobs`, `fires` and `skipped_slots` tables of `schema/0003_scheduler.sql`.
+//! The slot ledger: the `jobs`, `fires` and `skipped_slots` tables, which this crate owns
+//! (`schema/scheduler/`), and the only place their SQL lives.
 //!
 //! Every function here runs on a connection the journal hands out, inside its transaction
 //! (`Journal::write` for changes, `Journal::read` for queries), so each change commits
-//! atomically with the rest of its request.
+//! atomically with the rest of its request. None of them reads or writes the journal's own
+//! tables: what they need of the journal they ask through its functions
+//! ([`durably_journal::ambiguous_step_exists`], [`durably_journal::step_attempts_total`],
+//! [`durably_journal::record_event`]) and of the lock rows through [`durably_lock::read`].
 //!
 //! Invariant: `jobs.last_slot_ms` only grows, and every change to it goes through
 //! [`raise_mark`]. The loop registers only slots after it, re-read inside the registering
 //! transaction, so two processes can never both register a slot as new.
 
-use durably_journal::{Error as JournalError, Result as JournalResult};
-use durably_lock::Judge;
+use chrono::{DateTime, Utc};
+use durably_journal::{
+    Error as JournalError, ExtensionSchema, Migration, Result as JournalResult,
+    ambiguous_step_exists, step_attempts_total,
+};
+use durably_lock::{Judge, format_timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use crate::catch_up::{SkippedSlots, SlotCount};
+use crate::fire_id::Fire;
+use crate::job_id::JobId;
 use crate::outcome::FireState;
 use crate::slot::Slot;
 
-/// The most unfinished fires of one job the recovery scan looks at in one pass. The scan pages
-/// through the rest with a keyset cursor on later passes (see [`recoverable`]); fires waiting
-/// for an operator are not scanned at all, so they can never crowd out the others.
-pub(crate) const UNFINISHED_FIRES_SCANNED_MAX: u32 = 100;
+/// The ledger's tables and views in the journal's file, applied by
+/// `Journal::migrate_extension` when a `Scheduler` is built. Migration 1 adopts the tables of
+/// files whose journal created them before the scheduler owned its schema.
+pub(crate) static LEDGER_SCHEMA: ExtensionSchema = ExtensionSchema {
+    owner: "scheduler",
+    migrations: &[Migration {
+        name: "0001_ledger",
+        sql: include_str!("../../../schema/scheduler/0001_ledger.sql"),
+    }],
+    views: include_str!("../../../schema/scheduler/views.sql"),
+};
 
-/// The SQL condition, on a `fires` row aliased `f`, of a fire waiting for an operator: its
-/// last drive met an ambiguous step (`Error::Ambiguous`: policy `Fail`, or `Retry` past the
-/// journal's crash bound) and that step is still in the ambiguous window. `durably resolve`
-/// completes or removes the intent, which ends the wait.
-const AWAITING_OPERATOR: &str = "(f.awaiting_operator = 1 AND EXISTS (
-        SELECT 1 FROM steps AS s WHERE s.execution_id = f.execution_id AND s.state = 'intent'))";
+/// The most unfinished fires of one job the recovery scan returns in one pass. The scan pages
+/// through the rest with a keyset cursor on later passes (see [`recoverable`]); fires waiting
+/// for an operator are passed over, so they can never crowd out the others.
+pub(crate) const UNFINISHED_FIRES_SCANNED_MAX: u32 = 100;
 
 /// The reason recorded for a slot skipped under [`crate::Overlap::Skip`].
 pub(crate) const REASON_OVERLAP: &str = "previous fire still running";
@@ -48,8 +63,9 @@ pub(crate) fn upsert_job(
     job: &str,
     definition: &str,
     definition_hash: &str,
-    now: &str,
+    at: DateTime<Utc>,
 ) -> JournalResult<Option<PreviousJob>> {
+    let now = format_timestamp(at);
     let previous = conn
         .prepare_cached(
             "SELECT definition, definition_hash, last_slot_ms FROM jobs WHERE job = ?1",
@@ -82,11 +98,7 @@ pub(crate) fn upsert_job(
                 "hash": definition_hash,
                 "last_slot_ms": old.last_slot_ms,
             });
-            conn.prepare_cached(
-                "INSERT INTO events (at, execution_id, seq, kind, detail)
-                 VALUES (?1, NULL, NULL, ?2, ?3)",
-            )?
-            .execute(params![now, EVENT_JOB_REDEFINED, detail.to_string()])?;
+            durably_journal::record_event(conn, at, EVENT_JOB_REDEFINED, &detail)?;
         }
         Some(_) => {}
     }
@@ -127,9 +139,7 @@ pub(crate) enum Registered {
 
 /// How to register one fire.
 pub(crate) struct FireRegistration<'a> {
-    pub(crate) job: &'a str,
-    pub(crate) slot: Slot,
-    pub(crate) execution_id: &'a str,
+    pub(crate) fire: &'a Fire,
     pub(crate) now: &'a str,
     /// Register only a slot after the high-water mark (the loop); `false` for an explicit fire.
     pub(crate) above_mark_only: bool,
@@ -149,34 +159,31 @@ pub(crate) struct FireRegistration<'a> {
 pub(crate) fn register_fire(
     conn: &Connection,
     judge: &Judge,
-    fire: &FireRegistration<'_>,
+    registration: &FireRegistration<'_>,
 ) -> JournalResult<Registered> {
-    let existing: Option<(String, i64)> = conn
-        .prepare_cached("SELECT state, attempts FROM fires WHERE job = ?1 AND slot_ms = ?2")?
-        .query_row(params![fire.job, fire.slot.as_millis()], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?;
-    if let Some((state, attempts)) = existing {
-        return Ok(Registered::Existing {
-            state: parse_state(&state)?,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-        });
+    let fire = registration.fire;
+    let job = fire.job.as_str();
+    if let Some((state, attempts)) = fire_state(conn, job, fire.slot)? {
+        return Ok(Registered::Existing { state, attempts });
     }
-    if fire.above_mark_only
-        && high_water_mark(conn, fire.job)?.is_some_and(|mark| mark >= fire.slot.as_millis())
+    if registration.above_mark_only
+        && high_water_mark(conn, job)?.is_some_and(|mark| mark >= fire.slot.as_millis())
     {
         return Ok(Registered::AtOrBelowMark);
     }
-    let overlapping = match fire.overlap_skip {
+    let overlapping = match registration.overlap_skip {
         None => false,
         Some(true) => true,
-        Some(false) => live_unfinished_exists(conn, judge, fire.job, Some(fire.slot))?,
+        Some(false) => live_unfinished_exists(conn, judge, job, fire.slot)?,
     };
     let (state, reason, finished_at) = if overlapping {
-        ("skipped", Some(REASON_OVERLAP), Some(fire.now))
+        (
+            FireState::Skipped,
+            Some(REASON_OVERLAP),
+            Some(registration.now),
+        )
     } else {
-        ("pending", None, None)
+        (FireState::Pending, None, None)
     };
     conn.prepare_cached(
         "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, registered_at,
@@ -184,25 +191,25 @@ pub(crate) fn register_fire(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
-        fire.job,
+        job,
         fire.slot.to_rfc3339(),
         fire.slot.as_millis(),
-        fire.execution_id,
-        state,
+        fire.execution_id.to_string(),
+        state.as_str(),
         reason,
-        fire.now,
+        registration.now,
         finished_at,
     ])?;
     // The loop decides every slot up to the mark (fired or recorded skipped) in the same
     // transaction, so it raises the mark. An explicit fire raises it only when that hides no
     // slot from the loop (see `FireRegistration::mark_after`).
-    let raise = fire.above_mark_only
-        || match high_water_mark(conn, fire.job)? {
-            None => fire.raise_from_unset,
-            Some(mark) => fire.mark_after == Some(mark),
+    let raise = registration.above_mark_only
+        || match high_water_mark(conn, job)? {
+            None => registration.raise_from_unset,
+            Some(mark) => registration.mark_after == Some(mark),
         };
     if raise {
-        raise_mark(conn, fire.job, fire.slot)?;
+        raise_mark(conn, job, fire.slot)?;
     }
     Ok(match reason {
         Some(reason) => Registered::NewSkipped(reason.to_owned()),
@@ -247,94 +254,113 @@ pub(crate) fn record_skipped(
     Ok(inserted == 1)
 }
 
-/// The real number of body calls of a fire so far: the attempts the journal counted over its
-/// steps (each guarded step counts its first call and every re-run after a crash).
-const STEP_ATTEMPTS: &str = "(SELECT coalesce(sum(s.attempts), 0) FROM steps AS s
-                               WHERE s.execution_id = fires.execution_id)";
-
 /// Marks attempt `attempt` of a fire as started, and ends any wait for an operator (the fire
-/// is being driven again). `attempts` becomes the larger of `attempt` and the body calls the
-/// journal counted.
+/// is being driven again). `attempts` becomes the largest of its value, `attempt`, and the body
+/// calls the journal counted over the fire's steps (each guarded step counts its first call
+/// and every re-run after a crash).
 pub(crate) fn mark_running(
     conn: &Connection,
-    job: &str,
-    slot: Slot,
+    fire: &Fire,
     attempt: u32,
     now: &str,
 ) -> JournalResult<()> {
-    conn.prepare_cached(&format!(
+    let body_calls = step_attempts_total(conn, fire.execution_id)?;
+    conn.prepare_cached(
         "UPDATE fires SET state = 'running', awaiting_operator = 0,
-                          attempts = max(attempts, ?3, {STEP_ATTEMPTS}),
-                          started_at = coalesce(started_at, ?4)
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
-    ))?
-    .execute(params![job, slot.as_millis(), attempt, now])?;
+                          attempts = max(attempts, ?3, ?4),
+                          started_at = coalesce(started_at, ?5)
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
+    )?
+    .execute(params![
+        fire.job.as_str(),
+        fire.slot.as_millis(),
+        attempt,
+        body_calls,
+        now
+    ])?;
     Ok(())
 }
 
-/// Records a fire's final state. A row already final is left as it is.
+/// Records a fire's final state, and its body calls as [`mark_running`] counts them. A row
+/// already final is left as it is.
 pub(crate) fn mark_finished(
     conn: &Connection,
-    job: &str,
-    slot: Slot,
+    fire: &Fire,
     state: FireState,
     reason: Option<&str>,
     now: &str,
 ) -> JournalResult<()> {
     debug_assert!(state.is_final());
-    conn.prepare_cached(&format!(
+    let body_calls = step_attempts_total(conn, fire.execution_id)?;
+    conn.prepare_cached(
         "UPDATE fires SET state = ?3, reason = ?4, finished_at = ?5, awaiting_operator = 0,
-                          attempts = max(attempts, {STEP_ATTEMPTS})
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
-    ))?
-    .execute(params![job, slot.as_millis(), state.as_str(), reason, now])?;
+                          attempts = max(attempts, ?6)
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
+    )?
+    .execute(params![
+        fire.job.as_str(),
+        fire.slot.as_millis(),
+        state.as_str(),
+        reason,
+        now,
+        body_calls
+    ])?;
     Ok(())
 }
 
 /// Marks an unfinished fire as waiting for an operator (an ambiguous body the policy will not
-/// decide), with the reason. Recovery leaves it alone until its intent is resolved.
-pub(crate) fn await_operator(
-    conn: &Connection,
-    job: &str,
-    slot: Slot,
-    reason: &str,
-) -> JournalResult<()> {
-    conn.prepare_cached(&format!(
-        "UPDATE fires SET reason = ?3, awaiting_operator = 1,
-                          attempts = max(attempts, {STEP_ATTEMPTS})
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')"
-    ))?
-    .execute(params![job, slot.as_millis(), reason])?;
+/// decide), with the reason. Recovery passes it over until its intent is resolved.
+pub(crate) fn await_operator(conn: &Connection, fire: &Fire, reason: &str) -> JournalResult<()> {
+    let body_calls = step_attempts_total(conn, fire.execution_id)?;
+    conn.prepare_cached(
+        "UPDATE fires SET reason = ?3, awaiting_operator = 1, attempts = max(attempts, ?4)
+         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
+    )?
+    .execute(params![
+        fire.job.as_str(),
+        fire.slot.as_millis(),
+        reason,
+        body_calls
+    ])?;
     Ok(())
 }
 
 /// One page of the job's unfinished fires that recovery may resume: oldest first, after the
-/// keyset cursor `after` (epoch milliseconds), at most [`UNFINISHED_FIRES_SCANNED_MAX`], leaving
-/// out fires waiting for an operator. Each comes with whether a live holder has its execution
-/// locked. A page shorter than the maximum is the last one.
+/// keyset cursor `after` (epoch milliseconds), at most [`UNFINISHED_FIRES_SCANNED_MAX`]. Each
+/// comes with whether a live holder has its execution locked.
+///
+/// A fire waiting for an operator is passed over and does not count toward the page: its last
+/// drive met an ambiguous step (`Error::Ambiguous`: policy `Fail`, or `Retry` past the
+/// journal's crash bound) and that step is still in the ambiguous window. `durably resolve`
+/// completes or removes the intent, which ends the wait. A page shorter than the maximum is
+/// the last one.
 pub(crate) fn recoverable(
     conn: &Connection,
     judge: &Judge,
-    job: &str,
+    job: &JobId,
     after: Option<i64>,
-) -> JournalResult<Vec<(Slot, bool)>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT f.slot_ms, f.execution_id FROM fires AS f
-         WHERE f.job = ?1 AND f.state IN ('pending', 'running') AND f.slot_ms > ?2
-           AND NOT {AWAITING_OPERATOR}
-         ORDER BY f.slot_ms LIMIT ?3"
-    ))?;
-    let rows = statement
-        .query_map(
-            params![job, after.unwrap_or(i64::MIN), UNFINISHED_FIRES_SCANNED_MAX],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut fires = Vec::with_capacity(rows.len());
-    for (slot_ms, execution_id) in rows {
+) -> JournalResult<Vec<(Fire, bool)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT slot_ms, awaiting_operator FROM fires
+         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms > ?2
+         ORDER BY slot_ms",
+    )?;
+    let mut rows = statement.query(params![job.as_str(), after.unwrap_or(i64::MIN)])?;
+    let mut fires = Vec::new();
+    while fires.len() < UNFINISHED_FIRES_SCANNED_MAX as usize {
+        let Some(row) = rows.next()? else {
+            break;
+        };
+        let slot_ms: i64 = row.get(0)?;
+        let awaiting_operator: bool = row.get(1)?;
         let slot = Slot::from_millis(slot_ms)
             .map_err(|error| JournalError::Inconsistent(format!("fires row of {job}: {error}")))?;
-        fires.push((slot, held_live(conn, judge, &execution_id)?));
+        let fire = Fire::new(job, slot);
+        if awaiting_operator && ambiguous_step_exists(conn, fire.execution_id)? {
+            continue;
+        }
+        let held = held_live(conn, judge, &fire.execution_id.to_string())?;
+        fires.push((fire, held));
     }
     Ok(fires)
 }
@@ -348,26 +374,27 @@ fn held_live(conn: &Connection, judge: &Judge, execution_id: &str) -> JournalRes
     )
 }
 
-/// Whether a live holder is running an unfinished fire of the job other than `except`. Not
-/// capped: every unfinished fire whose lock has a holder is judged until a live one is found
-/// (fires with a free lock, such as those waiting for an operator, cost no judgement).
+/// Whether a live holder is running an unfinished fire of the job other than the one at
+/// `except`. Not capped: every unfinished fire's lock row is read, and every held one judged,
+/// until a live one is found (a fire with a free lock, such as one waiting for an operator,
+/// costs no judgement).
 fn live_unfinished_exists(
     conn: &Connection,
     judge: &Judge,
     job: &str,
-    except: Option<Slot>,
+    except: Slot,
 ) -> JournalResult<bool> {
     let mut statement = conn.prepare_cached(
-        "SELECT f.execution_id FROM fires AS f JOIN locks AS l ON l.resource = f.execution_id
-         WHERE f.job = ?1 AND f.state IN ('pending', 'running') AND f.slot_ms <> ?2
-           AND l.instance_id IS NOT NULL
-         ORDER BY f.slot_ms",
+        "SELECT execution_id FROM fires
+         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2
+         ORDER BY slot_ms",
     )?;
-    let except_ms = except.map_or(i64::MIN, Slot::as_millis);
-    let held = statement
-        .query_map(params![job, except_ms], |row| row.get::<_, String>(0))?
+    let unfinished = statement
+        .query_map(params![job, except.as_millis()], |row| {
+            row.get::<_, String>(0)
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    for execution_id in held {
+    for execution_id in unfinished {
         if held_live(conn, judge, &execution_id)? {
             return Ok(true);
         }

@@ -11,7 +11,8 @@
 //! - [`due_slots`] decides, under a [`CatchUp`] policy, which slots to fire after downtime.
 //! - A [`Job`] adds the policies and the body; a [`Scheduler`] registers jobs, fires one slot
 //!   ([`Scheduler::fire`]) and runs the loop ([`Scheduler::run`]). The slot ledger (tables
-//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database.
+//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database; this crate owns
+//!   it, and building a `Scheduler` creates or migrates it.
 //!
 //! Firing a slot runs the body once; firing it again replays the recorded outcome:
 //!
@@ -23,7 +24,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
-//! let scheduler = Scheduler::new(Journal::open(dir.path().join("journal.db"))?);
+//! let scheduler = Scheduler::new(Journal::open(dir.path().join("journal.db"))?).await?;
 //! let job = Job::builder("hourly-sync")
 //!     .interval(Duration::from_hours(1), 0)
 //!     .body(|fire| async move {
@@ -78,6 +79,7 @@
 //! ```
 
 mod catch_up;
+mod drive;
 mod error;
 mod fire_id;
 mod job;
@@ -96,8 +98,8 @@ pub use catch_up::{
 pub use error::{Error, Result};
 pub use fire_id::fire_id;
 pub use job::{
-    Backoff, FIRE_ATTEMPTS_MAX, FIRE_BACKOFF_MAX, FireBody, FireContext, FireFuture, Job,
-    JobBuilder,
+    FIRE_ATTEMPTS_MAX, FIRE_BACKOFF_MAX, FIRE_RETRY_DEFAULT, FireBody, FireContext, FireFuture,
+    Job, JobBuilder,
 };
 pub use job_id::{JOB_ID_BYTES_MAX, JobId};
 pub use outcome::{FireOutcome, FireReport, FireState, PassReport, Registration};
@@ -110,5 +112,5 @@ pub use scheduler::{
 };
 pub use slot::{SLOT_MILLIS_MAX, SLOT_MILLIS_MIN, Slot};
 
-/// Re-exported so a job's ambiguity policy and body errors name the journal's types.
-pub use durably_journal::{Journal, Policy, StepError};
+/// Re-exported so a job's ambiguity policy, retries and body errors name the journal's types.
+pub use durably_journal::{Journal, Policy, RetryPolicy, StepError};

@@ -11,13 +11,15 @@ use std::pin::Pin;
 use tokio::task::JoinSet;
 
 use crate::catch_up::{CatchUp, Overlap, SkippedSlots, due_slots};
+use crate::drive::early_outcome;
 use crate::error::{Error, Result};
+use crate::fire_id::Fire;
 use crate::job::Job;
 use crate::job_id::JobId;
 use crate::ledger::{self, Registered};
 use crate::outcome::{FireOutcome, FireReport, PassReport};
 use crate::schedule::Schedule;
-use crate::scheduler::{InFlight, Scheduler, early_outcome};
+use crate::scheduler::{InFlight, Scheduler};
 use crate::slot::Slot;
 
 /// One unit of work a pass hands out: fires run one after another.
@@ -27,7 +29,7 @@ type TaskResult = (JobId, Slot, Result<FireOutcome>);
 
 /// What the registering transaction of one job decided.
 struct Planned {
-    registered: Vec<(Slot, Registered)>,
+    registered: Vec<(Fire, Registered)>,
     skipped: Option<SkippedSlots>,
     next: Option<Slot>,
 }
@@ -162,18 +164,18 @@ impl Scheduler {
             report.skipped.push((job.id.clone(), skipped));
         }
         let mut to_run = Vec::new();
-        for (slot, registered) in planned.registered {
-            let guard = self.enter(&job.id, slot);
-            if let Some(outcome) = early_outcome(job, slot, &registered) {
+        for (fire, registered) in planned.registered {
+            let guard = self.enter(&job.id, fire.slot);
+            if let Some(outcome) = early_outcome(&fire, &registered) {
                 if matches!(outcome, FireOutcome::Skipped { .. }) {
                     report.fires.push(FireReport {
-                        job: job.id.clone(),
-                        slot,
+                        job: fire.job,
+                        slot: fire.slot,
                         outcome,
                     });
                 }
             } else if registered == Registered::New {
-                to_run.push((slot, guard));
+                to_run.push((fire, guard));
             }
         }
         let mut tasks = Vec::new();
@@ -239,20 +241,17 @@ impl Scheduler {
                     planned.skipped = Some(*run);
                 }
                 for slot in due.fire {
-                    let execution_id = crate::fire_id::fire_id(&job_id, slot).to_string();
+                    let fire = Fire::new(&job_id, slot);
                     let registration = ledger::FireRegistration {
-                        job: &id,
-                        slot,
-                        execution_id: &execution_id,
+                        fire: &fire,
                         now: &now_text,
                         above_mark_only: true,
                         overlap_skip,
                         mark_after: None,
                         raise_from_unset: false,
                     };
-                    planned
-                        .registered
-                        .push((slot, ledger::register_fire(conn, &judge, &registration)?));
+                    let registered = ledger::register_fire(conn, &judge, &registration)?;
+                    planned.registered.push((fire, registered));
                 }
                 if let Some(handled) = due.handled_through {
                     ledger::raise_mark(conn, &id, handled)?;
@@ -268,21 +267,20 @@ impl Scheduler {
     /// an operator are left out (see [`ledger::recoverable`]); the scan reads one page per
     /// pass and resumes after it on the next, so any number of stuck fires cannot hide a newer
     /// abandoned one.
-    fn recoverable(&self, job: &Job) -> Result<Vec<(Slot, InFlight)>> {
+    fn recoverable(&self, job: &Job) -> Result<Vec<(Fire, InFlight)>> {
         let judge = self.inner.journal.locker().judge().clone();
-        let id = job.id.to_string();
         let after = crate::scheduler::lock(&self.inner.recovery_cursor)
             .get(&job.id)
             .copied();
         let page = self
             .inner
             .journal
-            .read(|conn| ledger::recoverable(conn, &judge, &id, after))?;
+            .read(|conn| ledger::recoverable(conn, &judge, &job.id, after))?;
         {
             let mut cursor = crate::scheduler::lock(&self.inner.recovery_cursor);
             match page.last() {
-                Some((slot, _)) if page.len() >= ledger::UNFINISHED_FIRES_SCANNED_MAX as usize => {
-                    cursor.insert(job.id.clone(), slot.as_millis());
+                Some((fire, _)) if page.len() >= ledger::UNFINISHED_FIRES_SCANNED_MAX as usize => {
+                    cursor.insert(job.id.clone(), fire.slot.as_millis());
                 }
                 // The last page: start from the oldest again next pass.
                 _ => {
@@ -290,10 +288,13 @@ impl Scheduler {
                 }
             }
         }
-        let abandoned: Vec<(Slot, InFlight)> = page
+        let abandoned: Vec<(Fire, InFlight)> = page
             .into_iter()
-            .filter(|&(slot, held_live)| !held_live && !self.is_in_flight(&job.id, slot))
-            .map(|(slot, _)| (slot, self.enter(&job.id, slot)))
+            .filter(|(fire, held_live)| !held_live && !self.is_in_flight(&job.id, fire.slot))
+            .map(|(fire, _)| {
+                let guard = self.enter(&job.id, fire.slot);
+                (fire, guard)
+            })
             .collect();
         if !abandoned.is_empty() {
             tracing::info!(job = %job.id, fires = abandoned.len(), "resuming abandoned fires");
@@ -301,18 +302,23 @@ impl Scheduler {
         Ok(abandoned)
     }
 
-    fn sequential_task(&self, job: &Job, fires: Vec<(Slot, InFlight)>) -> FireTask {
+    fn sequential_task(&self, job: &Job, fires: Vec<(Fire, InFlight)>) -> FireTask {
         let (scheduler, job) = (self.clone(), job.clone());
         Box::pin(async move {
             let mut results = Vec::with_capacity(fires.len());
-            for (slot, guard) in fires {
+            for (fire, guard) in fires {
                 // Shutdown starts no new fire: the rest stay `pending` (or as they were) in
                 // the ledger, and the next pass, here or elsewhere, resumes them.
                 if scheduler.inner.shutdown.is_set() {
-                    tracing::info!(job = %job.id, %slot, "shutting down: fire left for the next pass");
+                    tracing::info!(
+                        job = %job.id,
+                        slot = %fire.slot,
+                        "shutting down: fire left for the next pass"
+                    );
                     break;
                 }
-                let outcome = scheduler.drive(&job, slot, guard).await;
+                let slot = fire.slot;
+                let outcome = scheduler.drive(&job, fire, guard).await;
                 results.push((job.id.clone(), slot, outcome));
             }
             results

@@ -9,21 +9,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use durably_journal::{
-    Error as JournalError, Guarded, Journal, Opened, Result as JournalResult, Status, StepError,
-};
+use durably_journal::Journal;
 use durably_lock::{Clock, format_timestamp};
-use rusqlite::Connection;
-use serde_json::json;
-use tracing::Instrument;
-use uuid::Uuid;
 
 use crate::catch_up::Overlap;
+use crate::drive::early_outcome;
 use crate::error::{Error, Result};
-use crate::fire_id::fire_id;
-use crate::job::{FireContext, Job, ShutdownSignal};
+use crate::fire_id::Fire;
+use crate::job::{Job, ShutdownSignal};
 use crate::job_id::JobId;
-use crate::ledger::{self, FireRegistration, Registered};
+use crate::ledger::{self, FireRegistration, LEDGER_SCHEMA, Registered};
 use crate::outcome::{FireOutcome, FireState, Registration};
 use crate::slot::Slot;
 
@@ -99,12 +94,20 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Builds the scheduler. It has no jobs until [`Scheduler::register`].
-    pub fn build(self) -> Scheduler {
+    /// Builds the scheduler: brings the scheduler's tables and views in the journal's file up
+    /// to date (creating them in a journal no scheduler used yet), through the journal's
+    /// writer. It has no jobs until [`Scheduler::register`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Journal`] when the migrations cannot be applied, among them
+    /// `ExtensionSchemaTooNew` when a newer build of the scheduler migrated the file.
+    pub async fn build(self) -> Result<Scheduler> {
+        self.journal.migrate_extension(&LEDGER_SCHEMA).await?;
         let clock = self
             .clock
             .unwrap_or_else(|| Arc::clone(self.journal.locker().judge().clock()));
-        Scheduler {
+        Ok(Scheduler {
             inner: Arc::new(Inner {
                 journal: self.journal,
                 clock,
@@ -115,7 +118,7 @@ impl SchedulerBuilder {
                 tick_max: self.tick_max,
                 shutdown_grace: self.shutdown_grace,
             }),
-        }
+        })
     }
 }
 
@@ -144,9 +147,14 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Scheduler {
-    /// A scheduler over `journal`, using the journal's clock.
-    pub fn new(journal: Journal) -> Self {
-        Self::builder(journal).build()
+    /// A scheduler over `journal`, using the journal's clock: `Scheduler::builder(journal)`
+    /// built with the defaults.
+    ///
+    /// # Errors
+    ///
+    /// As [`SchedulerBuilder::build`].
+    pub async fn new(journal: Journal) -> Result<Self> {
+        Self::builder(journal).build().await
     }
 
     /// Starts configuring a scheduler over `journal`.
@@ -185,12 +193,12 @@ impl Scheduler {
     /// earlier, by [`JobBuilder::build`](crate::JobBuilder::build).
     pub async fn register(&self, job: Job) -> Result<Registration> {
         let (id, definition, hash) = (job.id.to_string(), job.definition(), job.definition_hash());
-        let now = self.now_text();
+        let now = self.inner.clock.now();
         let stored = definition.clone();
         let previous = self
             .inner
             .journal
-            .write(move |conn| ledger::upsert_job(conn, &id, &stored, &hash, &now))
+            .write(move |conn| ledger::upsert_job(conn, &id, &stored, &hash, now))
             .await?;
         let registration = match previous {
             None => Registration::New,
@@ -239,7 +247,8 @@ impl Scheduler {
 
     /// Fires `job` at `slot` once: registers the fire in the ledger, opens its execution (the
     /// fire id) exclusively, and runs the body as one guarded step per attempt under the job's
-    /// ambiguity policy, retrying a failing body up to the job's `attempts_max` with backoff.
+    /// ambiguity policy, retrying a failing body as the job's [`RetryPolicy`](crate::RetryPolicy)
+    /// allows.
     ///
     /// - Already finished (here or in another process): [`FireOutcome::Replayed`], nothing runs.
     /// - Held by a live process: [`FireOutcome::LockedBy`], nothing runs.
@@ -283,11 +292,12 @@ impl Scheduler {
                 now: format_timestamp(now),
             });
         }
-        let registered = self.register_fire(&job, slot, false).await?;
+        let fire = Fire::new(&job.id, slot);
+        let registered = self.register_fire(&job, &fire).await?;
         let guard = self.enter(&job.id, slot);
-        match early_outcome(&job, slot, &registered) {
+        match early_outcome(&fire, &registered) {
             Some(outcome) => Ok(outcome),
-            None => self.drive(&job, slot, guard).await,
+            None => self.drive(&job, fire, guard).await,
         }
     }
 
@@ -324,361 +334,33 @@ impl Scheduler {
         }
     }
 
-    /// Registers the fire in one writer transaction (see [`ledger::register_fire`]).
-    pub(crate) async fn register_fire(
-        &self,
-        job: &Job,
-        slot: Slot,
-        above_mark_only: bool,
-    ) -> Result<Registered> {
+    /// Registers an explicit fire in one writer transaction (see [`ledger::register_fire`]).
+    async fn register_fire(&self, job: &Job, fire: &Fire) -> Result<Registered> {
         let overlap_skip =
-            (job.overlap == Overlap::Skip).then(|| self.running_here(&job.id, Some(slot)));
+            (job.overlap == Overlap::Skip).then(|| self.running_here(&job.id, Some(fire.slot)));
         let judge = self.inner.journal.locker().judge().clone();
-        let (id, now) = (job.id.to_string(), self.now_text());
-        let execution_id = fire_id(&job.id, slot).to_string();
-        let mark_after = match Slot::from_millis(slot.as_millis() - 1) {
+        let (fire, now) = (fire.clone(), self.now_text());
+        let mark_after = match Slot::from_millis(fire.slot.as_millis() - 1) {
             Ok(before) => job.schedule.latest_at_or_before(before)?,
             Err(_) => None,
         }
         .map(Slot::as_millis);
-        let raise_from_unset = slot.as_millis() <= self.inner.clock.now().timestamp_millis();
+        let raise_from_unset = fire.slot.as_millis() <= self.inner.clock.now().timestamp_millis();
         let registered = self
             .inner
             .journal
             .write(move |conn| {
-                let fire = FireRegistration {
-                    job: &id,
-                    slot,
-                    execution_id: &execution_id,
+                let registration = FireRegistration {
+                    fire: &fire,
                     now: &now,
-                    above_mark_only,
+                    above_mark_only: false,
                     overlap_skip,
                     mark_after,
                     raise_from_unset,
                 };
-                ledger::register_fire(conn, &judge, &fire)
+                ledger::register_fire(conn, &judge, &registration)
             })
             .await?;
         Ok(registered)
-    }
-
-    /// Opens the fire's execution and runs it to an outcome. `_guard` keeps the fire in this
-    /// scheduler's in-flight set until it returns.
-    pub(crate) async fn drive(
-        &self,
-        job: &Job,
-        slot: Slot,
-        _guard: InFlight,
-    ) -> Result<FireOutcome> {
-        fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
-        ));
-        let execution_id = fire_id(&job.id, slot);
-        let span = tracing::info_span!("durably.fire", job = %job.id, slot = %slot, %execution_id);
-        self.open_and_run(job, slot, execution_id)
-            .instrument(span)
-            .await
-    }
-
-    async fn open_and_run(&self, job: &Job, slot: Slot, execution_id: Uuid) -> Result<FireOutcome> {
-        let input =
-            json!({ "job": job.id, "slot": slot.to_rfc3339(), "slot_ms": slot.as_millis() });
-        let opened = self
-            .inner
-            .journal
-            .open_execution(execution_id, EXECUTION_KIND, job.id.as_str(), &input)
-            .await;
-        match opened {
-            Ok(Opened::Running(execution)) => self.run_attempts(job, slot, execution).await,
-            Ok(Opened::Finished(finished)) => {
-                let (state, reason) = finished_state(&finished);
-                self.finish_ledger(job, slot, state, reason).await?;
-                Ok(FireOutcome::Replayed {
-                    execution_id,
-                    state,
-                })
-            }
-            Err(JournalError::Locked { pid, .. }) => {
-                Ok(FireOutcome::LockedBy { execution_id, pid })
-            }
-            Err(JournalError::Cancelled(_)) => {
-                let reason = "its execution was cancelled by an operator".to_owned();
-                self.finish_ledger(job, slot, FireState::Skipped, Some(reason.clone()))
-                    .await?;
-                Ok(FireOutcome::Skipped {
-                    execution_id,
-                    reason,
-                })
-            }
-            Err(error) => Err(error.into()),
-        }
-    }
-
-    /// Runs the attempts of an open fire. Attempt `k` is the guarded step at seq `k - 1`, so a
-    /// resumed fire replays its recorded attempts and continues where it stopped.
-    async fn run_attempts(
-        &self,
-        job: &Job,
-        slot: Slot,
-        mut execution: durably_journal::Execution,
-    ) -> Result<FireOutcome> {
-        let execution_id = execution.id();
-        let resumed = execution.is_resume();
-        let recorded = if resumed {
-            self.inner.journal.steps(execution_id)?.len()
-        } else {
-            0
-        };
-        let mut last_error = StepError::fatal("the fire made no attempt");
-        for attempt in 1..=job.attempts_max {
-            // Only an attempt that has not run yet waits; recorded failures replay at once.
-            // Shutdown starts no new attempt: the fire stays unfinished, and the next pass
-            // replays the recorded attempts and goes on.
-            let fresh = attempt as usize > recorded;
-            if fresh && attempt > 1 {
-                self.stop_if_shutting_down()?;
-                tokio::select! {
-                    biased;
-                    () = self.inner.shutdown.wait() => return Err(Error::ShuttingDown),
-                    () = tokio::time::sleep(job.backoff.before(attempt)) => {}
-                }
-            }
-            if fresh {
-                self.stop_if_shutting_down()?;
-            } else {
-                // A recorded attempt replays and writes no intent to mark the fire with.
-                self.mark_running(job, slot, attempt).await?;
-            }
-            let body = Arc::clone(&job.body);
-            let context = FireContext {
-                job: job.id.clone(),
-                slot,
-                execution_id,
-                idempotency_key: durably_journal::IdempotencyKey(Uuid::nil()),
-                attempt,
-                shutdown: self.inner.shutdown.clone(),
-            };
-            // A fresh attempt marks the fire running in its intent's transaction: the ledger and
-            // the journal agree after any crash, and the fire costs one commit less.
-            let mark_running = self.ledger_running(job, slot, attempt);
-            let step = execution
-                .guarded_with(
-                    FIRE_STEP_NAME,
-                    job.policy.clone(),
-                    mark_running,
-                    move |key| {
-                        let context = FireContext {
-                            idempotency_key: key.idempotency_key(),
-                            ..context.clone()
-                        };
-                        // The scheduler owns fire retries, so the journal must not retry inside the
-                        // step: every error is recorded as this attempt's failure. A panic in the
-                        // body is caught and recorded as this attempt's failure too; left to unwind,
-                        // it would leave the intent ambiguous and be re-run by every recovery.
-                        let future = CatchPanic(body(context));
-                        async move {
-                            future.await.map_err(|error| StepError {
-                                retryable: false,
-                                ..error
-                            })
-                        }
-                    },
-                )
-                .await;
-            match step {
-                Ok(Guarded::Done(output)) => {
-                    let record =
-                        json!({ "fire": "completed", "attempts": attempt, "output": output });
-                    execution
-                        .complete_with(
-                            &record,
-                            self.ledger_finish(job, slot, FireState::Completed, None),
-                        )
-                        .await?;
-                    return Ok(FireOutcome::Ran {
-                        execution_id,
-                        output,
-                        attempts: attempt,
-                        resumed,
-                    });
-                }
-                Ok(Guarded::Skipped(skipped)) => {
-                    let reason = format!(
-                        "attempt {attempt} was interrupted by a crash after its intent was \
-                         recorded, and the job's ambiguity policy is Skip, so it was not run \
-                         again (idempotency key {})",
-                        skipped.idempotency_key
-                    );
-                    let finish =
-                        self.ledger_finish(job, slot, FireState::Skipped, Some(reason.clone()));
-                    execution
-                        .complete_with(&json!({ "fire": "skipped", "reason": reason }), finish)
-                        .await?;
-                    return Ok(FireOutcome::Skipped {
-                        execution_id,
-                        reason,
-                    });
-                }
-                Err(JournalError::StepFailed { error, .. }) => {
-                    tracing::info!(attempt, error = %error.message, "fire attempt failed");
-                    last_error = error;
-                }
-                Err(error @ JournalError::Ambiguous { .. }) => {
-                    // Logged and noted once: recovery leaves the fire alone until an operator
-                    // resolves the step (see `ledger::recoverable`).
-                    tracing::warn!(job = %job.id, %slot, %error, "fire waits for an operator");
-                    let note = format!("waiting for an operator: {error}");
-                    let (id, stored) = (job.id.to_string(), note);
-                    self.inner
-                        .journal
-                        .write(move |conn| ledger::await_operator(conn, &id, slot, &stored))
-                        .await?;
-                    return Err(error.into());
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        let attempts = job.attempts_max;
-        let record = json!({ "fire": "failed", "attempts": attempts, "error": last_error });
-        let reason = format!(
-            "{attempts} attempts failed; the last: {}",
-            last_error.message
-        );
-        execution
-            .fail_with(
-                &record,
-                self.ledger_finish(job, slot, FireState::Failed, Some(reason)),
-            )
-            .await?;
-        Ok(FireOutcome::Failed {
-            execution_id,
-            error: last_error,
-            attempts,
-        })
-    }
-
-    fn stop_if_shutting_down(&self) -> Result<()> {
-        if self.inner.shutdown.is_set() {
-            return Err(Error::ShuttingDown);
-        }
-        Ok(())
-    }
-
-    async fn mark_running(&self, job: &Job, slot: Slot, attempt: u32) -> Result<()> {
-        self.inner
-            .journal
-            .write(self.ledger_running(job, slot, attempt))
-            .await?;
-        Ok(())
-    }
-
-    /// The ledger write that marks attempt `attempt` of a fire as started.
-    fn ledger_running(
-        &self,
-        job: &Job,
-        slot: Slot,
-        attempt: u32,
-    ) -> impl FnOnce(&Connection) -> JournalResult<()> + Send + 'static {
-        let (id, now) = (job.id.to_string(), self.now_text());
-        move |conn| ledger::mark_running(conn, &id, slot, attempt, &now)
-    }
-
-    async fn finish_ledger(
-        &self,
-        job: &Job,
-        slot: Slot,
-        state: FireState,
-        reason: Option<String>,
-    ) -> Result<()> {
-        self.inner
-            .journal
-            .write(self.ledger_finish(job, slot, state, reason))
-            .await?;
-        Ok(())
-    }
-
-    /// The ledger write that records a fire's final state. It runs in the transaction that
-    /// finalizes the fire's execution when there is one, so the two never disagree after a
-    /// crash, and the fire costs one commit less.
-    fn ledger_finish(
-        &self,
-        job: &Job,
-        slot: Slot,
-        state: FireState,
-        reason: Option<String>,
-    ) -> impl FnOnce(&Connection) -> JournalResult<()> + Send + 'static {
-        let (id, now) = (job.id.to_string(), self.now_text());
-        move |conn| ledger::mark_finished(conn, &id, slot, state, reason.as_deref(), &now)
-    }
-}
-
-/// The outcome of a registration that leaves nothing to run, if it does.
-pub(crate) fn early_outcome(job: &Job, slot: Slot, registered: &Registered) -> Option<FireOutcome> {
-    let execution_id = fire_id(&job.id, slot);
-    match registered {
-        Registered::NewSkipped(reason) => Some(FireOutcome::Skipped {
-            execution_id,
-            reason: reason.clone(),
-        }),
-        Registered::Existing { state, .. } if state.is_final() => Some(FireOutcome::Replayed {
-            execution_id,
-            state: *state,
-        }),
-        Registered::New | Registered::Existing { .. } | Registered::AtOrBelowMark => None,
-    }
-}
-
-/// The ledger state of a finished execution, from the record the scheduler finalized it with.
-fn finished_state(finished: &durably_journal::Finished) -> (FireState, Option<String>) {
-    let record = finished
-        .output
-        .as_ref()
-        .map(durably_journal::Payload::as_json)
-        .or(finished
-            .error
-            .as_ref()
-            .map(durably_journal::Payload::as_json))
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
-    let field = |name: &str| {
-        record
-            .as_ref()
-            .and_then(|value| value.get(name))
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-    };
-    match (finished.status, field("fire").as_deref()) {
-        (_, Some("skipped")) => (FireState::Skipped, field("reason")),
-        (Status::Failed, _) => (FireState::Failed, Some("every attempt failed".to_owned())),
-        _ => (FireState::Completed, None),
-    }
-}
-
-/// Runs a fire body's future, turning a panic into a non-retryable failure of the attempt.
-///
-/// The body is polled in place (not spawned), so dropping the fire, as the shutdown grace does,
-/// drops the body with it. After a panic the body's future is not polled again.
-struct CatchPanic(crate::job::FireFuture);
-
-impl std::future::Future for CatchPanic {
-    type Output = std::result::Result<serde_json::Value, StepError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let future = &mut self.0;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-text panic payload".to_owned());
-                tracing::error!(panic = %message, "fire body panicked");
-                std::task::Poll::Ready(Err(StepError::fatal(format!(
-                    "the fire body panicked: {message}"
-                ))))
-            }
-        }
     }
 }

@@ -11,7 +11,9 @@ mod support;
 
 use std::time::Duration;
 
-use durably_scheduler::{CatchUp, Error, Job, JobId, SLOT_MILLIS_MAX};
+use durably_scheduler::{
+    CatchUp, Error, FIRE_RETRY_DEFAULT, Job, JobId, RetryPolicy, SLOT_MILLIS_MAX,
+};
 use support::{Calls, ManualClock, Scratch, T0_MS, counting_job, slot};
 
 fn noop(builder: durably_scheduler::JobBuilder) -> Result<Job, Error> {
@@ -56,7 +58,11 @@ fn bad_definitions_are_typed_errors() {
     };
     let error = noop(Job::builder("job").interval(every, 0).catch_up(zero_window)).unwrap_err();
     assert!(matches!(error, Error::InvalidCatchUp { .. }), "{error}");
-    let error = noop(Job::builder("job").interval(every, 0).attempts_max(0)).unwrap_err();
+    let no_attempt = RetryPolicy {
+        attempts_max: 0,
+        ..FIRE_RETRY_DEFAULT
+    };
+    let error = noop(Job::builder("job").interval(every, 0).retry(no_attempt)).unwrap_err();
     assert!(matches!(error, Error::InvalidJob { .. }), "{error}");
     let error = Job::builder("job").interval(every, 0).build().unwrap_err();
     assert!(error.to_string().contains("no body"), "{error}");
@@ -68,7 +74,7 @@ fn bad_definitions_are_typed_errors() {
 async fn fires_of_unknown_jobs_and_off_grid_times_are_refused() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let unknown = scheduler
         .fire(&JobId::new("nope").unwrap(), slot(T0_MS))
         .await;

@@ -21,7 +21,7 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS + 5_000);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let job = counting_job("report", &calls)
         .catch_up(policy)
         .build()
@@ -37,7 +37,7 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     // More passes, and another scheduler process's pass, fire nothing more.
     let _ = scheduler.run_once().await;
-    let other = scratch.scheduler(&clock);
+    let other = scratch.scheduler(&clock).await;
     let _ = other
         .register(
             counting_job("report", &calls)

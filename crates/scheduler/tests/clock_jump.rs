@@ -17,7 +17,7 @@ async fn a_clock_jumped_back_an_hour_fires_no_slot_twice() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS + 1_000);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let job = counting_job("tick", &calls)
         .catch_up(CatchUp::Latest)
         .build()

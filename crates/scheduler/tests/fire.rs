@@ -3,7 +3,8 @@
 //! recorded outcome without calling the body; a fire held by another live scheduler is reported
 //! as `LockedBy` and runs nothing; a failing body is retried up to the job's bound, each attempt
 //! recorded as its own guarded step and in the ledger's `attempts`; a changed job definition is
-//! detected from its stored hash and keeps the high-water mark.
+//! detected from its stored hash and keeps the high-water mark; a fire's state is read from
+//! its ledger row, never from its execution.
 //!
 //! Method: real journals on a scratch file and a hand-moved clock; the body counts its calls,
 //! and the `fires`, `steps` and `events` tables are read back with plain SQL.
@@ -15,7 +16,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_scheduler::{FireOutcome, FireState, Job, JobId, Registration, Scheduler, StepError};
+use durably_scheduler::{
+    FIRE_RETRY_DEFAULT, FireOutcome, FireState, Job, JobId, Registration, RetryPolicy, Scheduler,
+    StepError,
+};
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 use tokio::sync::Notify;
 
@@ -25,7 +29,7 @@ async fn registered_report(
     clock: &Arc<ManualClock>,
     calls: &Calls,
 ) -> (Scheduler, JobId) {
-    let scheduler = scratch.scheduler(clock);
+    let scheduler = scratch.scheduler(clock).await;
     let _ = scheduler
         .register(counting_job("report", calls).build().unwrap())
         .await
@@ -38,7 +42,7 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let registration = scheduler.register(counting_job("report", &calls).build().unwrap());
     assert_eq!(registration.await.unwrap(), Registration::New);
     let job = JobId::new("report").unwrap();
@@ -65,7 +69,7 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     ));
 
     // Another scheduler (its own journal handle and lock instance) on the same file.
-    let other = scratch.scheduler(&clock);
+    let other = scratch.scheduler(&clock).await;
     let calls_elsewhere = Calls::default();
     let registration = other.register(counting_job("report", &calls_elsewhere).build().unwrap());
     assert!(matches!(
@@ -111,7 +115,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
         })
         .build()
         .unwrap();
-    let first = scratch.scheduler(&clock);
+    let first = scratch.scheduler(&clock).await;
     let _ = first.register(blocking).await.unwrap();
     let job = JobId::new("slow").unwrap();
     let running = tokio::spawn({
@@ -123,7 +127,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
         .unwrap();
 
     let calls = Calls::default();
-    let second = scratch.scheduler(&clock);
+    let second = scratch.scheduler(&clock).await;
     let _ = second
         .register(counting_job("slow", &calls).build().unwrap())
         .await
@@ -148,8 +152,11 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
         let calls = calls.clone();
         Job::builder("flaky")
             .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-            .attempts_max(3)
-            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .retry(RetryPolicy {
+                attempts_max: 3,
+                backoff_initial: Duration::from_millis(1),
+                backoff_max: Duration::from_millis(5),
+            })
             .body(move |context| {
                 let calls = calls.clone();
                 async move {
@@ -168,7 +175,7 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
             .build()
             .unwrap()
     };
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     let _ = scheduler.register(flaky).await.unwrap();
     let job = JobId::new("flaky").unwrap();
 
@@ -231,7 +238,10 @@ async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
     let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
 
     let changed = counting_job("report", &calls)
-        .attempts_max(5)
+        .retry(RetryPolicy {
+            attempts_max: 5,
+            ..FIRE_RETRY_DEFAULT
+        })
         .build()
         .unwrap();
     let registration = scheduler.register(changed).await.unwrap();
@@ -287,4 +297,52 @@ async fn a_fire_ends_its_execution_and_its_ledger_row_in_one_transaction() {
         ),
         1
     );
+}
+
+/// A fire's state is its `fires` row: a row that says `skipped` replays as skipped whatever the
+/// execution's output says, and a row still `running` whose execution the journal reports
+/// finished (the ledger and the journal disagree) is a `Ledger` error that leaves the row as it
+/// was, never a repair from the execution.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_fire_is_reported_from_its_row_and_a_disagreement_is_an_error() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(T0_MS);
+    let calls = Calls::default();
+    let (scheduler, job) = registered_report(&scratch, &clock, &calls).await;
+    let _ = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    let set_state = |state: &str| {
+        let conn = rusqlite::Connection::open(scratch.path()).unwrap();
+        conn.execute(
+            "UPDATE fires SET state = ?1,
+                              finished_at = CASE WHEN ?1 = 'running' THEN NULL ELSE finished_at END",
+            [state],
+        )
+        .unwrap();
+    };
+
+    set_state("skipped");
+    let replayed = scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    assert!(
+        matches!(
+            replayed,
+            FireOutcome::Replayed {
+                state: FireState::Skipped,
+                ..
+            }
+        ),
+        "{replayed:?}"
+    );
+
+    set_state("running");
+    let refused = scheduler.fire(&job, slot(T0_MS)).await.unwrap_err();
+    assert!(
+        matches!(refused, durably_scheduler::Error::Ledger(_)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        scheduler.fire_state(&job, slot(T0_MS)).unwrap(),
+        Some((FireState::Running, 1)),
+        "the row is left for a person to look at"
+    );
+    assert_eq!(calls.total(), 1, "the body never ran again");
 }

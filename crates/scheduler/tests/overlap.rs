@@ -67,7 +67,7 @@ async fn fire_first_slot(
     overlap: Overlap,
 ) -> (Scheduler, JobId, Calls, Arc<Notify>, FirstFire) {
     let (calls, release) = (Calls::default(), Arc::new(Notify::new()));
-    let scheduler = scratch.scheduler(clock);
+    let scheduler = scratch.scheduler(clock).await;
     let _ = scheduler
         .register(blocking_job(overlap, &calls, &release))
         .await
@@ -97,7 +97,7 @@ async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
     assert_eq!(reason, "previous fire still running");
     // The loop, seeing a slot come due, skips it too; a second scheduler sees the live holder.
     clock.set_millis(T0_MS + 2 * MINUTE_MS + 500);
-    let other = scratch.scheduler(&clock);
+    let other = scratch.scheduler(&clock).await;
     let _ = other
         .register(blocking_job(Overlap::Skip, &calls, &release))
         .await

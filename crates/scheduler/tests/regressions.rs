@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use durably_journal::Resolution;
 use durably_scheduler::{
-    CatchUp, Error, FireOutcome, FireState, Job, JobId, Overlap, Policy, Scheduler, StepError,
-    fire_id,
+    CatchUp, Error, FireOutcome, FireState, Job, JobId, Overlap, Policy, RetryPolicy, Scheduler,
+    StepError, fire_id,
 };
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 
@@ -144,7 +144,9 @@ async fn crash_inside_bodies(
     let scheduler = Scheduler::builder(scratch.journal(clock))
         .tick_max(Duration::from_millis(20))
         .shutdown_grace(Duration::ZERO)
-        .build();
+        .build()
+        .await
+        .unwrap();
     scheduler.register(job).await.unwrap();
     if let Some(mark) = mark {
         let conn = rusqlite::Connection::open(scratch.path()).unwrap();
@@ -169,7 +171,7 @@ async fn explicit_fire_ahead_of_the_mark_loses_no_slot() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     scheduler
         .register(
             counting_job("j", &calls)
@@ -223,8 +225,8 @@ async fn stale_mark_planning_loses_no_skipped_slot() {
         let scratch = Scratch::new();
         let (clock_a, clock_b) = (ManualClock::at_millis(T0_MS), ManualClock::at_millis(T0_MS));
         let (calls_a, calls_b) = (Calls::default(), Calls::default());
-        let a = scratch.scheduler(&clock_a);
-        let b = scratch.scheduler(&clock_b);
+        let a = scratch.scheduler(&clock_a).await;
+        let b = scratch.scheduler(&clock_b).await;
         a.register(counting_job("x", &calls_a).build().unwrap())
             .await
             .unwrap();
@@ -278,7 +280,7 @@ async fn fail_policy_fire_waiting_for_an_operator_is_left_alone() {
     crash_inside_bodies(&scratch, &clock, job(), None, &calls, 1).await;
     hang.store(false, Ordering::SeqCst);
 
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     scheduler.register(job()).await.unwrap();
     for minute in 1..=5 {
         clock.set_millis(T0_MS + minute * MINUTE_MS);
@@ -347,8 +349,11 @@ fn panicking_job(id: &str, policy: Policy, calls: &Arc<AtomicUsize>) -> Job {
         .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
         .catch_up(all_window())
         .policy(policy)
-        .attempts_max(2)
-        .backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .retry(RetryPolicy {
+            attempts_max: 2,
+            backoff_initial: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(1),
+        })
         .body(move |_context| {
             let calls = Arc::clone(&calls);
             async move {
@@ -371,7 +376,7 @@ async fn panicking_body_is_a_bounded_recorded_failure() {
         let scratch = Scratch::new();
         let clock = ManualClock::at_millis(T0_MS);
         let calls = Arc::new(AtomicUsize::new(0));
-        let scheduler = scratch.scheduler(&clock);
+        let scheduler = scratch.scheduler(&clock).await;
         scheduler
             .register(panicking_job(name, policy, &calls))
             .await
@@ -431,7 +436,7 @@ async fn recovery_is_not_starved_by_fires_waiting_for_an_operator() {
         101
     );
 
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     scheduler.register(job()).await.unwrap();
     // A process registered +101m and died before opening it: a pending row, the mark raised.
     let abandoned = slot(T0_MS + 101 * MINUTE_MS);
@@ -504,7 +509,9 @@ async fn shutdown_starts_no_new_fire_or_attempt() {
     };
     let scheduler = Scheduler::builder(scratch.journal(&clock))
         .tick_max(Duration::from_millis(20))
-        .build();
+        .build()
+        .await
+        .unwrap();
     scheduler.register(job).await.unwrap();
     let _ = scheduler.run_once().await; // T0
     clock.set_millis(T0_MS + 10 * MINUTE_MS);
@@ -539,8 +546,11 @@ async fn shutdown_interrupts_the_retry_backoff() {
         Job::builder("b")
             .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
             .catch_up(CatchUp::Latest)
-            .attempts_max(5)
-            .backoff(Duration::from_hours(1), Duration::from_hours(1))
+            .retry(RetryPolicy {
+                attempts_max: 5,
+                backoff_initial: Duration::from_hours(1),
+                backoff_max: Duration::from_hours(1),
+            })
             .body(move |_context| {
                 let calls = Arc::clone(&calls);
                 async move {
@@ -551,7 +561,7 @@ async fn shutdown_interrupts_the_retry_backoff() {
             .build()
             .unwrap()
     };
-    let scheduler = scratch.scheduler(&clock);
+    let scheduler = scratch.scheduler(&clock).await;
     scheduler.register(job).await.unwrap();
     let running = Running::start(&scheduler);
     wait_for("the first attempt", || calls.load(Ordering::SeqCst) == 1).await;

@@ -91,7 +91,8 @@ fn main() -> Outcome {
         let scheduler = Scheduler::builder(journal)
             .tick_max(Duration::from_millis(50))
             .shutdown_grace(Duration::from_secs(10))
-            .build();
+            .build()
+            .await?;
         let _ = scheduler.register(job).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::spawn(move || {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use durably_journal::{Error as JournalError, IdempotencyKey};
 use durably_scheduler::{
-    Error, FIRE_STEP_NAME, FireOutcome, Job, JobId, Overlap, Scheduler, Slot, StepError,
+    Error, FIRE_RETRY_DEFAULT, FIRE_STEP_NAME, FireOutcome, Job, JobId, Overlap, RetryPolicy,
+    Scheduler, Slot, StepError,
 };
 use serde_json::json;
 
@@ -46,7 +47,7 @@ pub fn slot(number: u64) -> Result<Slot, BoxError> {
 /// # Errors
 /// A job cannot be built or registered.
 pub async fn scheduler(workload: &Workload) -> Result<Scheduler, BoxError> {
-    let scheduler = Scheduler::new(workload.journal().clone());
+    let scheduler = Scheduler::new(workload.journal().clone()).await?;
     for policy in PolicyKind::ALL {
         let ledger = Arc::clone(workload.ledger());
         let job = Job::builder(&job_id(policy))
@@ -57,7 +58,10 @@ pub async fn scheduler(workload: &Workload) -> Result<Scheduler, BoxError> {
             .policy(workload.policy(policy))
             // Both scheduler processes must contend for every slot, not skip it.
             .overlap(Overlap::Allow)
-            .attempts_max(1)
+            .retry(RetryPolicy {
+                attempts_max: 1,
+                ..FIRE_RETRY_DEFAULT
+            })
             .body(move |context| {
                 let done = effect(&ledger, &context, policy);
                 async move { done }

@@ -58,10 +58,9 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     rss::reset_peak();
 
     let full = context.journal(&full_path)?;
-    // One cycle on each journal in turn, so both see the same disk: this disk's commit latency
-    // moves by 2x within minutes, and measuring the empty journal first and the full one a
-    // minute later compared two regimes rather than two journals (a 0.8x and a 2.1x "ratio"
-    // from the same code in two runs).
+    // One cycle on each journal in turn, so both see the same disk: a shared disk's commit
+    // latency drifts within minutes, and measuring one journal after the other would compare
+    // two moments of the disk rather than two journals.
     let empty = context.journal(&dir.join("empty.db"))?;
     let (mut on_empty, mut on_full) = (Cycle::default(), Cycle::default());
     for _ in 0..cycles {

@@ -43,7 +43,7 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 }
 
 async fn scheduler_on(journal: &Journal) -> Result<(Scheduler, JobId)> {
-    let scheduler = Scheduler::new(journal.clone());
+    let scheduler = Scheduler::new(journal.clone()).await?;
     let job = Job::builder(JOB)
         .interval(Duration::from_secs(1), 0)
         // Two processes fire neighbouring slots at once; with `Skip` one of them would skip a

@@ -53,6 +53,17 @@ pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
     let journal = crate::db::open_existing(db)?;
     let fires = journal
         .read(|conn| {
+            // The scheduler creates its ledger when it first runs on a journal; until then
+            // there is nothing to list.
+            let ledger_exists: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema
+                                WHERE type = 'view' AND name = 'fire_ledger')",
+                [],
+                |row| row.get(0),
+            )?;
+            if !ledger_exists {
+                return Ok(Vec::new());
+            }
             let mut statement = conn.prepare_cached(
                 "SELECT job, slot, state, attempts, execution_id, execution_status, reason,
                         registered_at, started_at, finished_at

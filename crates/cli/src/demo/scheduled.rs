@@ -135,7 +135,9 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
     let journal = Journal::builder(&args.journal)
         .sweep_on_open(false)
         .open()?;
-    let scheduler = Scheduler::new(journal);
+    let scheduler = Scheduler::new(journal)
+        .await
+        .map_err(|error| scheduler_error(&error))?;
     let ledger = Ledger::at(&args.ledger);
     let job = Job::builder(JOB)
         .interval(EVERY, 0)

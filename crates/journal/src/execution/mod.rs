@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 pub(crate) use fence::Fence;
 use protocol::{IntentHook, StepOutcome};
+pub(crate) use step_rows::first_open_intent;
 
 use crate::config::StepSettings;
 use crate::error::{Error, Result};
@@ -101,6 +102,12 @@ impl Execution {
     /// The sequence number the next step will get.
     pub fn next_seq(&self) -> u32 {
         self.next_seq
+    }
+
+    /// How many steps were recorded when this handle opened the execution (0 for a new one):
+    /// steps `0..recorded_steps()` replay their recorded outcome instead of running.
+    pub fn recorded_steps(&self) -> u32 {
+        self.replay.recorded()
     }
 
     /// The execution's input, as recorded when it was first opened.

@@ -216,7 +216,7 @@ pub(super) const FIRST_OPEN_INTENT_FROM: &str =
 /// an intent since the open, because every step write is fenced by the handle's lock. Reading
 /// from `next_seq` finds what this run never reached, such as a recorded intent past a shorter
 /// path through the program, with one index seek however long the execution is.
-pub(super) fn first_open_intent(
+pub(crate) fn first_open_intent(
     conn: &Connection,
     resource: &str,
     from_seq: u32,

@@ -33,6 +33,10 @@ pub(crate) const BATCH_REQUESTS_MAX: usize = 512;
 /// callers are made to wait for room (back-pressure). Releases of dropped handles do not count.
 pub(crate) const QUEUE_REQUESTS_MAX: usize = 4096;
 
+// A batch takes requests from the queue, so it can never be larger than what the queue holds;
+// a batch bound above the queue's would be a bound that never applies.
+const _: () = assert!(BATCH_REQUESTS_MAX <= QUEUE_REQUESTS_MAX);
+
 /// Counters of the writer's work, for tests and the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriterStats {
@@ -107,8 +111,8 @@ pub(crate) enum Undo {
     Savepoint,
     /// The request changes rows with at most one statement, and can fail only before that
     /// statement or inside it, where SQLite takes the statement back on its own. It needs no
-    /// savepoint: that saves two statements and the sub-journal's page copies per request,
-    /// about 6 % of the concurrent benchmark's throughput. The writer checks the promise: such
+    /// savepoint: that saves two statements and the sub-journal's page copies per request
+    /// (docs/performance.md gives the measured gain). The writer checks the promise: such
     /// a request that fails after changing rows rolls its whole batch back.
     OneStatement,
 }

@@ -64,10 +64,12 @@ impl Scratch {
         Journal::builder(self.path()).clock(clock).open().unwrap()
     }
 
-    pub fn scheduler(&self, clock: &Arc<ManualClock>) -> Scheduler {
+    pub async fn scheduler(&self, clock: &Arc<ManualClock>) -> Scheduler {
         Scheduler::builder(self.journal(clock))
             .tick_max(Duration::from_millis(20))
             .build()
+            .await
+            .unwrap()
     }
 
     /// Reads one integer with plain SQL.

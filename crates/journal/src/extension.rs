@@ -1,0 +1,99 @@
+//! For crates built on the journal (the scheduler): their own tables in the journal's file, and
+//! the few journal facts they need, read through narrow functions instead of SQL on the
+//! journal's tables.
+//!
+//! Each crate owns its tables, their numbered migrations and their views
+//! ([`ExtensionSchema`]); the journal only runs the migrations and keeps each owner's version
+//! in its `schema_versions` table. The functions here run on a connection the journal handed
+//! out ([`Journal::read`], [`Journal::write`], [`crate::Execution::complete_with`]), inside its
+//! transaction, so what they read or write commits with the caller's own rows.
+
+use chrono::{DateTime, Utc};
+use durably_lock::format_timestamp;
+use rusqlite::{Connection, params};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::events;
+use crate::execution::first_open_intent;
+use crate::journal::Journal;
+use crate::storage::{self, Migration, Owner};
+
+/// The tables and views a crate built on the journal keeps in the journal's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtensionSchema {
+    /// The owner's name: its key in `schema_versions` and in error messages (`scheduler`).
+    pub owner: &'static str,
+    /// The owner's numbered migrations, in order; version *n* means the first *n* are applied.
+    pub migrations: &'static [Migration],
+    /// The owner's views: `DROP VIEW IF EXISTS` and `CREATE VIEW` statements, never in a
+    /// numbered migration. Applied after the migrations whenever the file's views differ from
+    /// them, so editing a view never changes what an old migration does. A view no longer
+    /// wanted is dropped by a numbered migration.
+    pub views: &'static str,
+}
+
+impl Journal {
+    /// Brings `schema` up to date in this journal's file: applies the migrations it lacks,
+    /// each as its own writer request (one transaction, with the version that counts it), then
+    /// recreates its views if they differ from [`ExtensionSchema::views`]. Each pass re-reads
+    /// the version under the write lock, so processes migrating the same file at once apply
+    /// each migration once.
+    ///
+    /// # Errors
+    /// [`crate::Error::ExtensionSchemaTooNew`] when the file counts more of `schema`'s
+    /// migrations than it lists (a newer build migrated it; nothing is changed), or a storage
+    /// error from a migration's SQL (that migration is rolled back).
+    pub async fn migrate_extension(&self, schema: &'static ExtensionSchema) -> Result<()> {
+        // One pass a migration, plus the pass that finds the schema current.
+        for _ in 0..=schema.migrations.len() {
+            let path = self.path().to_owned();
+            let applied = self
+                .write(move |conn| {
+                    storage::migration_pass(conn, &path, Owner::Extension(schema))
+                        .map_err(|error| error.at_path(&path))
+                })
+                .await?;
+            if !applied {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether execution `execution_id` has a step in the ambiguous window: a guarded step whose
+/// intent is recorded and whose result is not. One seek on the steps of that execution.
+///
+/// # Errors
+/// A storage error.
+pub fn ambiguous_step_exists(conn: &Connection, execution_id: Uuid) -> Result<bool> {
+    Ok(first_open_intent(conn, &execution_id.to_string(), 0)?.is_some())
+}
+
+/// The sum of the `attempts` of execution `execution_id`'s steps: every start of a step's
+/// closure, retries and re-runs after a crash included. 0 for an execution with no steps.
+///
+/// # Errors
+/// A storage error.
+pub fn step_attempts_total(conn: &Connection, execution_id: Uuid) -> Result<u32> {
+    let total: i64 = conn
+        .prepare_cached("SELECT coalesce(sum(attempts), 0) FROM steps WHERE execution_id = ?1")?
+        .query_row(params![execution_id.to_string()], |row| row.get(0))?;
+    Ok(u32::try_from(total).unwrap_or(u32::MAX))
+}
+
+/// Appends an audit event that concerns no single execution to the journal's `events` table,
+/// in the caller's transaction. `detail` is built from ids, names and reasons, never from
+/// payloads: `durably show` and the `recent_events` view print it.
+///
+/// # Errors
+/// A storage error.
+pub fn record_event(
+    conn: &Connection,
+    at: DateTime<Utc>,
+    kind: &str,
+    detail: &serde_json::Value,
+) -> Result<()> {
+    events::record(conn, &format_timestamp(at), None, None, kind, detail)
+}

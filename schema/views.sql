@@ -1,0 +1,104 @@
+-- durably-journal: views for people at the sqlite3 prompt (see docs/inspecting.md).
+--
+-- Not a numbered migration: every writer open of the journal recreates these views after the
+-- migrations, in the same transaction as the last migration pass, unless the file already
+-- holds exactly these definitions. So a view changes by editing this file, and no numbered
+-- migration ever includes view SQL. A view that is no longer wanted is dropped by a numbered
+-- migration. Each view is dropped before it is created, so the file applies to any file.
+--
+-- They only read. Timestamps are shown as stored (RFC 3339 UTC, e.g. 2026-11-29T13:48:28.123Z),
+-- statuses and states as words, payloads as their JSON text, so `json_extract` works on them.
+-- Durations use julianday(), which every sqlite3 shell since 3.0 has, so an older system shell
+-- reads them too. Nothing here judges whether a process is alive: SQL cannot see processes;
+-- `durably locks` judges each holder.
+
+-- One row per execution with its step counts by state and how long it ran (or has run so far:
+-- `duration_s` of an unfinished execution counts up to its last change). Newest first.
+DROP VIEW IF EXISTS execution_summary;
+CREATE VIEW execution_summary AS
+SELECT e.execution_id,
+       e.kind,
+       e.name,
+       e.status,
+       e.opens,
+       count(s.seq)                                   AS steps,
+       coalesce(sum(s.state = 'completed'), 0)        AS steps_completed,
+       coalesce(sum(s.state = 'failed'), 0)           AS steps_failed,
+       coalesce(sum(s.state = 'skipped'), 0)          AS steps_skipped,
+       coalesce(sum(s.state = 'intent'), 0)           AS steps_ambiguous,
+       coalesce(sum(s.attempts), 0)                   AS attempts,
+       e.created_at,
+       e.finalized_at,
+       round((julianday(coalesce(e.finalized_at, e.updated_at)) - julianday(e.created_at))
+             * 86400.0, 3)                            AS duration_s,
+       e.input,
+       e.output,
+       e.error
+FROM executions AS e
+LEFT JOIN steps AS s ON s.execution_id = e.execution_id
+GROUP BY e.execution_id
+ORDER BY e.created_at DESC;
+
+-- Guarded steps with an intent and no result: the ambiguous window. With `holder_pid` NULL the
+-- step is stuck (its process died): its policy decides on the next run, and under the `fail`
+-- policy an operator answers with `durably resolve`. With a holder, a live process may simply be
+-- running the effect right now.
+DROP VIEW IF EXISTS ambiguous_steps;
+CREATE VIEW ambiguous_steps AS
+SELECT s.execution_id,
+       e.name                                         AS execution_name,
+       e.status                                       AS execution_status,
+       s.seq,
+       s.name                                         AS step,
+       s.policy,
+       s.attempts,
+       s.idempotency_key,
+       s.intent_at,
+       round((julianday('now') - julianday(s.intent_at)) * 86400.0, 1) AS waiting_s,
+       l.pid                                          AS holder_pid,
+       l.acquired_at                                  AS held_since
+FROM steps AS s
+JOIN executions AS e ON e.execution_id = s.execution_id
+LEFT JOIN locks AS l ON l.resource = s.execution_id AND l.instance_id IS NOT NULL
+WHERE s.state = 'intent'
+ORDER BY s.intent_at;
+
+-- Held locks with their holder's identity and the execution they guard. Whether the holder is
+-- still alive is judged by `durably locks` (liveness file, boot id, pid and start time), not
+-- here; `heartbeat_at` only matters for holders that opted into a lease (`lease_ms`).
+DROP VIEW IF EXISTS lock_holders;
+CREATE VIEW lock_holders AS
+SELECT l.resource,
+       e.name                                         AS execution_name,
+       e.status                                       AS execution_status,
+       l.pid,
+       l.hostname,
+       l.acquired_at,
+       l.heartbeat_at,
+       l.lease_ms,
+       l.epoch,
+       l.instance_id,
+       l.boot_id,
+       l.start_time
+FROM locks AS l
+LEFT JOIN executions AS e ON e.execution_id = l.resource
+WHERE l.instance_id IS NOT NULL
+ORDER BY l.acquired_at;
+
+-- The audit trail, newest first, with the execution's and step's names: takeovers, orphan
+-- reclaims, ambiguity decisions (skipped, retried, failed, reconciled), failed attempts,
+-- operator resolutions and cancels. `detail` is JSON built from ids, names and reasons.
+DROP VIEW IF EXISTS recent_events;
+CREATE VIEW recent_events AS
+SELECT ev.id,
+       ev.at,
+       ev.kind,
+       ev.execution_id,
+       e.name                                         AS execution_name,
+       ev.seq,
+       s.name                                         AS step,
+       ev.detail
+FROM events AS ev
+LEFT JOIN executions AS e ON e.execution_id = ev.execution_id
+LEFT JOIN steps AS s ON s.execution_id = ev.execution_id AND s.seq = ev.seq
+ORDER BY ev.id DESC;
