@@ -22,12 +22,14 @@
 
 mod support;
 
+use std::path::Path;
+
 use chrono::Utc;
 use durably_journal::{Error, Journal, Resolution, Status};
 use serde_json::Value;
 use support::journal::{Held, run};
 use support::lock::{resume, stop};
-use support::{Scratch, runtime, wait_until};
+use support::{Scratch, query_pairs, runtime, wait_until};
 use uuid::Uuid;
 
 const LEASE_MS: i64 = 200;
@@ -86,15 +88,11 @@ fn assert_refused_for(journal: &Journal, id: Uuid, pid: i64) {
 
 /// The sink's log: `(token, outcome)` for every write, in order.
 fn sink_writes(scratch: &Scratch) -> Vec<(i64, String)> {
-    let conn = rusqlite::Connection::open(sink(scratch)).unwrap();
-    let mut statement = conn
-        .prepare("SELECT token, outcome FROM writes ORDER BY rowid")
-        .unwrap();
-    statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
+    let sink = sink(scratch);
+    query_pairs(
+        Path::new(&sink),
+        "SELECT token, outcome FROM writes ORDER BY rowid",
+    )
 }
 
 #[test]
@@ -173,7 +171,7 @@ fn a_swept_lease_holder_blocks_the_answer_until_it_is_dead() {
 
 /// The sink's log, or nothing when no write ever reached the sink.
 fn sink_writes_if_any(scratch: &Scratch) -> Vec<(i64, String)> {
-    if std::path::Path::new(&sink(scratch)).exists() {
+    if Path::new(&sink(scratch)).exists() {
         sink_writes(scratch)
     } else {
         Vec::new()

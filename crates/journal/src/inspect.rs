@@ -304,21 +304,29 @@ fn collect<T>(
     Ok(records)
 }
 
+/// The query plan of `sql` with `parameters` on a new journal, one line per step: for the
+/// tests that pin a query to its index.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn query_plan(sql: &str, parameters: impl Params) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let conn = crate::storage::open_writer(&path, crate::config::Durability::Full, 1_000).unwrap();
+    crate::storage::migrate(&conn, &path).unwrap();
+    let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let rows = statement.query_map(parameters, |row| row.get(3)).unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    use rusqlite::params;
 
-    use super::{EVENTS_PAGE, STEPS_PAGE};
-    use crate::config::Durability;
-    use crate::storage;
+    use super::{EVENTS_PAGE, STEPS_PAGE, query_plan};
 
     /// A page is one range read of an index, wherever it starts in however long an execution.
     #[test]
     fn a_page_of_steps_or_events_is_one_index_range_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        let conn = storage::open_writer(&path, Durability::Full, 1_000).unwrap();
-        storage::migrate(&conn, &path).unwrap();
         for (table, page, index) in [
             (
                 "steps",
@@ -331,14 +339,11 @@ mod tests {
                 "events_by_execution (execution_id=? AND id>?)",
             ),
         ] {
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN SELECT * FROM {table} {page}"))
-                .unwrap()
-                .query_map(rusqlite::params!["an execution", 7, 100], |row| row.get(3))
-                .unwrap()
-                .collect::<rusqlite::Result<_>>()
-                .unwrap();
-            assert_eq!(plan, [format!("SEARCH {table} USING INDEX {index}")]);
+            let sql = format!("SELECT * FROM {table} {page}");
+            assert_eq!(
+                query_plan(&sql, params!["an execution", 7, 100]),
+                [format!("SEARCH {table} USING INDEX {index}")]
+            );
         }
     }
 }

@@ -222,6 +222,7 @@ mod tests {
         RECORDED_STEPS, REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS,
     };
     use crate::error::{Error, Result};
+    use crate::inspect::query_plan;
     use crate::journal::Journal;
 
     const AT: &str = "2026-01-01T00:00:00.000Z";
@@ -276,30 +277,17 @@ mod tests {
         (journal, id)
     }
 
-    /// The query plan of `sql` with `parameters`, one line per step.
-    fn plan(journal: &Journal, sql: &str, parameters: impl rusqlite::Params) -> Vec<String> {
-        journal
-            .read(|conn| {
-                let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
-                let rows = statement.query_map(parameters, |row| row.get(3))?;
-                Ok(rows.collect::<rusqlite::Result<_>>()?)
-            })
-            .unwrap()
-    }
-
     /// A window is one range read of an index, wherever it starts, and the count of recorded
     /// steps one seek, however many there are.
     #[test]
     fn a_window_is_one_index_range_read_and_the_count_one_seek() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path().join("journal.db")).unwrap();
         let window = format!("SELECT * FROM steps {WINDOW_ROWS}");
         assert_eq!(
-            plan(&journal, &window, params!["an execution", 7, 100]),
+            query_plan(&window, params!["an execution", 7, 100]),
             ["SEARCH steps USING INDEX steps_by_execution (execution_id=? AND seq>?)"]
         );
         assert_eq!(
-            plan(&journal, RECORDED_STEPS, params!["an execution"]),
+            query_plan(RECORDED_STEPS, params!["an execution"]),
             ["SEARCH steps USING COVERING INDEX steps_by_execution (execution_id=?)"]
         );
     }
