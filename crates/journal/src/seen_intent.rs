@@ -14,12 +14,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
 
-/// What an operator saw of a step in the ambiguous window ([`Journal::seen_intent`]).
+/// What an operator saw of a step in the ambiguous window ([`Operator::seen_intent`]).
 ///
 /// Its text form, like `a2-r0` (the step's attempts, then the operator answers it has had), is
 /// what `durably show` prints and `durably resolve --seen` takes back.
 ///
-/// [`Journal::seen_intent`]: crate::Journal::seen_intent
+/// [`Operator::seen_intent`]: crate::Operator::seen_intent
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeenIntent {
     attempts: u64,
