@@ -1,18 +1,36 @@
-//! The tool's one error type and its exit codes.
+//! The tool's one error type, its exit codes, and how errors are printed.
+//!
+//! Errors come in layers: the library's error says what happened, naming the path and the ids;
+//! this module adds what to do about it (the hint) and the exit code. Every error, a usage
+//! error included, is printed the same way (docs/cli.md, "Errors"):
+//!
+//! ```text
+//! durably: error: <what happened>
+//! durably: hint: <what to do>
+//! ```
+//!
+//! or, with `--json`, as one JSON object `{"error", "hint", "exit_code"}` on standard error.
 
 use std::fmt;
+use std::io::Write;
 use std::process::ExitCode;
+
+use crate::escape::escape;
+use durably::UnsafeFileReason;
+use durably::lock::Refusal;
 
 /// Exit code of a command that failed: the database, the journal or the world said no.
 pub const EXIT_FAILURE: u8 = 1;
-/// Exit code of a command line that cannot be run as written (clap uses it too).
+/// Exit code of a command line that cannot be run as written.
 pub const EXIT_USAGE: u8 = 2;
 
-/// A failed command: a message for people that says what to do, and the exit code.
+/// A failed command: what went wrong, what to do about it, and the exit code.
 #[derive(Debug)]
 pub struct CliError {
-    /// What went wrong and what to do about it.
+    /// What went wrong.
     pub message: String,
+    /// What to do about it, when there is something to say.
+    pub hint: Option<String>,
     /// [`EXIT_FAILURE`] or [`EXIT_USAGE`].
     pub code: u8,
 }
@@ -22,6 +40,7 @@ impl CliError {
     pub fn failure(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            hint: None,
             code: EXIT_FAILURE,
         }
     }
@@ -30,13 +49,43 @@ impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            hint: None,
             code: EXIT_USAGE,
         }
+    }
+
+    /// This error with `hint` as what to do about it.
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
     }
 
     /// The process exit code.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
+    }
+
+    /// Prints the error on standard error: two lines of text, or one JSON object with `json`.
+    /// Text that may come from a file or a path is escaped, as everything this tool prints.
+    pub fn report(&self, json: bool) {
+        let message = escape(&self.message);
+        let hint = self.hint.as_deref().map(escape);
+        let text = if json {
+            let object = serde_json::json!({
+                "error": message,
+                "hint": hint,
+                "exit_code": self.code,
+            });
+            format!("{object}\n")
+        } else {
+            let mut text = format!("durably: error: {message}\n");
+            if let Some(hint) = hint {
+                text.push_str(&format!("durably: hint: {hint}\n"));
+            }
+            text
+        };
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
 
@@ -48,7 +97,12 @@ impl fmt::Display for CliError {
 
 impl From<durably::Error> for CliError {
     fn from(error: durably::Error) -> Self {
-        Self::failure(error.to_string())
+        let hint = hint(&error);
+        let failure = Self::failure(error.to_string());
+        match hint {
+            Some(hint) => failure.hint(hint),
+            None => failure,
+        }
     }
 }
 
@@ -56,6 +110,107 @@ impl From<durably::scheduler::Error> for CliError {
     fn from(error: durably::scheduler::Error) -> Self {
         Self::usage(error.to_string())
     }
+}
+
+/// What the operator can do about a library error; `None` where the message says all there is.
+fn hint(error: &durably::Error) -> Option<String> {
+    use durably::Error as E;
+    Some(match error {
+        E::Locked { pid, .. } => format!(
+            "process {pid} is driving it; run this again once it has stopped (`durably locks` \
+             shows every holder and whether it is alive)"
+        ),
+        E::Ambiguous {
+            execution_id, seq, ..
+        } => format!(
+            "check the outside world with the step's key (`durably show {execution_id}` prints \
+             it and a token), then `durably resolve {execution_id} {seq} --seen TOKEN \
+             --completed JSON` or `--not-done`"
+        ),
+        E::Busy { .. } => {
+            "another process held the journal's write lock; run this again in a moment".to_owned()
+        }
+        E::ReadOnly { .. } => "this command writes: run it as a user who may write the journal \
+                               and its directory (ls, show, locks, fires and sweep --dry-run \
+                               need only read access)"
+            .to_owned(),
+        E::SchemaTooNew { .. } => {
+            "use the durably release that wrote this journal, or a newer one".to_owned()
+        }
+        E::SchemaTooOld { .. } => "a program linked with this durably migrates the journal when \
+                                   it opens it; reading commands never migrate"
+            .to_owned(),
+        E::ForeignDatabase { .. } => "check --db: this file belongs to another program".to_owned(),
+        E::NotAJournal { .. } => "check --db; a journal is made by a program that opens it with \
+                                  durably (`durably demo` makes a sample)"
+            .to_owned(),
+        E::Corrupt { .. } => "check --db; if it is the journal, `sqlite3 PATH 'PRAGMA \
+                              integrity_check'` shows the damage: restore the journal from a \
+                              backup"
+            .to_owned(),
+        E::NotFound(_) => "`durably ls` lists the executions of this journal".to_owned(),
+        E::Cancelled(_) => {
+            "a cancelled execution never runs again; start a new one under a new id".to_owned()
+        }
+        E::PayloadTooLarge { max, .. } => format!("give a value of at most {max} bytes of JSON"),
+        E::UnsafeFile { reason, .. } => unsafe_file_hint(*reason)?,
+        E::DanglingSymlink { .. } => {
+            "point the link at the journal, or pass the journal's own path with --db".to_owned()
+        }
+        E::Lock(durably::lock::Error::LivenessDirRefused { path, reason }) => {
+            liveness_dir_hint(&path.display().to_string(), reason)?
+        }
+        E::ReadTimeout { .. } => "a journal durably wrote reads far faster, so this one may hold \
+                                  a view or trigger that never ends; if it is only very large, \
+                                  raise --read-timeout"
+            .to_owned(),
+        E::PathTooLong { max, .. } => format!(
+            "move the journal, or name it by a path of at most {max} bytes once its links are \
+             resolved"
+        ),
+        E::NeedsRecovery { .. } => "open the journal once with a program or a writing command, \
+                                    as its owner, which recovers it; then run this again"
+            .to_owned(),
+        E::ChangedWhileReading { .. } => {
+            "a writer kept opening and closing the journal; run this again".to_owned()
+        }
+        E::CannotOpen { .. } => {
+            "check that this user may read the file and enter every directory above it".to_owned()
+        }
+        _ => return None,
+    })
+}
+
+fn unsafe_file_hint(reason: UnsafeFileReason) -> Option<String> {
+    Some(
+        match reason {
+            UnsafeFileReason::EmptyNotPrivate => {
+                "find out who made the empty file; remove it (or, if it is yours, `chmod 600` \
+                 it) and run this again"
+            }
+            UnsafeFileReason::ForeignOwner => {
+                "find out who made the file; with no durably process running, remove it and run \
+                 this again"
+            }
+            UnsafeFileReason::NotRegular => {
+                "remove or rename it: a journal's files are regular files"
+            }
+            _ => return None,
+        }
+        .to_owned(),
+    )
+}
+
+fn liveness_dir_hint(path: &str, reason: &Refusal) -> Option<String> {
+    Some(match reason {
+        Refusal::Symlink => format!("remove the link {path}: durably makes the directory itself"),
+        Refusal::Owner { .. } => {
+            format!("find out who made {path}; remove it, or `chown` it to the journal's owner")
+        }
+        Refusal::Writable { .. } => format!("`chmod go-w {path}`, or remove it"),
+        Refusal::ForeignJournal { .. } => "run this as the journal's owner, or as root".to_owned(),
+        _ => return None,
+    })
 }
 
 /// `Result` with [`CliError`].

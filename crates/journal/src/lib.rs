@@ -50,6 +50,7 @@ mod execution_id;
 mod files;
 mod handles;
 mod inspect;
+mod inspector;
 mod journal;
 mod open;
 mod operator;
@@ -72,6 +73,7 @@ pub use config::{
 pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
+pub use inspector::{Inspector, InspectorBuilder, READ_TIMEOUT_MS_DEFAULT};
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
