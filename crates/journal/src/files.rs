@@ -8,8 +8,10 @@
 //! this process holds on the file, SQLite's included. Existing files are inspected with
 //! `lstat`, and changed only through an `O_PATH` descriptor, whose close drops no lock.
 
+use std::ffi::CString;
 use std::fs::{Metadata, OpenOptions};
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -172,6 +174,23 @@ pub(crate) fn check_path_length(path: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Whether this process, by its effective ids, may write the file at `path` and create files
+/// in its directory, as SQLite must to open it for writing in WAL mode.
+pub(crate) fn writable(path: &Path) -> bool {
+    let may_write = |path: &Path| {
+        let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: `name` is a NUL-terminated string that outlives the call.
+        unsafe { libc::faccessat(libc::AT_FDCWD, name.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    may_write(path) && may_write(directory)
 }
 
 /// A reader's look at the database file at `path` (its links resolved), before SQLite opens

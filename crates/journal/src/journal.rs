@@ -62,6 +62,12 @@ impl Journal {
             // Errors converted from SQLite cannot know the timeout that expired, nor the file
             // (the orphan sweep's corruption, say); this one knows both.
             Error::Busy { .. } => Error::Busy { busy_timeout_ms },
+            // SQLite cannot tell a file it may only read, in a directory where it cannot make
+            // the WAL, from one it cannot open at all.
+            Error::CannotOpen { reason, .. } if !files::writable(&path) => Error::ReadOnly {
+                path,
+                reason: format!("{reason}; this process may not write the file or its directory"),
+            },
             other => other.at_path(&path),
         })
     }

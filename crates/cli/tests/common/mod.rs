@@ -61,6 +61,20 @@ pub fn assert_stderr_says(output: &Output, code: i32, needle: &str) {
     assert!(stderr(output).contains(needle), "{}", stderr(output));
 }
 
+/// Asserts that standard error is one error in the documented format: a `durably: error:` line,
+/// then at most one `durably: hint:` line.
+pub fn assert_one_error(output: &Output) {
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        matches!(lines.as_slice(), [error] | [error, _] if error.starts_with("durably: error: ")),
+        "{text}"
+    );
+    if let [_, hint] = lines.as_slice() {
+        assert!(hint.starts_with("durably: hint: "), "{text}");
+    }
+}
+
 /// Asserts exit code 0 (as [`assert_code`]) and that standard output contains `needle`.
 pub fn assert_stdout_says(output: &Output, needle: &str) {
     assert_code(output, 0);
