@@ -72,11 +72,15 @@ impl Target {
     pub fn open_checked(&self, force: bool) -> Result<Journal> {
         if !force {
             let problems = self.inspect()?.integrity_check()?;
-            if !problems.is_empty() {
+            if let Some(first) = problems.first() {
+                let more = if problems.len() > 1 {
+                    " (and more)"
+                } else {
+                    ""
+                };
                 return Err(CliError::failure(format!(
-                    "{} fails SQLite's integrity check: {}",
+                    "{} fails SQLite's integrity check: {first}{more}",
                     self.shown(),
-                    problems.join("; ")
                 ))
                 .hint(
                     "this command changes the journal, and could damage a damaged file further: \
