@@ -161,6 +161,7 @@ fn a_corruption_found_after_the_open_names_the_path_and_claims_nothing_more() {
     let path = fixture.db.canonicalize().unwrap();
     assert!(text.contains(path.to_str().unwrap()), "{text}");
     assert!(!text.contains("untouched"), "{text}");
+    assert!(text.contains("durably: hint: "), "no advice: {text}");
 }
 
 #[test]

@@ -13,6 +13,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -51,8 +52,10 @@ fn reading_commands_create_nothing_and_change_no_byte() {
 #[test]
 fn an_empty_file_is_refused_and_stays_empty() {
     let fixture = fixture();
+    // Private to this user, so a writer's open would adopt it and write a schema into it.
     let empty = fixture.dir.path().join("empty.db");
     std::fs::write(&empty, b"").unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
     let before = state(&empty);
     for command in reading_commands(&fixture) {
         let output = on(&empty, &[], &command);
