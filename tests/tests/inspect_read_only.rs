@@ -2,7 +2,8 @@
 //! writer. A user who may read the journal but write neither it nor its directory reads it:
 //! closed, held open by another user's writer, and left behind by a writer killed with SIGKILL;
 //! so does a reader through a read-only bind mount. No reader adds a file beside the journal.
-//! A writer's open transaction (what a long migration holds) does not block a reader.
+//! A file beside the journal that the reader may not read is named in the refusal. A writer's
+//! open transaction (what a long migration holds) does not block a reader.
 //!
 //! Method: the journal is built by this process; the reader is a `journal_worker inspect`
 //! child, run as uid 65534 where it must lack write access (`worker_as_nobody`), or this
@@ -117,6 +118,14 @@ fn a_user_who_may_only_read_the_journal_reads_it_and_creates_nothing() {
     expected.sort();
     assert_eq!(statuses(&open), expected);
     assert_eq!(verdicts(&open), ["alive"], "{open}");
+
+    // An index the reader may not even read is named, not "unable to open database file".
+    let index = scratch.dir.path().join("journal.db-shm");
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let refused = inspect_as_nobody(scratch.dir.path(), &scratch.database);
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("journal.db-shm"), "{refused}");
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o644)).unwrap();
 
     // Killed, the writer leaves its WAL and index behind, with the commits only they hold.
     holder.kill();

@@ -34,7 +34,7 @@ pub struct Cli {
     pub db: Option<PathBuf>,
 
     /// How long one read of the journal may run before it is stopped (`30s`, `5min`).
-    #[arg(long, global = true, value_name = "DUR", default_value = "30s", value_parser = parse_timeout)]
+    #[arg(long, global = true, value_name = "DUR", default_value_t = read_timeout_default(), value_parser = parse_timeout)]
     pub read_timeout: humantime::Duration,
 
     /// Print JSON instead of tables (fields documented in docs/cli.md).
@@ -249,6 +249,11 @@ fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
              as an age, {error}"
         )),
     }
+}
+
+/// The library's default read timeout, as `--read-timeout` shows and takes it.
+fn read_timeout_default() -> humantime::Duration {
+    std::time::Duration::from_millis(durably::defaults::READ_TIMEOUT_MS_DEFAULT).into()
 }
 
 fn parse_timeout(text: &str) -> Result<humantime::Duration, String> {

@@ -79,11 +79,8 @@ impl CliError {
             });
             format!("{object}\n")
         } else {
-            let mut text = format!("durably: error: {message}\n");
-            if let Some(hint) = hint {
-                text.push_str(&format!("durably: hint: {hint}\n"));
-            }
-            text
+            let hint = hint.map(|hint| format!("durably: hint: {hint}\n"));
+            format!("durably: error: {message}\n{}", hint.unwrap_or_default())
         };
         let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }

@@ -176,21 +176,40 @@ pub(crate) fn check_path_length(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether this process, by its effective ids, may write the file at `path` and create files
-/// in its directory, as SQLite must to open it for writing in WAL mode.
-pub(crate) fn writable(path: &Path) -> bool {
-    let may_write = |path: &Path| {
-        let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: `name` is a NUL-terminated string that outlives the call.
-        unsafe { libc::faccessat(libc::AT_FDCWD, name.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+/// Whether this process, by its effective ids, may access the file at `path` as `access` says
+/// (`libc::R_OK`, `libc::W_OK`). Asked without opening the file, so no lock is dropped.
+fn may(path: &Path, access: libc::c_int) -> bool {
+    let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
     };
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    unsafe { libc::faccessat(libc::AT_FDCWD, name.as_ptr(), access, libc::AT_EACCESS) == 0 }
+}
+
+/// Whether this process may write the file at `path` and create files in its directory, as
+/// SQLite must to open it for writing in WAL mode.
+pub(crate) fn writable(path: &Path) -> bool {
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    may_write(path) && may_write(directory)
+    may(path, libc::W_OK) && may(directory, libc::W_OK)
+}
+
+/// Refuses a file this process may not read, naming it: SQLite would say only "unable to open
+/// database file", for the database or for its `-wal` or `-shm` alike.
+///
+/// # Errors
+/// [`Error::Io`] with `PermissionDenied`.
+pub(crate) fn check_readable(path: &Path) -> Result<()> {
+    if may(path, libc::R_OK) {
+        return Ok(());
+    }
+    Err(Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source: std::io::Error::from(ErrorKind::PermissionDenied),
+    })
 }
 
 /// A reader's look at the database file at `path` (its links resolved), before SQLite opens

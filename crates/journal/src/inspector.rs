@@ -128,13 +128,16 @@ impl InspectorBuilder {
     }
 }
 
-/// A journal opened only to be read: see the module documentation of `inspector.rs` in the
-/// design, "Inspection never writes". Open one with [`Journal::inspect`] or
-/// [`Inspector::builder`].
+/// A journal opened only to be read: it never writes, never migrates, holds no lock instance
+/// and creates no file (no `-wal`, `-shm` or liveness directory), so read access to the file
+/// is enough, and no writer's transaction blocks it. Open one with [`Journal::inspect`] or
+/// [`Inspector::builder`]; docs/design.md, "Inspection never writes", says how it reads.
 ///
-/// Each read is one read transaction. With the journal's WAL beside it, each read sees the
-/// commits made before it began; without, every read sees the file as it was when opened.
-/// One thread uses it at a time (it is `Send`, not `Sync`).
+/// Each read is one read transaction, with a deadline ([`InspectorBuilder::read_timeout_ms`]),
+/// on a connection that trusts no schema (`trusted_schema=OFF`). With the journal's WAL beside
+/// it, a read sees the commits made before it began. Without, the file is read without a lock,
+/// and a read sees the commits that had reached the file; one that a writer changed meanwhile
+/// is read again. One thread uses an inspector at a time (it is `Send`, not `Sync`).
 #[derive(Debug)]
 pub struct Inspector {
     /// The database file, with its links resolved.
@@ -439,6 +442,7 @@ fn connect(path: &Path, deadline: &Arc<Deadline>) -> Result<(Connection, View)> 
                 ),
             });
         }
+        files::check_readable(path)?;
         let snapshot =
             Connection::open_with_flags(snapshot_uri(path), flags | OpenFlags::SQLITE_OPEN_URI);
         (snapshot, View::Snapshot(opened))
@@ -451,6 +455,9 @@ fn connect(path: &Path, deadline: &Arc<Deadline>) -> Result<(Connection, View)> 
             ),
         });
     } else {
+        for file in [path.to_owned(), wal, files::sibling(path, "-shm")] {
+            files::check_readable(&file)?;
+        }
         (Connection::open_with_flags(path, flags), View::Live)
     };
     let conn = conn.map_err(|error| Error::from(error).at_path(path))?;

@@ -11,6 +11,10 @@
 //! that commit has returned and, with [`Durability::Full`], after an fsync of the WAL that
 //! began after it. That fsync runs on a second thread while the writer runs the next batch.
 //!
+//! To read a journal without writing to it (a tool inspecting another program's file),
+//! [`Journal::inspect`] opens an [`Inspector`]: read-only, with no lock instance, no migration
+//! and no file created.
+//!
 //! ```
 //! use durably_journal::{Guarded, Journal, Opened, Policy, StepError};
 //!

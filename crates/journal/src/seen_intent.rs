@@ -91,6 +91,44 @@ pub(crate) fn current(conn: &Connection, resource: &str, seq: u32) -> Result<Opt
     }))
 }
 
+/// Which intent step `seq` of execution `id` is now, with the execution's lock holder, read in
+/// one transaction.
+pub(crate) fn with_holder(
+    conn: &Connection,
+    id: Uuid,
+    seq: u32,
+) -> Result<(Option<SeenIntent>, Option<HolderRecord>)> {
+    let resource = id.to_string();
+    let seen = current(conn, &resource, seq)?;
+    let lock = durably_lock::read(conn, &resource)?;
+    Ok((seen, lock.and_then(|lock| lock.holder)))
+}
+
+/// `seen`, unless a holder that `judge` does not find dead holds the execution: it may be
+/// running that very attempt, so the outside world can still change without the step changing.
+/// A holder for which `is_leak` is true holds a lock under which nothing runs.
+///
+/// # Errors
+/// [`Error::Locked`] while such a holder holds the execution.
+pub(crate) fn unless_held(
+    (seen, holder): (Option<SeenIntent>, Option<HolderRecord>),
+    id: Uuid,
+    judge: &Judge,
+    is_leak: impl FnOnce(&HolderRecord) -> bool,
+) -> Result<Option<SeenIntent>> {
+    if let (Some(_), Some(holder)) = (seen, holder)
+        && !is_leak(&holder)
+        && !judge.judge(&holder).is_dead()
+    {
+        return Err(Error::Locked {
+            execution_id: id,
+            pid: holder.pid,
+            since: holder.acquired_at,
+        });
+    }
+    Ok(seen)
+}
+
 #[cfg(test)]
 mod tests {
     use super::SeenIntent;
@@ -128,42 +166,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Which intent step `seq` of execution `id` is now, with the execution's lock holder, read in
-/// one transaction.
-pub(crate) fn with_holder(
-    conn: &Connection,
-    id: Uuid,
-    seq: u32,
-) -> Result<(Option<SeenIntent>, Option<HolderRecord>)> {
-    let resource = id.to_string();
-    let seen = current(conn, &resource, seq)?;
-    let lock = durably_lock::read(conn, &resource)?;
-    Ok((seen, lock.and_then(|lock| lock.holder)))
-}
-
-/// `seen`, unless a holder that `judge` does not find dead holds the execution: it may be
-/// running that very attempt, so the outside world can still change without the step changing.
-/// A holder for which `is_leak` is true holds a lock under which nothing runs.
-///
-/// # Errors
-/// [`Error::Locked`] while such a holder holds the execution.
-pub(crate) fn unless_held(
-    (seen, holder): (Option<SeenIntent>, Option<HolderRecord>),
-    id: Uuid,
-    judge: &Judge,
-    is_leak: impl FnOnce(&HolderRecord) -> bool,
-) -> Result<Option<SeenIntent>> {
-    if let (Some(_), Some(holder)) = (seen, holder)
-        && !is_leak(&holder)
-        && !judge.judge(&holder).is_dead()
-    {
-        return Err(Error::Locked {
-            execution_id: id,
-            pid: holder.pid,
-            since: holder.acquired_at,
-        });
-    }
-    Ok(seen)
 }

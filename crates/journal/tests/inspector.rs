@@ -193,8 +193,9 @@ fn refused_untouched(prepare: impl FnOnce(&Path), expected: impl Fn(&Error) -> b
 }
 
 /// A database in rollback mode (never switched to WAL) made by `sql`.
-fn sqlite_file(sql: &'static str) -> impl FnOnce(&Path) {
-    move |path| Connection::open(path).unwrap().execute_batch(sql).unwrap()
+fn sqlite_file(sql: impl Into<String>) -> impl FnOnce(&Path) {
+    let sql = sql.into();
+    move |path| Connection::open(path).unwrap().execute_batch(&sql).unwrap()
 }
 
 #[test]
@@ -213,12 +214,7 @@ fn what_a_writer_refuses_a_reader_refuses_too_and_changes_nothing() {
         SCHEMA_VERSION + 1
     );
     refused_untouched(
-        move |path| {
-            Connection::open(path)
-                .unwrap()
-                .execute_batch(&future)
-                .unwrap()
-        },
+        sqlite_file(future),
         |error| matches!(error, Error::SchemaTooNew { found, .. } if *found == SCHEMA_VERSION + 1),
     );
 }
@@ -235,19 +231,16 @@ fn a_file_with_no_journal_yet_or_an_old_one_is_refused_not_migrated() {
     let old = format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 3; CREATE TABLE t (x);"
     );
-    refused_untouched(
-        move |path| Connection::open(path).unwrap().execute_batch(&old).unwrap(),
-        |error| {
-            matches!(
-                error,
-                Error::SchemaTooOld {
-                    found: 3,
-                    oldest: 4,
-                    ..
-                }
-            )
-        },
-    );
+    refused_untouched(sqlite_file(old), |error| {
+        matches!(
+            error,
+            Error::SchemaTooOld {
+                found: 3,
+                oldest: 4,
+                ..
+            }
+        )
+    });
 }
 
 #[test]
