@@ -47,9 +47,9 @@ impl Target {
     pub fn inspect(&self) -> Result<Inspector> {
         self.check_exists()?;
         let timeout_ms = u64::try_from(self.read_timeout.as_millis()).unwrap_or(u64::MAX);
-        Ok(Inspector::builder(&self.path)
+        Ok(Journal::builder(&self.path)
             .read_timeout_ms(timeout_ms)
-            .open()?)
+            .inspect()?)
     }
 
     /// Opens the journal to change it. It never runs the crash-orphan sweep on open (only

@@ -82,10 +82,10 @@
 
 pub use durably_journal::{
     Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
-    Guarded, IdempotencyKey, Inspector, InspectorBuilder, Journal, JournalBuilder, ListFilter,
-    Opened, Payload, Policy, PolicyKind, ReconcileFuture, ReconcileProbe, Result, RetryPolicy,
-    Skipped, Status, StepError, StepKey, StepRecord, StepState, UnknownWord, UnsafeFileReason,
-    event_kind, new_execution_id,
+    Guarded, IdempotencyKey, Inspector, Journal, JournalBuilder, ListFilter, Opened, Payload,
+    Policy, PolicyKind, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status,
+    StepError, StepKey, StepRecord, StepState, UnknownWord, UnsafeFileReason, event_kind,
+    new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.
@@ -96,8 +96,7 @@ pub mod operator {
     };
 }
 
-/// The default of every journal setting, as [`crate::JournalBuilder`] and
-/// [`crate::InspectorBuilder`] apply it.
+/// The default of every journal setting, as [`crate::JournalBuilder`] applies it.
 pub mod defaults {
     pub use durably_journal::{
         AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT,

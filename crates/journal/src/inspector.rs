@@ -28,14 +28,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use durably_lock::{
-    Clock, Judge, Judgement, LivenessDir, LockRow, ProcFs, ProcessTable, SystemClock,
-};
+use durably_lock::{Judge, Judgement, LivenessDir, LockRow};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use uuid::Uuid;
 
-use crate::config::BUSY_TIMEOUT_MS_DEFAULT;
+use crate::config::JournalBuilder;
 use crate::error::{Error, Result};
 use crate::files::{self, Siblings};
 use crate::inspect;
@@ -44,11 +42,6 @@ use crate::records::{EventRecord, ExecutionRecord, ListFilter, StepRecord};
 use crate::seen_intent::{self, SeenIntent};
 use crate::storage::{self, APPLICATION_ID};
 use crate::sweep::{self, SweepReport};
-
-/// Default read timeout of an [`Inspector`]: how long one read may run before it is stopped.
-/// Far above what any query of a journal durably wrote takes; it exists for files someone
-/// else wrote.
-pub const READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 /// The oldest schema version whose tables and views the reading queries understand. Migration
 /// 5 changed only how `steps` is stored, so a journal read while that migration runs (the
@@ -65,75 +58,12 @@ const SNAPSHOT_READ_ATTEMPTS_MAX: u32 = 3;
 /// The most problems [`Inspector::integrity_check`] lists.
 const INTEGRITY_PROBLEMS_MAX: u32 = 20;
 
-/// Opens an [`Inspector`]: `Inspector::builder(path).read_timeout_ms(5_000).open()`.
-#[derive(Debug, Clone)]
-pub struct InspectorBuilder {
-    path: PathBuf,
-    read_timeout_ms: u64,
-    clock: Arc<dyn Clock>,
-    processes: Arc<dyn ProcessTable>,
-}
-
-impl InspectorBuilder {
-    /// How long one read may run before it is stopped with [`Error::ReadTimeout`]. Default
-    /// [`READ_TIMEOUT_MS_DEFAULT`]; at least 1 ms.
-    #[must_use]
-    pub fn read_timeout_ms(mut self, read_timeout_ms: u64) -> Self {
-        self.read_timeout_ms = read_timeout_ms.max(1);
-        self
-    }
-
-    /// The clock lease deadlines are judged by (tests inject one they can move).
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Where process facts come from (tests inject a fake).
-    #[must_use]
-    pub fn process_table(mut self, processes: Arc<dyn ProcessTable>) -> Self {
-        self.processes = processes;
-        self
-    }
-
-    /// Opens the journal to read it, and checks that it is one this durably reads.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when the file cannot be found, [`Error::PathTooLong`],
-    /// [`Error::UnsafeFile`] for a file or sibling that is not a regular file or whose owner is
-    /// foreign, [`Error::NotAJournal`], [`Error::Corrupt`], [`Error::ForeignDatabase`],
-    /// [`Error::SchemaTooNew`], [`Error::SchemaTooOld`], [`Error::NeedsRecovery`],
-    /// [`Error::CannotOpen`], [`Error::ReadTimeout`], or a lock error when this process's
-    /// identity cannot be read.
-    pub fn open(self) -> Result<Inspector> {
-        let path = resolve(&self.path)?;
-        files::check_path_length(&path)?;
-        let own = self.processes.own_identity()?;
-        let judge = Judge::new(own, LivenessDir::beside(&path), self.processes, self.clock);
-        let deadline = Arc::new(Deadline::new());
-        let (conn, view) = connect(&path, &deadline)?;
-        let inspector = Inspector {
-            path,
-            conn: RefCell::new(conn),
-            view: Cell::new(view),
-            checked: Cell::new(false),
-            judge,
-            deadline,
-            read_timeout_ms: self.read_timeout_ms,
-        };
-        // The first read checks the file before anything else is read from it.
-        inspector.read(|_| Ok(()))?;
-        Ok(inspector)
-    }
-}
-
 /// A journal opened only to be read: it never writes, never migrates, holds no lock instance
 /// and creates no file (no `-wal`, `-shm` or liveness directory), so read access to the file
 /// is enough, and no writer's transaction blocks it. Open one with [`Journal::inspect`] or
-/// [`Inspector::builder`]; docs/design.md, "Inspection never writes", says how it reads.
+/// [`JournalBuilder::inspect`]; docs/design.md, "Inspection never writes", says how it reads.
 ///
-/// Each read is one read transaction, with a deadline ([`InspectorBuilder::read_timeout_ms`]),
+/// Each read is one read transaction, with a deadline ([`JournalBuilder::read_timeout_ms`]),
 /// on a connection that trusts no schema (`trusted_schema=OFF`). With the journal's WAL beside
 /// it, a read sees the commits made before it began. Without, the file is read without a lock,
 /// and a read sees the commits that had reached the file; one that a writer changed meanwhile
@@ -151,6 +81,7 @@ pub struct Inspector {
     judge: Judge,
     deadline: Arc<Deadline>,
     read_timeout_ms: u64,
+    busy_timeout_ms: u64,
 }
 
 impl Journal {
@@ -158,21 +89,37 @@ impl Journal {
     /// [`Inspector`].
     ///
     /// # Errors
-    /// As [`InspectorBuilder::open`].
+    /// As [`JournalBuilder::inspect`].
     pub fn inspect(path: impl AsRef<Path>) -> Result<Inspector> {
-        Inspector::builder(path).open()
+        Self::builder(path).inspect()
     }
 }
 
 impl Inspector {
-    /// Starts configuring an inspector of the journal at `path`.
-    pub fn builder(path: impl AsRef<Path>) -> InspectorBuilder {
-        InspectorBuilder {
-            path: path.as_ref().to_owned(),
-            read_timeout_ms: READ_TIMEOUT_MS_DEFAULT,
-            clock: Arc::new(SystemClock),
-            processes: Arc::new(ProcFs::default()),
-        }
+    /// Opens the journal `config` names only to read it, and checks that it is one this
+    /// durably reads. Of the settings, the busy and read timeouts, the clock and the process
+    /// table apply; a writer's settings do not.
+    pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
+        let path = resolve(&config.path)?;
+        files::check_path_length(&path)?;
+        let own = config.processes.own_identity()?;
+        let liveness = LivenessDir::beside(&path);
+        let judge = Judge::new(own, liveness, config.processes, config.clock);
+        let deadline = Arc::new(Deadline::new());
+        let (conn, view) = connect(&path, &deadline, config.busy_timeout_ms)?;
+        let inspector = Self {
+            path,
+            conn: RefCell::new(conn),
+            view: Cell::new(view),
+            checked: Cell::new(false),
+            judge,
+            deadline,
+            read_timeout_ms: config.read_timeout_ms,
+            busy_timeout_ms: config.busy_timeout_ms,
+        };
+        // The first read checks the file before anything else is read from it.
+        inspector.read(|_| Ok(()))?;
+        Ok(inspector)
     }
 
     /// The database file, with its links resolved.
@@ -318,7 +265,7 @@ impl Inspector {
 
     /// Opens the file again, deciding afresh how to read it.
     fn reconnect(&self) -> Result<()> {
-        let (conn, view) = connect(&self.path, &self.deadline)?;
+        let (conn, view) = connect(&self.path, &self.deadline, self.busy_timeout_ms)?;
         *self.conn.borrow_mut() = conn;
         self.view.set(view);
         self.checked.set(false);
@@ -425,7 +372,11 @@ fn resolve(path: &Path) -> Result<PathBuf> {
 
 /// Opens a read connection to the journal at `path` as what lies beside it allows (see the
 /// module documentation), without creating anything.
-fn connect(path: &Path, deadline: &Arc<Deadline>) -> Result<(Connection, View)> {
+fn connect(
+    path: &Path,
+    deadline: &Arc<Deadline>,
+    busy_timeout_ms: u64,
+) -> Result<(Connection, View)> {
     let main = files::check_to_read(path)?;
     files::check_siblings(path, main, Siblings::Reading)?;
     let opened = FileState::of(path)?;
@@ -461,14 +412,14 @@ fn connect(path: &Path, deadline: &Arc<Deadline>) -> Result<(Connection, View)> 
         (Connection::open_with_flags(path, flags), View::Live)
     };
     let conn = conn.map_err(|error| Error::from(error).at_path(path))?;
-    configure(&conn, deadline).map_err(|error| error.at_path(path))?;
+    configure(&conn, deadline, busy_timeout_ms).map_err(|error| error.at_path(path))?;
     Ok((conn, view))
 }
 
 /// The reader's settings (the read pool's, see `storage::configure_reader`), the ones only
 /// an inspector needs, and the progress handler that enforces `deadline`.
-fn configure(conn: &Connection, deadline: &Arc<Deadline>) -> Result<()> {
-    storage::configure_reader(conn, BUSY_TIMEOUT_MS_DEFAULT)?;
+fn configure(conn: &Connection, deadline: &Arc<Deadline>, busy_timeout_ms: u64) -> Result<()> {
+    storage::configure_reader(conn, busy_timeout_ms)?;
     let trusted: i64 = conn.query_row("PRAGMA trusted_schema", [], |row| row.get(0))?;
     if trusted != 0 {
         return Err(Error::Pragma {

@@ -71,13 +71,13 @@ mod writer;
 
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
-    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
-    RetryPolicy,
+    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
+    READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
-pub use inspector::{Inspector, InspectorBuilder, READ_TIMEOUT_MS_DEFAULT};
+pub use inspector::Inspector;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};

@@ -14,6 +14,8 @@
 
 mod support;
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::Path;
 
 use durably_journal::{
@@ -23,14 +25,10 @@ use rusqlite::Connection;
 use support::{Scratch, leave_guarded_step_ambiguous, pure_steps, start};
 use uuid::Uuid;
 
-/// The names in `dir`, sorted.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
+/// The names in `dir`.
+fn entries(dir: &Path) -> BTreeSet<OsString> {
+    let names = std::fs::read_dir(dir).unwrap();
+    names.map(|entry| entry.unwrap().file_name()).collect()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -156,9 +154,9 @@ fn a_view_that_never_ends_is_stopped_and_the_inspector_reads_on() {
     )
     .unwrap();
     drop(conn);
-    let inspector = Inspector::builder(&scratch.path)
+    let inspector = Journal::builder(&scratch.path)
         .read_timeout_ms(100)
-        .open()
+        .inspect()
         .unwrap();
     let trusted: i64 = inspector
         .read(|conn| Ok(conn.query_row("PRAGMA trusted_schema", [], |row| row.get(0))?))

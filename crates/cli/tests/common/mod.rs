@@ -46,12 +46,10 @@ pub fn durably_within(args: &[&str], max: Duration) -> Output {
 
 /// The names in `dir`, sorted.
 pub fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
+    let names = std::fs::read_dir(dir).unwrap();
+    let names = names.map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned());
+    let sorted: std::collections::BTreeSet<String> = names.collect();
+    sorted.into_iter().collect()
 }
 
 /// The commands that only read, each with the arguments it needs on `fixture`.
