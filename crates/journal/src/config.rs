@@ -244,8 +244,10 @@ impl JournalBuilder {
     ///
     /// # Errors
     /// [`crate::Error::SchemaTooNew`], [`crate::Error::ForeignDatabase`],
-    /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::Busy`],
-    /// [`crate::Error::Pragma`], or a lock or storage error.
+    /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::CannotOpen`],
+    /// [`crate::Error::PathTooLong`], [`crate::Error::UnsafeFile`],
+    /// [`crate::Error::DanglingSymlink`], [`crate::Error::Busy`], [`crate::Error::Pragma`], or
+    /// a lock or storage error.
     pub fn open(self) -> Result<Journal> {
         Journal::open_with(self)
     }
