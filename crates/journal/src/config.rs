@@ -170,7 +170,8 @@ impl JournalBuilder {
         self
     }
 
-    /// Retention of completed executions for [`Journal::collect_garbage`]. Default 7 days.
+    /// Retention of completed executions for [`crate::Operator::collect_garbage`]. Default 7
+    /// days.
     #[must_use]
     pub fn completed_retention(mut self, age: Duration) -> Self {
         self.completed_retention = age;

@@ -16,12 +16,11 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
-/// What an operator saw of a step in the ambiguous window ([`Journal::seen_intent`]).
+/// What an operator saw of a step in the ambiguous window ([`crate::Operator::seen_intent`],
+/// [`crate::Inspector::seen_intent`]).
 ///
 /// Its text form, like `a2-r0` (the step's attempts, then the operator answers it has had), is
 /// what `durably show` prints and `durably resolve --seen` takes back.
-///
-/// [`Journal::seen_intent`]: crate::Journal::seen_intent
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeenIntent {
     attempts: u64,
