@@ -212,3 +212,136 @@ fn liveness_dir_hint(path: &str, reason: &Refusal) -> Option<String> {
 
 /// `Result` with [`CliError`].
 pub type Result<T, E = CliError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    //! What these prove: the layers hold. Every library error an operator can meet gets a hint
+    //! from this tool, exit code 1, and the library's own message unchanged, and no library
+    //! message names a `durably` command: only the hint does.
+    use std::path::PathBuf;
+
+    use durably::lock::{Error as LockError, Refusal};
+    use durably::{Error, UnsafeFileReason};
+    use uuid::Uuid;
+
+    use super::{CliError, EXIT_FAILURE};
+
+    fn errors() -> Vec<Error> {
+        let (path, id) = (PathBuf::from("/srv/app.db"), Uuid::nil());
+        let text = |words: &str| words.to_owned();
+        let unsafe_file = |reason| Error::UnsafeFile {
+            path: path.clone(),
+            owner: 1000,
+            mode: 0o644,
+            reason,
+        };
+        let refused = |reason| {
+            Error::Lock(LockError::LivenessDirRefused {
+                path: path.with_extension("db.durably-live"),
+                reason,
+            })
+        };
+        vec![
+            Error::Locked {
+                execution_id: id,
+                pid: 7,
+                since: text("then"),
+            },
+            Error::Ambiguous {
+                execution_id: id,
+                seq: 2,
+                name: text("charge"),
+            },
+            Error::Busy {
+                busy_timeout_ms: 5_000,
+            },
+            Error::ReadOnly {
+                path: path.clone(),
+                reason: text("EROFS"),
+            },
+            Error::SchemaTooNew {
+                path: path.clone(),
+                found: 9,
+                supported: 5,
+            },
+            Error::SchemaTooOld {
+                path: path.clone(),
+                found: 2,
+                oldest: 4,
+            },
+            Error::ForeignDatabase {
+                path: path.clone(),
+                reason: text("its id"),
+            },
+            Error::Corrupt {
+                path: path.clone(),
+                reason: text("malformed"),
+            },
+            Error::NotAJournal {
+                path: path.clone(),
+                reason: text("empty"),
+            },
+            Error::NotFound(id),
+            Error::Cancelled(id),
+            Error::PayloadTooLarge {
+                what: text("the result"),
+                bytes: 9,
+                max: 8,
+            },
+            unsafe_file(UnsafeFileReason::EmptyNotPrivate),
+            unsafe_file(UnsafeFileReason::ForeignOwner),
+            unsafe_file(UnsafeFileReason::NotRegular),
+            Error::DanglingSymlink {
+                path: path.clone(),
+                target: path.with_extension("gone"),
+            },
+            refused(Refusal::Symlink),
+            refused(Refusal::Owner {
+                owner: 1,
+                euid: 0,
+                journal_owner: Some(2),
+            }),
+            refused(Refusal::Writable { mode: 0o777 }),
+            refused(Refusal::ForeignJournal {
+                journal_owner: 2,
+                euid: 1,
+            }),
+            Error::ReadTimeout {
+                path: path.clone(),
+                timeout_ms: 30_000,
+            },
+            Error::PathTooLong {
+                path: path.clone(),
+                bytes: 600,
+                max: 504,
+            },
+            Error::NeedsRecovery {
+                path: path.clone(),
+                reason: text("no index"),
+            },
+            Error::ChangedWhileReading {
+                path: path.clone(),
+                attempts: 3,
+            },
+            Error::CannotOpen {
+                path,
+                reason: text("unable to open"),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_error_an_operator_meets_gets_a_hint_and_keeps_its_message() {
+        for error in errors() {
+            let message = error.to_string();
+            assert!(
+                !message.contains("`durably "),
+                "the library gave advice: {message}"
+            );
+            let shown = CliError::from(error);
+            assert_eq!(shown.message, message);
+            assert_eq!(shown.code, EXIT_FAILURE);
+            assert!(shown.hint.is_some(), "no hint for: {message}");
+        }
+    }
+}
