@@ -106,9 +106,9 @@ pub enum Error {
         /// What gave it away.
         reason: String,
     },
-    /// The file is not an SQLite database at all, or is damaged. Found when the file is
-    /// opened, nothing was written to it; found later, by a read or a write, it says only what
-    /// SQLite found.
+    /// The file is not an SQLite database at all, or is damaged. Found by the checks of an
+    /// open, before its first write, the file was not written to; found later, by a read or a
+    /// write, that depends on what ran before, so the message claims nothing either way.
     #[error("{path} is not a usable SQLite database ({reason})")]
     Corrupt {
         /// The file.

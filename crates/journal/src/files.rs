@@ -390,6 +390,22 @@ mod tests {
         assert_eq!((mode_of(&wal), mode_of(&shm)), (0o600, 0o600));
     }
 
+    #[test]
+    fn a_readers_look_checks_the_siblings_and_changes_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        check_siblings(&path, ours(0o600), Siblings::Reading).unwrap();
+        let wal = sibling(&path, "-wal");
+        std::fs::write(&wal, b"x").unwrap();
+        set_mode(&wal, 0o606);
+        check_siblings(&path, ours(0o600), Siblings::Reading).unwrap();
+        assert_eq!(mode_of(&wal), 0o606, "a reader tightened the WAL");
+        std::fs::remove_file(&wal).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &wal).unwrap();
+        let error = check_siblings(&path, ours(0o600), Siblings::Reading).unwrap_err();
+        assert!(matches!(error, Error::UnsafeFile { .. }), "{error:?}");
+    }
+
     /// Whether a lock of this process's SQLite on byte `offset` of `file` is still held, asked
     /// as an open-file-description lock, which conflicts with this process's own POSIX locks.
     /// The probe's descriptor stays open until `keep` is dropped: closing it would drop them.
