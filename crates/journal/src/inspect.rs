@@ -49,7 +49,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
-        self.read(|conn| execution(conn, id))
+        self.read(|conn| get(conn, id))
     }
 
     /// Executions, newest first, filtered.
@@ -57,7 +57,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-        self.read(|conn| executions(conn, filter))
+        self.read(|conn| list(conn, filter))
     }
 
     /// One execution's steps, in order.
@@ -87,7 +87,7 @@ impl Journal {
 }
 
 /// One execution's row.
-pub(crate) fn execution(conn: &Connection, id: Uuid) -> Result<Option<ExecutionRecord>> {
+pub(crate) fn get(conn: &Connection, id: Uuid) -> Result<Option<ExecutionRecord>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {EXECUTION_COLUMNS} FROM executions WHERE execution_id = ?1"
     ))?;
@@ -97,7 +97,7 @@ pub(crate) fn execution(conn: &Connection, id: Uuid) -> Result<Option<ExecutionR
 }
 
 /// Executions, newest first, filtered.
-pub(crate) fn executions(conn: &Connection, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
     let created_since = filter.created_since.map(durably_lock::format_timestamp);
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {EXECUTION_COLUMNS} FROM executions

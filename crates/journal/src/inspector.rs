@@ -162,7 +162,7 @@ impl Inspector {
     /// # Errors
     /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
-        self.read(|conn| inspect::execution(conn, id))
+        self.read(|conn| inspect::get(conn, id))
     }
 
     /// Executions, newest first, filtered.
@@ -170,7 +170,7 @@ impl Inspector {
     /// # Errors
     /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-        self.read(|conn| inspect::executions(conn, filter))
+        self.read(|conn| inspect::list(conn, filter))
     }
 
     /// One execution's steps, in order.
