@@ -104,29 +104,14 @@ impl Operator<'_> {
     /// [`Error::Locked`] while a live process holds the execution; a storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
-        let resource = id.to_string();
-        let (seen, lock) = journal.read(|conn| {
-            Ok((
-                seen_intent::current(conn, &resource, seq)?,
-                durably_lock::read(conn, &resource)?,
-            ))
-        })?;
-        let holder = lock.and_then(|lock| lock.holder);
-        if let (Some(_), Some(holder)) = (seen, holder) {
-            let locker = &journal.inner.locker;
-            // As for an operator action: a lock of this instance with no open handle is a leak,
-            // and nobody is running the step under it.
-            let leaked = holder.instance_id == locker.instance_id().to_string()
-                && !journal.inner.handles.contains(id);
-            if !leaked && !locker.judge().judge(&holder).is_dead() {
-                return Err(Error::Locked {
-                    execution_id: id,
-                    pid: holder.pid,
-                    since: holder.acquired_at,
-                });
-            }
-        }
-        Ok(seen)
+        let locker = &journal.inner.locker;
+        let found = journal.read(|conn| seen_intent::with_holder(conn, id, seq))?;
+        // As for an operator action: a lock of this instance with no open handle is a leak,
+        // and nobody is running the step under it.
+        seen_intent::unless_held(found, id, locker.judge(), |holder| {
+            holder.instance_id == locker.instance_id().to_string()
+                && !journal.inner.handles.contains(id)
+        })
     }
 
     /// As [`Operator::resolve`], but refused when the step changed since `seen` was taken: it
