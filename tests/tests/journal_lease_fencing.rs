@@ -1,9 +1,11 @@
 //! Guarantee: a lease keeps the journal right, and says plainly what it cannot keep right. A
 //! holder frozen past its lease inside a guarded step, after its intent, loses the execution,
-//! but it is still alive and may still perform the effect when it goes on. So
-//! `Operator::seen_intent` refuses to hand out the step (`LeaseExpiredHolderAlive`) while that
-//! process may still run: while it holds its expired lock, after another process took the lock
-//! over, and after a sweep reclaimed it; once the process is dead, the step is handed out. If
+//! but it is still alive and may still perform the effect when it goes on. So `seen_intent`,
+//! the operator's (`Operator::seen_intent`) and a read-only inspector's
+//! (`Inspector::seen_intent`, what `durably show` asks) alike, refuses to hand out the step
+//! (`LeaseExpiredHolderAlive`) while that process may still run: while it holds its expired
+//! lock, after another process took the lock over, and after a sweep reclaimed it; once the
+//! process is dead, the step is handed out. If
 //! the step is run again anyway (an operator answering without looking, or a `Retry` or
 //! `Reconcile` policy), the fencing token in the closure's `StepKey` lets an outside system
 //! refuse the late effect: the successor's token is higher.
@@ -74,15 +76,25 @@ fn freeze_past_its_lease(scratch: &Scratch, held: &Held, id: Uuid) {
     });
 }
 
-/// Asks `seen_intent` for step 0 and checks it is refused for the frozen holder `pid`.
+/// Asks `seen_intent` for step 0, as the operator of `journal` and as an inspector of the same
+/// file, and checks both are refused for the frozen holder `pid`.
 fn assert_refused_for(journal: &Journal, id: Uuid, pid: i64) {
-    match journal.operator().seen_intent(id, 0) {
-        Err(Error::LeaseExpiredHolderAlive {
-            pid: refused_for,
-            seq: 0,
-            ..
-        }) => assert_eq!(refused_for, pid),
-        other => panic!("the step was handed out while pid {pid} may still act: {other:?}"),
+    let inspector = Journal::inspect(journal.path()).unwrap();
+    let answers = [
+        ("operator", journal.operator().seen_intent(id, 0)),
+        ("inspector", inspector.seen_intent(id, 0)),
+    ];
+    for (asked, answer) in answers {
+        match answer {
+            Err(Error::LeaseExpiredHolderAlive {
+                pid: refused_for,
+                seq: 0,
+                ..
+            }) => assert_eq!(refused_for, pid, "{asked}"),
+            other => {
+                panic!("the {asked} handed out the step while pid {pid} may still act: {other:?}")
+            }
+        }
     }
 }
 
@@ -163,6 +175,8 @@ fn a_swept_lease_holder_blocks_the_answer_until_it_is_dead() {
     first.kill();
     let seen = operator.operator().seen_intent(id, 0).unwrap();
     assert_eq!(seen.map(|seen| seen.to_string()).as_deref(), Some("a1-r0"));
+    let inspector = Journal::inspect(&scratch.database).unwrap();
+    assert_eq!(inspector.seen_intent(id, 0).unwrap(), seen);
     assert!(
         sink_writes_if_any(&scratch).is_empty(),
         "the frozen holder acted"

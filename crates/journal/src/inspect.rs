@@ -1,16 +1,18 @@
 //! Reading what the journal holds: executions, steps, events, lock holders, and the
-//! executions a program should resume. Nothing here writes.
+//! executions a program should resume. Nothing here writes. Each query is a function of a
+//! connection, so that [`Journal`] and [`Inspector`] read with the same SQL.
 //!
 //! Every query that returns payloads reads them through [`PayloadColumn`]: a payload over the
-//! journal's cap is refused (whole) or left out (previews) in SQL, before it is loaded. Steps
+//! reader's cap is refused (whole) or left out (previews) in SQL, before it is loaded. Steps
 //! and events are read a page at a time, in key order, with one indexed range read per page,
 //! so no reading call has to hold a whole long execution.
 
-use durably_lock::{Judgement, LockRow};
+use durably_lock::{Judge, Judgement, LockRow};
 use rusqlite::{Connection, Params, Row, params};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::inspector::Inspector;
 use crate::journal::Journal;
 use crate::payload::{PayloadColumn, PayloadPreview};
 use crate::records::{
@@ -119,7 +121,7 @@ impl Journal {
     /// The same readings with payloads as previews ([`PayloadPreview`]), for listings that
     /// show payloads to people: a payload of any size costs them at most the payload cap.
     pub fn previews(&self) -> Previews<'_> {
-        Previews { journal: self }
+        Previews::of(Reader::Journal(self))
     }
 
     /// Every held lock with this instance's judgement of its holder.
@@ -128,31 +130,53 @@ impl Journal {
     /// A storage error or a damaged lock row.
     pub fn lock_holders(&self) -> Result<Vec<(LockRow, Judgement)>> {
         let rows = self.read(|conn| Ok(durably_lock::held(conn)?))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|row| {
-                let judgement = self.inner.locker.judge().judge(row.holder.as_ref()?);
-                Some((row, judgement))
-            })
-            .collect())
+        Ok(judged(rows, self.inner.locker.judge()))
     }
 }
 
-/// The journal's readings with payloads as [`PayloadPreview`]s: `journal.previews()`. A
-/// payload over the journal's cap has no head and is not read at all; it is never an error.
+/// A journal's readings with payloads as [`PayloadPreview`]s: `journal.previews()` or
+/// `inspector.previews()`. A payload over the reader's cap has no head and is not read at all;
+/// it is never an error.
 #[derive(Debug, Clone, Copy)]
-pub struct Previews<'journal> {
-    journal: &'journal Journal,
+pub struct Previews<'reader> {
+    reader: Reader<'reader>,
 }
 
-impl Previews<'_> {
+/// Who reads for [`Previews`]: the connection and the payload cap come from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reader<'reader> {
+    Journal(&'reader Journal),
+    Inspector(&'reader Inspector),
+}
+
+impl Reader<'_> {
+    /// Runs `work` in one read transaction of the reader, with the reader's payload cap.
+    fn read<T>(self, work: impl Fn(&Connection, usize) -> Result<T>) -> Result<T> {
+        match self {
+            Self::Journal(journal) => {
+                let bytes_max = journal.payload_bytes_max();
+                journal.read(|conn| work(conn, bytes_max))
+            }
+            Self::Inspector(inspector) => {
+                let bytes_max = inspector.payload_bytes_max();
+                inspector.read(|conn| work(conn, bytes_max))
+            }
+        }
+    }
+}
+
+impl<'reader> Previews<'reader> {
+    pub(crate) fn of(reader: Reader<'reader>) -> Self {
+        Self { reader }
+    }
+
     /// As [`Journal::get`], with previews.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// A storage error, [`crate::Error::Inconsistent`] for a damaged row, or what the reader's
+    /// read gives ([`Inspector::read`]).
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord<PayloadPreview>>> {
-        let bytes_max = self.journal.payload_bytes_max();
-        self.journal.read(|conn| get(conn, id, bytes_max))
+        self.reader.read(|conn, bytes_max| get(conn, id, bytes_max))
     }
 
     /// As [`Journal::list`], with previews.
@@ -160,8 +184,8 @@ impl Previews<'_> {
     /// # Errors
     /// As [`Previews::get`].
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord<PayloadPreview>>> {
-        let bytes_max = self.journal.payload_bytes_max();
-        self.journal.read(|conn| list(conn, filter, bytes_max))
+        self.reader
+            .read(|conn, bytes_max| list(conn, filter, bytes_max))
     }
 
     /// As [`Journal::steps_page`], with previews.
@@ -174,9 +198,8 @@ impl Previews<'_> {
         after: Option<u32>,
         limit: u32,
     ) -> Result<Vec<StepRecord<PayloadPreview>>> {
-        let bytes_max = self.journal.payload_bytes_max();
-        self.journal
-            .read(|conn| steps_page(conn, id, after, Some(limit), bytes_max))
+        self.reader
+            .read(|conn, bytes_max| steps_page(conn, id, after, Some(limit), bytes_max))
     }
 
     /// As [`Journal::events_page`], with previews.
@@ -189,9 +212,8 @@ impl Previews<'_> {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<EventRecord<PayloadPreview>>> {
-        let bytes_max = self.journal.payload_bytes_max();
-        self.journal
-            .read(|conn| events_page(conn, id, after, Some(limit), bytes_max))
+        self.reader
+            .read(|conn, bytes_max| events_page(conn, id, after, Some(limit), bytes_max))
     }
 }
 
@@ -286,6 +308,16 @@ pub(crate) fn events_page<P: PayloadColumn>(
     collect(conn, &sql, parameters, |row| {
         records::read_event(row, bytes_max)
     })
+}
+
+/// The held locks among `rows`, each with `judge`'s judgement of its holder.
+pub(crate) fn judged(rows: Vec<LockRow>, judge: &Judge) -> Vec<(LockRow, Judgement)> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let judgement = judge.judge(row.holder.as_ref()?);
+            Some((row, judgement))
+        })
+        .collect()
 }
 
 /// Runs the cached statement `sql` and reads every row it returns with `read`.

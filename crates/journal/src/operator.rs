@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use durably_lock::{DeathReason, HolderRecord, Judgement, Locker};
+use durably_lock::Locker;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::events;
 use crate::handles::OpenHandles;
 use crate::journal::Journal;
-use crate::ownership::{self, OwnLocks, acquire_or_locked, status_of};
+use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
 use crate::payload;
 use crate::records::event_kind;
 use crate::seen_intent::{self, SeenIntent};
@@ -109,73 +109,14 @@ impl Operator<'_> {
     /// storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
-        let resource = id.to_string();
-        let (seen, lock, lease_expired) = journal.read(|conn| {
-            let seen = seen_intent::current(conn, &resource, seq)?;
-            let lease_expired = match seen {
-                Some(_) => ownership::lease_expired_holders(conn, &resource)?,
-                None => Vec::new(),
-            };
-            Ok((seen, durably_lock::read(conn, &resource)?, lease_expired))
-        })?;
-        if seen.is_none() {
-            return Ok(None);
-        }
-        if let Some(holder) = lock.and_then(|lock| lock.holder) {
-            self.refuse_if_holder_may_act(id, seq, &holder)?;
-        }
-        for holder in &lease_expired {
-            self.refuse_if_lease_expired_may_act(id, seq, holder)?;
-        }
-        Ok(seen)
-    }
-
-    /// Refuses a look at step `seq` while the lock's `holder` may be running it.
-    fn refuse_if_holder_may_act(self, id: Uuid, seq: u32, holder: &HolderRecord) -> Result<()> {
-        if self.is_ours_without_handle(id, holder) {
-            return Ok(());
-        }
-        match self.journal.inner.locker.judge().judge(holder) {
-            Judgement::Dead(DeathReason::LeaseExpired { .. }) => {
-                self.refuse_if_lease_expired_may_act(id, seq, holder)
-            }
-            Judgement::Dead(_) => Ok(()),
-            Judgement::Alive(_) | Judgement::Unknown(_) => Err(Error::Locked {
-                execution_id: id,
-                pid: holder.pid,
-                since: holder.acquired_at.clone(),
-            }),
-        }
-    }
-
-    /// Refuses a look at step `seq` while `holder`, whose lease expired, may still be running:
-    /// the lease decides who holds the lock, and only the evidence says whether the process
-    /// has stopped.
-    fn refuse_if_lease_expired_may_act(
-        self,
-        id: Uuid,
-        seq: u32,
-        holder: &HolderRecord,
-    ) -> Result<()> {
-        let evidence = self.journal.inner.locker.judge().judge_evidence(holder);
-        if evidence.is_dead() || self.is_ours_without_handle(id, holder) {
-            return Ok(());
-        }
-        Err(Error::LeaseExpiredHolderAlive {
-            execution_id: id,
-            seq,
-            pid: holder.pid,
-            heartbeat_at: holder.heartbeat_at.clone(),
-            evidence: evidence.to_string(),
+        let locker = &journal.inner.locker;
+        let found = journal.read(|conn| seen_intent::with_holders(conn, id, seq))?;
+        // As for an operator action: a lock of this instance with no open handle is a leak,
+        // and nobody in this process is running the execution's steps under it.
+        seen_intent::unless_held(found, id, seq, locker.judge(), |holder| {
+            holder.instance_id == locker.instance_id().to_string()
+                && !journal.inner.handles.contains(id)
         })
-    }
-
-    /// Whether `holder` is this journal's own instance with no open handle on execution `id`.
-    /// As for an operator action, such a lock is a leak, and nobody in this process is running
-    /// the execution's steps under it.
-    fn is_ours_without_handle(self, id: Uuid, holder: &HolderRecord) -> bool {
-        holder.instance_id == self.journal.inner.locker.instance_id().to_string()
-            && !self.journal.inner.handles.contains(id)
     }
 
     /// As [`Operator::resolve`], but refused when the step changed since `seen` was taken: it

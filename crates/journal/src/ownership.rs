@@ -104,7 +104,8 @@ pub(crate) fn status_of(conn: &Connection, id: Uuid) -> Result<Status> {
 /// The key, in the detail of a `takeover` or `orphan_reclaimed` event, of the holder whose lock
 /// was taken only because its lease expired. That process may still be running, and so may
 /// still perform the effect of a step it was inside; the event keeps its identity so that
-/// [`crate::Operator::seen_intent`] can ask, later, whether it has stopped.
+/// `seen_intent` ([`crate::Operator::seen_intent`], [`crate::Inspector::seen_intent`]) can ask,
+/// later, whether it has stopped.
 const LEASE_EXPIRED_HOLDER: &str = "lease_expired_holder";
 
 /// How many such holders of one execution `seen_intent` judges, newest first. Each still

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use durably_lock::{DeathReason, LockRow, Locker, format_timestamp};
+use durably_lock::{DeathReason, Judge, LockRow, Locker, format_timestamp};
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::json;
@@ -70,39 +70,37 @@ pub struct GcReport {
 impl Operator<'_> {
     /// The crash-orphan sweep: takes over every lock whose holder is dead, marks its execution
     /// interrupted with an audit event, and releases the lock; then marks running executions
-    /// with no lock holder interrupted. A live holder's lock is never touched.
+    /// with no lock holder interrupted. A live holder's lock is never touched. A dry run
+    /// reports what the sweep would do, read in one transaction, and changes nothing.
     ///
     /// # Errors
     /// A storage error; what was reclaimed before it stays reclaimed.
     pub async fn sweep(&self, dry_run: bool) -> Result<SweepReport> {
         let journal = self.journal;
+        if dry_run {
+            return journal.read(|conn| preview(conn, journal.inner.locker.judge()));
+        }
         let dead = journal.read(|conn| Ok(journal.inner.locker.dead_holders(conn)?))?;
         let mut report = SweepReport::default();
         for (row, reason) in dead {
-            if !dry_run {
-                fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
-                let locker = journal.inner.locker.clone();
-                let (row, reason, now) = (row.clone(), reason.clone(), journal.now());
-                let done = journal
-                    .write(move |conn| reclaim_one(conn, &locker, &row, &reason, &now))
-                    .await?;
-                if !done {
-                    continue;
-                }
-                fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
-            }
-            report.reclaimed.push(reclaimed(&row, &reason));
-        }
-        report.unlocked = if dry_run {
-            journal.read(unlocked_running)?
-        } else {
+            fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
+            let locker = journal.inner.locker.clone();
+            let found = reclaimed(&row, &reason);
             let now = journal.now();
-            let unlocked = journal
-                .write(move |conn| interrupt_unlocked(conn, &now))
+            let done = journal
+                .write(move |conn| reclaim_one(conn, &locker, &row, &reason, &now))
                 .await?;
-            journal.read(|conn| Ok(journal.inner.locker.remove_dead_liveness_files(conn)?))?;
-            unlocked
-        };
+            if !done {
+                continue;
+            }
+            fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
+            report.reclaimed.push(found);
+        }
+        let now = journal.now();
+        report.unlocked = journal
+            .write(move |conn| interrupt_unlocked(conn, &now))
+            .await?;
+        journal.read(|conn| Ok(journal.inner.locker.remove_dead_liveness_files(conn)?))?;
         Ok(report)
     }
 
@@ -301,6 +299,21 @@ fn in_transaction<T>(conn: &Connection, work: impl FnOnce(&Connection) -> Result
             Err(error)
         }
     }
+}
+
+/// What the crash-orphan sweep would do now, read in one transaction and changing nothing: the
+/// locks whose holder `judge` finds dead, and the running executions with no holder. A dry
+/// run's report, for [`Operator::sweep`] and [`crate::Inspector::sweep_preview`] alike.
+pub(crate) fn preview(conn: &Connection, judge: &Judge) -> Result<SweepReport> {
+    let reclaimed = judge
+        .dead_holders(conn)?
+        .iter()
+        .map(|(row, reason)| reclaimed(row, reason))
+        .collect();
+    Ok(SweepReport {
+        reclaimed,
+        unlocked: unlocked_running(conn)?,
+    })
 }
 
 fn reclaimed(row: &LockRow, reason: &DeathReason) -> Reclaimed {

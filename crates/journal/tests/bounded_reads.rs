@@ -1,6 +1,7 @@
 //! Reading a journal costs at most the payload cap, whatever a stored payload's size: a payload
-//! over the cap is refused ([`Error::PayloadTooLarge`], naming it) by every reading query and by
-//! an open, and left out of previews, before SQLite or the journal reads it.
+//! over the cap is refused ([`Error::PayloadTooLarge`], naming it) by every reading query, a
+//! journal's or an inspector's, and by an open, and left out of previews, before SQLite or the
+//! journal reads it.
 //!
 //! Method: rows with a 100 MB payload are written directly (a foreign writer, or a journal with
 //! a larger cap, could have written them), and every reading path is run with SQLite's own
@@ -116,6 +117,28 @@ async fn a_payload_over_the_cap_is_refused_or_left_out_before_it_is_read() {
         peak < SQLITE_HEAP_BOUND_BYTES,
         "preview steps: {peak} bytes"
     );
+
+    // An inspector reads with the same queries, under its builder's cap (here the default).
+    let inspector = durably_journal::Journal::inspect(&scratch.path).unwrap();
+    let list = with_sqlite_peak(|| inspector.list(&durably_journal::ListFilter::default()));
+    assert_refused("inspector list", list, &input_name);
+    let page = with_sqlite_peak(|| inspector.steps_page(big_result, None, 10));
+    assert_refused("inspector steps_page", page, &result_name);
+    let (previews, peak) = with_sqlite_peak(|| {
+        inspector
+            .previews()
+            .list(&durably_journal::ListFilter::default())
+    });
+    let inputs: Vec<_> = previews.unwrap().into_iter().map(|row| row.input).collect();
+    assert!(
+        inputs.iter().any(|input| input.head.is_none()),
+        "the huge input was previewed"
+    );
+    assert!(
+        peak < SQLITE_HEAP_BOUND_BYTES,
+        "inspector previews: {peak} bytes"
+    );
+    drop(inspector);
 
     // Opening refuses too: the stored input, and a recorded step replay would read.
     for (id, name) in [(big_input, &input_name), (big_result, &result_name)] {

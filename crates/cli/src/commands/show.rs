@@ -4,15 +4,15 @@
 //! one page.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use durably::lock::format_timestamp;
 use durably::operator::SeenIntent;
-use durably::{EventRecord, ExecutionRecord, Journal, PayloadPreview, StepRecord, StepState};
+use durably::{EventRecord, ExecutionRecord, Inspector, PayloadPreview, StepRecord, StepState};
 use serde::Serialize;
 use uuid::Uuid;
 
 use crate::cli::ShowArgs;
+use crate::db::Target;
 use crate::error::{CliError, Result};
 use crate::escape::{escape, preview, preview_opt};
 use crate::output::{Table, or_dash, print, print_json};
@@ -120,24 +120,22 @@ struct Seen {
 }
 
 /// Shows one execution.
-pub fn run(db: &Path, args: &ShowArgs, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
-    let shown = load(&journal, args)?;
+pub fn run(target: &Target, args: &ShowArgs, json: bool) -> Result<()> {
+    let shown = load(&target.inspect()?, args)?;
     if json {
         return print_json(&shown);
     }
     print(&render(&shown))
 }
 
-fn load(journal: &Journal, args: &ShowArgs) -> Result<Shown> {
-    let (id, previews) = (args.id, journal.previews());
+fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
+    let (id, previews) = (args.id, inspector.previews());
     let record = previews.get(id)?.ok_or_else(|| {
-        CliError::failure(format!(
-            "no execution {id} in this journal; `durably ls` lists them"
-        ))
+        CliError::failure(format!("no execution {id} in this journal"))
+            .hint("`durably ls` lists the executions of this journal")
     })?;
     let resource = id.to_string();
-    let holder = super::locks::holders(journal)?
+    let holder = super::locks::holders(inspector)?
         .into_iter()
         .find(|holder| holder.resource == resource);
     // One row past the page says whether there is a next one.
@@ -151,7 +149,7 @@ fn load(journal: &Journal, args: &ShowArgs) -> Result<Shown> {
         holder,
         steps: steps
             .iter()
-            .map(|step| Ok(Step::from_record(step, seen(journal, id, step)?)))
+            .map(|step| Ok(Step::from_record(step, seen(inspector, id, step)?)))
             .collect::<Result<_>>()?,
         steps_next_after,
         events: events.iter().map(Event::from_record).collect(),
@@ -168,7 +166,7 @@ fn next_page<T>(rows: &mut Vec<T>, limit: u32) -> Option<&T> {
 }
 
 /// The token of a step in the ambiguous window, or why it has none.
-fn seen(journal: &Journal, id: Uuid, step: &StepRecord<PayloadPreview>) -> Result<Seen> {
+fn seen(inspector: &Inspector, id: Uuid, step: &StepRecord<PayloadPreview>) -> Result<Seen> {
     if step.state != StepState::Intent {
         return Ok(Seen::default());
     }
@@ -176,7 +174,7 @@ fn seen(journal: &Journal, id: Uuid, step: &StepRecord<PayloadPreview>) -> Resul
         token: None,
         no_token_because: Some(text),
     };
-    match journal.operator().seen_intent(id, step.seq) {
+    match inspector.seen_intent(id, step.seq) {
         Ok(token) => Ok(Seen {
             token,
             no_token_because: None,
