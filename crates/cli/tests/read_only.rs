@@ -141,7 +141,7 @@ fn a_view_that_never_ends_is_stopped_by_the_read_timeout() {
     Connection::open(&fixture.db)
         .unwrap()
         .execute_batch(
-            "DROP VIEW fire_ledger;
+            "DROP VIEW IF EXISTS fire_ledger;
              CREATE VIEW fire_ledger AS
                  WITH RECURSIVE forever(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM forever)
                  SELECT 'job' AS job, 'slot' AS slot, 'state' AS state, 0 AS attempts,
