@@ -12,7 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
-use super::step_rows::{self, IntentRow, ResultRow};
+use super::step_rows::{self, Closing, IntentRow, ResultRow};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::payload::{self, Payload};
@@ -218,7 +218,7 @@ impl Execution {
                 let seq = call.seq;
                 self.fence
                     .write(move |conn, resource, now| {
-                        step_rows::mark_skipped(conn, resource, seq, now)
+                        step_rows::close_intent(conn, resource, seq, &Closing::Skipped, now)
                     })
                     .await?;
                 Ok(Guarded::Skipped(call.skipped()))
@@ -470,7 +470,7 @@ impl Execution {
         let seq = call.seq;
         self.fence
             .write(move |conn, resource, now| {
-                step_rows::mark_reconciled(conn, resource, seq, &result, now)
+                step_rows::close_intent(conn, resource, seq, &Closing::Reconciled(&result), now)
             })
             .await?;
         Ok(decoded)
