@@ -19,16 +19,16 @@ use durably_journal::{Claim, Journal, Status};
 use support::{Scratch, barrier};
 use uuid::Uuid;
 
-/// Inserts a queued execution of `queue` with `priority`, not claimable before `due_in`.
-async fn enqueue(
+/// Inserts execution `id`, queued in `queue` with `priority`, not claimable before `due_in`.
+async fn insert(
     journal: &Journal,
+    id: Uuid,
     queue: Option<&'static str>,
     priority: i64,
     due_in: Option<TimeDelta>,
-) -> Uuid {
-    let id = durably_journal::new_execution_id();
+) -> Inserted {
     let input = journal.encode_payload(&"input", "the input").unwrap();
-    let inserted = journal
+    journal
         .write(move |conn| {
             let new = NewExecution {
                 id,
@@ -43,8 +43,21 @@ async fn enqueue(
             lifecycle::insert_execution(conn, &new, Utc::now())
         })
         .await
-        .unwrap();
-    assert_eq!(inserted, Inserted::New);
+        .unwrap()
+}
+
+/// A new queued execution (see [`insert`]).
+async fn enqueue(
+    journal: &Journal,
+    queue: Option<&'static str>,
+    priority: i64,
+    due_in: Option<TimeDelta>,
+) -> Uuid {
+    let id = durably_journal::new_execution_id();
+    assert_eq!(
+        insert(journal, id, queue, priority, due_in).await,
+        Inserted::New
+    );
     id
 }
 
@@ -246,23 +259,7 @@ async fn stuck_and_finished_executions_reopen_only_from_the_statuses_named() {
         (Status::Queued, None)
     );
 
-    let input = journal.encode_payload(&"other input", "the input").unwrap();
-    let again = journal
-        .write(move |conn| {
-            let new = NewExecution {
-                id,
-                kind: "test",
-                name: "again",
-                input: &input,
-                queue: None,
-                priority: 0,
-                due_at: None,
-                detail: None,
-            };
-            lifecycle::insert_execution(conn, &new, Utc::now())
-        })
-        .await
-        .unwrap();
+    let again = insert(&journal, id, None, 0, None).await;
     assert_eq!(
         again,
         Inserted::Exists {
