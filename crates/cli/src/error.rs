@@ -134,7 +134,8 @@ fn hint(error: &durably::Error) -> Option<String> {
         ),
         E::Ambiguous {
             execution_id, seq, ..
-        } => format!(
+        }
+        | E::AwaitingOperator { execution_id, seq } => format!(
             "check the outside world with the step's key (`durably show {execution_id}` prints \
              it and a token), then `durably resolve {execution_id} {seq} --seen TOKEN \
              --completed JSON` or `--not-done`"
@@ -273,6 +274,11 @@ mod tests {
                 execution_id: id,
                 seq: 2,
                 name: text("charge"),
+                reason: durably::AmbiguityReason::PolicyFail,
+            },
+            Error::AwaitingOperator {
+                execution_id: id,
+                seq: 2,
             },
             Error::Busy {
                 busy_timeout_ms: 5_000,

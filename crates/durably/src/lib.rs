@@ -81,18 +81,19 @@
 //! ```
 
 pub use durably_journal::{
-    Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
-    Guarded, IdempotencyKey, Inspector, Journal, JournalBuilder, ListFilter, Opened,
-    PREVIEW_CHARS_MAX, Payload, PayloadPreview, Policy, PolicyKind, Previews, ReconcileFuture,
-    ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError, StepKey, StepRecord,
-    StepState, UnknownWord, UnsafeFileReason, event_kind, new_execution_id,
+    AmbiguityReason, AwaitingOperatorStep, Durability, Effect, Error, EventRecord, Execution,
+    ExecutionRecord, FencingToken, Finished, Guarded, IdempotencyKey, Inspector, Journal,
+    JournalBuilder, ListFilter, Opened, PREVIEW_CHARS_MAX, Payload, PayloadPreview, Policy,
+    PolicyKind, Previews, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status,
+    StepError, StepKey, StepRecord, StepState, UnknownWord, UnsafeFileReason, event_kind,
+    new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.
 pub mod operator {
     pub use durably_journal::{
-        GcOptions, GcReport, Operator, Reclaimed, Resolution, SeenIntent, SeenIntentParseError,
-        SweepReport,
+        GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX, SeenIntent,
+        SeenIntentParseError, SweepReport,
     };
 }
 

@@ -16,7 +16,8 @@ use crate::inspector::Inspector;
 use crate::journal::Journal;
 use crate::payload::{PayloadColumn, PayloadPreview};
 use crate::records::{
-    self, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord,
+    self, AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter,
+    StepRecord,
 };
 use crate::states::Status;
 
@@ -33,7 +34,7 @@ impl Journal {
             let sql = format!(
                 "SELECT {} FROM executions
                  WHERE status IN ('running', 'interrupted') ORDER BY created_at",
-                records::execution_columns::<crate::Payload>(bytes_max)
+                records::execution_columns::<crate::Payload>(conn, bytes_max)?
             );
             collect(conn, &sql, [], |row| {
                 records::read_execution(row, bytes_max)
@@ -52,6 +53,21 @@ impl Journal {
             }
         }
         Ok(recoverable)
+    }
+
+    /// The steps an operator must answer: for each execution `awaiting_operator`, its step
+    /// in the ambiguous window, with its policy and why no policy decided it. Longest waiting
+    /// first. No process reopens these executions until the step is resolved
+    /// ([`crate::Operator::resolve_seen`]).
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn awaiting_operator(&self) -> Result<Vec<AwaitingOperatorStep>> {
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(records::AWAITING_OPERATOR_QUERY)?;
+            let rows = statement.query_map([], AwaitingOperatorStep::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
     }
 
     /// One execution's row.
@@ -225,7 +241,7 @@ pub(crate) fn get<P: PayloadColumn>(
 ) -> Result<Option<ExecutionRecord<P>>> {
     let sql = format!(
         "SELECT {} FROM executions WHERE execution_id = ?1",
-        records::execution_columns::<P>(bytes_max)
+        records::execution_columns::<P>(conn, bytes_max)?
     );
     let mut rows = collect(conn, &sql, params![id.to_string()], |row| {
         records::read_execution(row, bytes_max)
@@ -244,7 +260,7 @@ pub(crate) fn list<P: PayloadColumn>(
          WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
            AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
          ORDER BY created_at DESC, execution_id LIMIT ?5",
-        records::execution_columns::<P>(bytes_max)
+        records::execution_columns::<P>(conn, bytes_max)?
     );
     let parameters = params![
         filter.status.map(Status::as_str),

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod claim;
 mod config;
 mod error;
 mod events;
@@ -57,6 +58,7 @@ mod handles;
 mod inspect;
 mod inspector;
 mod journal;
+pub mod lifecycle;
 mod open;
 mod operator;
 mod ownership;
@@ -70,12 +72,13 @@ mod storage;
 mod sweep;
 mod writer;
 
+pub use claim::{Claim, ClaimedRow, Claimer};
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
     READERS_MAX_DEFAULT, RetryPolicy,
 };
-pub use error::{Error, Result, UnsafeFileReason};
+pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
 pub use extension::{ExtensionSchema, ambiguous_step_exists, record_event, step_attempts_total};
@@ -86,7 +89,8 @@ pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
 pub use payload::{PREVIEW_CHARS_MAX, Payload, PayloadPreview};
 pub use records::{
-    EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord, event_kind,
+    AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord,
+    event_kind,
 };
 pub use seen_intent::{SeenIntent, SeenIntentParseError};
 pub use states::{PolicyKind, Status, StepState, UnknownWord};
@@ -96,7 +100,8 @@ pub use step::{
 };
 pub use storage::{APPLICATION_ID, Migration, SCHEMA_VERSION};
 pub use sweep::{
-    GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,
+    GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed,
+    SWEEP_BATCH_LOCKS_MAX, SweepReport,
 };
 pub use writer::WriterStats;
 

@@ -56,6 +56,8 @@ struct ExistingRow {
     input: Payload,
     output: Option<Payload>,
     error: Option<Payload>,
+    /// The step an `awaiting_operator` execution waits on (`status_detail.seq`).
+    awaited_seq: Option<u32>,
 }
 
 impl Journal {
@@ -69,7 +71,9 @@ impl Journal {
     ///
     /// # Errors
     /// [`Error::Locked`] when a live process holds it, [`Error::Cancelled`] when it was
-    /// cancelled, [`Error::PayloadTooLarge`] for an oversized input, or a storage error.
+    /// cancelled, [`Error::AwaitingOperator`] while a step waits for an operator,
+    /// [`Error::NotRunnable`] when it is queued, waiting or stuck (neither writes anything),
+    /// [`Error::PayloadTooLarge`] for an oversized input, or a storage error.
     pub async fn open_execution(
         &self,
         id: Uuid,
@@ -169,6 +173,26 @@ fn open_in_transaction(
                 }));
             }
             Status::Cancelled => return Err(Error::Cancelled(row.id)),
+            // Refused before the lock is touched: reopening a parked execution would take the
+            // lock and bump its epoch for nothing, and for one awaiting an operator it would
+            // race the operator's own lock.
+            Status::AwaitingOperator => {
+                return Err(Error::AwaitingOperator {
+                    execution_id: row.id,
+                    seq: existing.awaited_seq.ok_or_else(|| {
+                        Error::Inconsistent(format!(
+                            "execution {} awaits an operator but its status_detail names no step",
+                            row.id
+                        ))
+                    })?,
+                });
+            }
+            status @ (Status::Queued | Status::Waiting | Status::Stuck) => {
+                return Err(Error::NotRunnable {
+                    execution_id: row.id,
+                    status,
+                });
+            }
             Status::Running | Status::Interrupted => {}
         }
     }
@@ -201,7 +225,8 @@ fn open_in_transaction(
 /// Reads execution `id`'s status and payloads, each refused over `bytes_max` before it is read.
 fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option<ExistingRow>> {
     let sql = format!(
-        "SELECT status, {}, {}, {} FROM executions WHERE execution_id = ?1",
+        "SELECT status, {}, {}, {}, json_extract(status_detail, '$.seq')
+         FROM executions WHERE execution_id = ?1",
         Payload::select("input", bytes_max),
         Payload::select("output", bytes_max),
         Payload::select("error", bytes_max),
@@ -222,5 +247,6 @@ fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option
             .ok_or_else(|| Error::Inconsistent(format!("execution {id} has no input")))?,
         output: payload(3, "output")?,
         error: payload(5, "error")?,
+        awaited_seq: row.get(7)?,
     }))
 }

@@ -79,7 +79,9 @@ impl Operator<'_> {
         .await
     }
 
-    /// Records an operator's answer for step `seq`, stuck in the ambiguous window.
+    /// Records an operator's answer for step `seq`, stuck in the ambiguous window. An
+    /// execution `awaiting_operator` on that step becomes `interrupted` in the same
+    /// transaction: resumable again, by a program's `recoverable()` or the runtime.
     ///
     /// Prefer [`Operator::resolve_seen`]: this answers whatever intent the step has when the
     /// answer arrives, which may not be the one that was checked.
@@ -229,6 +231,14 @@ fn resolve_step(
         conn.prepare_cached("DELETE FROM steps WHERE execution_id = ?1 AND seq = ?2")?
             .execute(params![resource, seq])?;
     }
+    // The execution waited for this answer: it may run again, as after a crash (R6: only an
+    // operator moves an execution out of `awaiting_operator`).
+    conn.prepare_cached(
+        "UPDATE executions SET status = 'interrupted', status_detail = NULL, updated_at = ?3
+         WHERE execution_id = ?1 AND status = 'awaiting_operator'
+           AND json_extract(status_detail, '$.seq') = ?2",
+    )?
+    .execute(params![resource, seq, now])?;
     let resolution = if value.is_some() {
         "completed"
     } else {

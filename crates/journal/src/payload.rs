@@ -62,6 +62,11 @@ impl Payload {
         &self.0
     }
 
+    /// `value` encoded as a payload, refused over `bytes_max` ([`encode`]).
+    pub(crate) fn encoded(value: &impl Serialize, what: &str, bytes_max: usize) -> Result<Self> {
+        encode(value, what, bytes_max).map(Self)
+    }
+
     /// The JSON text, moved out.
     pub(crate) fn into_json(self) -> String {
         self.0

@@ -15,7 +15,7 @@ use rusqlite::types::Type;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
-use crate::error::Result as JournalResult;
+use crate::error::{AmbiguityReason, Result as JournalResult};
 #[cfg(doc)]
 use crate::payload::PayloadPreview;
 use crate::payload::{Payload, PayloadColumn};
@@ -51,17 +51,50 @@ pub struct ExecutionRecord<P = Payload> {
     /// When it was finalized.
     #[serde(serialize_with = "optional_timestamp")]
     pub finalized_at: Option<DateTime<Utc>>,
+    /// The runtime queue it runs in; `None` for no queue (and for hand-driven executions).
+    pub queue: Option<String>,
+    /// Its priority within its queue: larger runs first.
+    pub priority: i64,
+    /// When a queued or waiting execution becomes runnable without any other event.
+    #[serde(serialize_with = "optional_timestamp")]
+    pub due_at: Option<DateTime<Utc>>,
+    /// The message topic a waiting execution waits for.
+    pub wait_topic: Option<String>,
+    /// When a cancel was requested while a live process held it.
+    #[serde(serialize_with = "optional_timestamp")]
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Why the cancel was requested.
+    pub cancel_reason: Option<String>,
+    /// Why it is in its status: names, seqs and reasons, never payloads (at most 2 KiB).
+    pub status_detail: Option<serde_json::Value>,
 }
 
-/// The columns [`read_execution`] reads, payloads read as `P`.
-pub(crate) fn execution_columns<P: PayloadColumn>(bytes_max: usize) -> String {
-    format!(
+/// The schema version whose migration added the runtime's columns to `executions`.
+const RUNTIME_COLUMNS_SINCE: i64 = 7;
+
+/// The columns [`read_execution`] reads, payloads read as `P`. A journal older than migration
+/// 7 has no runtime columns, and they read as unset: only a reader meets one (a writer
+/// migrates it first), and the reading commands read old journals without migrating them.
+///
+/// # Errors
+/// A storage error reading the schema version.
+pub(crate) fn execution_columns<P: PayloadColumn>(
+    conn: &rusqlite::Connection,
+    bytes_max: usize,
+) -> rusqlite::Result<String> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let runtime = if version >= RUNTIME_COLUMNS_SINCE {
+        "queue, priority, due_at, wait_topic, cancel_requested_at, cancel_reason, status_detail"
+    } else {
+        "NULL, 0, NULL, NULL, NULL, NULL, NULL"
+    };
+    Ok(format!(
         "execution_id, kind, name, status, opens, created_at, updated_at, finalized_at, \
-         {}, {}, {}",
+         {runtime}, {}, {}, {}",
         P::select("input", bytes_max),
         P::select("output", bytes_max),
         P::select("error", bytes_max),
-    )
+    ))
 }
 
 /// An execution from a row of [`execution_columns`].
@@ -84,12 +117,64 @@ pub(crate) fn read_execution<P: PayloadColumn>(
         created_at: time(row, 5)?,
         updated_at: time(row, 6)?,
         finalized_at: optional_time(row, 7)?,
-        input: payload(8, "input")?.ok_or_else(|| {
+        queue: row.get(8)?,
+        priority: row.get(9)?,
+        due_at: optional_time(row, 10)?,
+        wait_topic: row.get(11)?,
+        cancel_requested_at: optional_time(row, 12)?,
+        cancel_reason: row.get(13)?,
+        status_detail: row
+            .get::<_, Option<String>>(14)?
+            .map(|text| parse_column(14, &text, |text| serde_json::from_str(text)))
+            .transpose()?,
+        input: payload(15, "input")?.ok_or_else(|| {
             crate::Error::Inconsistent(format!("execution {execution_id} has no input"))
         })?,
-        output: payload(10, "output")?,
-        error: payload(12, "error")?,
+        output: payload(17, "output")?,
+        error: payload(19, "error")?,
     })
+}
+
+/// A step an operator must answer before its execution runs again: the step in the ambiguous
+/// window of an execution whose status is `awaiting_operator`
+/// ([`crate::Journal::awaiting_operator`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwaitingOperatorStep {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The step's sequence number.
+    pub seq: u32,
+    /// The step's name.
+    pub step: String,
+    /// The step's ambiguity policy.
+    pub policy: PolicyKind,
+    /// Why no policy decided it.
+    pub reason: AmbiguityReason,
+    /// Since when the execution has waited.
+    #[serde(serialize_with = "timestamp")]
+    pub since: DateTime<Utc>,
+}
+
+pub(crate) const AWAITING_OPERATOR_QUERY: &str =
+    "SELECT e.execution_id, s.seq, s.name, s.policy, e.status_detail, e.updated_at
+     FROM executions AS e
+     JOIN steps AS s ON s.execution_id = e.execution_id
+                    AND s.seq = json_extract(e.status_detail, '$.seq')
+     WHERE e.status = 'awaiting_operator' AND s.state = 'intent'
+     ORDER BY e.updated_at, e.id";
+
+impl AwaitingOperatorStep {
+    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        let detail: String = row.get(4)?;
+        Ok(Self {
+            execution_id: uuid(row, 0)?,
+            seq: row.get(1)?,
+            step: row.get(2)?,
+            policy: word(row, 3)?,
+            reason: parse_column(4, &detail, |text| serde_json::from_str(text))?,
+            since: time(row, 5)?,
+        })
+    }
 }
 
 /// One row of `steps`, with its payloads whole ([`Payload`]) or as previews

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::ownership;
+use crate::states::Status;
 
 /// What an operator saw of a step in the ambiguous window ([`crate::Operator::seen_intent`],
 /// [`crate::Inspector::seen_intent`]).
@@ -102,8 +103,9 @@ pub(crate) struct Found {
     lease_expired: Vec<HolderRecord>,
 }
 
-/// Which intent step `seq` of execution `id` is now, with the execution's lock holder and its
-/// former holders whose leases expired, read in one transaction.
+/// Which intent step `seq` of execution `id` is now, with the execution's lock holder (none
+/// while it awaits an operator, see below) and its former holders whose leases expired, read in
+/// one transaction.
 pub(crate) fn with_holders(conn: &Connection, id: Uuid, seq: u32) -> Result<Found> {
     let resource = id.to_string();
     let seen = current(conn, &resource, seq)?;
@@ -111,10 +113,18 @@ pub(crate) fn with_holders(conn: &Connection, id: Uuid, seq: u32) -> Result<Foun
         Some(_) => ownership::lease_expired_holders(conn, &resource)?,
         None => Vec::new(),
     };
-    let lock = durably_lock::read(conn, &resource)?;
+    // The holder of an execution awaiting an operator cannot be running the step: its handle
+    // halted at the ambiguous step, in the transaction that parked the execution, before any
+    // closure ran, and no open reopens it; only its release is left to write. A former holder
+    // whose lease expired may still be, and stays in `lease_expired`.
+    let holder = if ownership::status_of(conn, id).ok() == Some(Status::AwaitingOperator) {
+        None
+    } else {
+        durably_lock::read(conn, &resource)?.and_then(|lock| lock.holder)
+    };
     Ok(Found {
         seen,
-        holder: lock.and_then(|lock| lock.holder),
+        holder,
         lease_expired,
     })
 }
