@@ -10,6 +10,8 @@
 //! open an [`Execution`], run its steps. The rest sits in modules:
 //! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
 //!   retention;
+//! - [`runtime`]: registered workflows, messages sent to executions and the events they
+//!   publish;
 //! - [`scheduler`]: scheduled jobs whose fires each run once;
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
@@ -110,12 +112,16 @@ pub mod defaults {
 pub mod sqlite {
     pub use durably_journal::{
         APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
-        ambiguous_step_exists, record_event, rusqlite, step_attempts_total,
+        ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,
     };
 }
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
+
+/// Registered workflows on the journal: messages sent to executions, events they publish, an
+/// injectable clock for tests.
+pub use durably_runtime as runtime;
 
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.
 pub use durably_scheduler as scheduler;

@@ -1,0 +1,134 @@
+//! The one error type of this crate.
+//!
+//! Most variants come from what the caller supplied (a name, a kind, a type, a receiver), so
+//! they are fatal: the same call fails the same way, and nothing was written. [`Error::Journal`]
+//! wraps the journal's errors, some of which are transient ([`Error::is_retryable`]). Each
+//! message says what happened, with the ids and names involved; what to do about it is the
+//! caller's to say (the `durably` CLI adds it to the messages it prints).
+
+use durably_journal::Status;
+use uuid::Uuid;
+
+/// What went wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A kind, topic or key was empty, too long or held a control character; nothing was
+    /// written.
+    #[error("invalid {what} {name:?}: {reason}")]
+    InvalidName {
+        /// What the name is (`topic`, `event key`, ...).
+        what: &'static str,
+        /// The rejected name, cut to its first 64 characters.
+        name: String,
+        /// Which rule it broke.
+        reason: String,
+    },
+
+    /// A workflow registration or runtime setting is invalid.
+    #[error("invalid runtime configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A kind is registered with another input or output type than the call uses; nothing was
+    /// written.
+    #[error("workflow kind {kind:?} takes {what} {expected}, but the call uses {found}")]
+    WrongType {
+        /// The workflow kind.
+        kind: String,
+        /// `input` or `output`.
+        what: &'static str,
+        /// The registered type.
+        expected: &'static str,
+        /// The type of the call.
+        found: &'static str,
+    },
+
+    /// A payload (a message, an input, an event value) is larger than the journal's cap;
+    /// nothing was written.
+    #[error(
+        "{what} is {bytes} bytes, over the journal's {max} byte payload cap; nothing was written"
+    )]
+    PayloadTooLarge {
+        /// Which payload.
+        what: String,
+        /// Its size in bytes of JSON.
+        bytes: usize,
+        /// The journal's cap ([`durably_journal::Journal::payload_bytes_max`]).
+        max: usize,
+    },
+
+    /// A value could not be turned into JSON, or stored JSON into the caller's type.
+    #[error("cannot convert {what} to or from JSON: {source}")]
+    Json {
+        /// Which value.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// No execution has this id.
+    #[error("execution {0} does not exist")]
+    NotFound(Uuid),
+
+    /// A message was sent to an id no execution has; nothing was written.
+    #[error("cannot send to execution {execution_id}: it does not exist")]
+    ReceiverNotFound {
+        /// The id sent to.
+        execution_id: Uuid,
+    },
+
+    /// A message was sent to an execution that has ended, so no step could ever receive it;
+    /// nothing was written.
+    #[error("cannot send to execution {execution_id}: it has ended ({status})")]
+    ReceiverFinished {
+        /// The receiver.
+        execution_id: Uuid,
+        /// Its final status.
+        status: Status,
+    },
+
+    /// The execution was not started through the runtime (a program drives it by hand), so
+    /// nothing in it receives messages; nothing was written.
+    #[error(
+        "execution {execution_id} was not started through the runtime, so it cannot receive \
+         messages"
+    )]
+    NotRuntimeExecution {
+        /// The execution.
+        execution_id: Uuid,
+    },
+
+    /// A send reused an idempotency key of an earlier message to the same receiver with
+    /// another payload; nothing was written.
+    #[error(
+        "idempotency key {key:?} was already used for message {message_id} to execution \
+         {execution_id}, with another payload"
+    )]
+    IdempotencyKeyReused {
+        /// The receiver.
+        execution_id: Uuid,
+        /// The reused key.
+        key: String,
+        /// The message first sent with it.
+        message_id: i64,
+    },
+
+    /// An error from the journal: storage, locks, or a stored value that does not parse.
+    #[error(transparent)]
+    Journal(#[from] durably_journal::Error),
+}
+
+impl Error {
+    /// Whether retrying the same call later can succeed without anyone changing anything: only
+    /// some journal errors (a busy file, a lock held by a live process) are.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Journal(error) => error.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
