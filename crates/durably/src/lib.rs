@@ -10,8 +10,8 @@
 //! open an [`Execution`], run its steps. The rest sits in modules:
 //! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
 //!   retention;
-//! - [`runtime`]: registered workflows, messages sent to executions and the events they
-//!   publish;
+//! - [`runtime`]: workflows that wait: messages sent to executions, the events they publish,
+//!   awaiting results from any process;
 //! - [`scheduler`]: scheduled jobs whose fires each run once;
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
@@ -119,8 +119,8 @@ pub mod sqlite {
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
 
-/// Registered workflows on the journal: messages sent to executions, events they publish, an
-/// injectable clock for tests.
+/// Workflows that wait: messages sent to executions, the events they publish, results awaited
+/// from any process, and an injectable clock for tests.
 pub use durably_runtime as runtime;
 
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.

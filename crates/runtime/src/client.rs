@@ -1,20 +1,33 @@
 //! [`Client`]: what any process can do with the runtime's executions without running them:
 //! send them messages and read the events they publish.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use durably_journal::{Journal, execution_status};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::handle::WorkflowHandle;
 use crate::names::{self, NameKind};
-use crate::store;
+use crate::{store, watcher};
 
 /// A handle on the runtime's side of a journal, for processes that start, message and observe
-/// executions. Cheap to clone: it shares the journal's writer and read pool.
+/// executions. Cheap to clone: clones share the journal's writer and read pool, and one
+/// watcher thread, started by the first wait.
 #[derive(Debug, Clone)]
 pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     journal: Journal,
+    /// The watcher's change count, once a wait has started it. Holding this receiver keeps the
+    /// watcher running for as long as the client lives.
+    changes: Mutex<Option<watch::Receiver<u64>>>,
 }
 
 /// What [`Client::send`] did.
@@ -49,12 +62,38 @@ impl Client {
     /// build of the runtime migrated the file, or a storage error.
     pub async fn new(journal: Journal) -> Result<Self> {
         journal.migrate_extension(&store::SCHEMA).await?;
-        Ok(Self { journal })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                journal,
+                changes: Mutex::new(None),
+            }),
+        })
     }
 
     /// The journal this client works on.
     pub fn journal(&self) -> &Journal {
-        &self.journal
+        &self.inner.journal
+    }
+
+    /// A handle on execution `id`, whose output decodes as `O`. Reads nothing: the handle's
+    /// calls report an id no execution has.
+    pub fn handle<O>(&self, id: Uuid) -> WorkflowHandle<O> {
+        WorkflowHandle::new(self.clone(), id)
+    }
+
+    /// A receiver of the watcher's change count, starting the watcher on first use.
+    pub(crate) fn changes(&self) -> Result<watch::Receiver<u64>> {
+        let mut changes = self
+            .inner
+            .changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(receiver) = changes.as_ref() {
+            return Ok(receiver.clone());
+        }
+        let receiver = watcher::start(self.journal().path())?;
+        *changes = Some(receiver.clone());
+        Ok(receiver)
     }
 
     /// Sends `message` to execution `to` on `topic`. The message is kept until a `recv` of
@@ -86,15 +125,15 @@ impl Client {
         let payload = encode(
             message,
             &format!("message on topic {topic:?}"),
-            &self.journal,
+            self.journal(),
         )?;
         let topic = topic.to_owned();
         let key = idempotency_key.map(str::to_owned);
         let sent_at = durably_lock::format_timestamp(durably_lock::Clock::now(
-            self.journal.locker().judge().clock().as_ref(),
+            self.journal().locker().judge().clock().as_ref(),
         ));
         let sending = self
-            .journal
+            .journal()
             .write(move |conn| {
                 let Some(status) = execution_status(conn, to)? else {
                     return Ok(Sending::Refused(Error::ReceiverNotFound {
@@ -148,7 +187,7 @@ impl Client {
     /// the stored value exceeds the journal's cap, [`Error::Journal`] for storage.
     pub fn get_event<T: DeserializeOwned>(&self, id: Uuid, key: &str) -> Result<Option<T>> {
         names::check(NameKind::EventKey, key)?;
-        let found = self.journal.read(|conn| {
+        let found = self.journal().read(|conn| {
             Ok(execution_status(conn, id)?.map(|_| store::workflow_event(conn, id, key)))
         })?;
         let Some(value) = found else {
@@ -159,7 +198,7 @@ impl Client {
                 decode(
                     &text,
                     &format!("event {key:?} of execution {id}"),
-                    &self.journal,
+                    self.journal(),
                 )
             })
             .transpose()

@@ -6,7 +6,7 @@
 //! message says what happened, with the ids and names involved; what to do about it is the
 //! caller's to say (the `durably` CLI adds it to the messages it prints).
 
-use durably_journal::Status;
+use durably_journal::{Payload, Status};
 use uuid::Uuid;
 
 /// What went wrong in the runtime.
@@ -112,6 +112,42 @@ pub enum Error {
         key: String,
         /// The message first sent with it.
         message_id: i64,
+    },
+
+    /// The thread that watches the file for other processes' commits could not be started.
+    #[error("cannot start the runtime's change watcher thread: {0}")]
+    Watcher(#[source] std::io::Error),
+
+    /// The execution failed: its workflow returned an error, or a program failed it.
+    #[error("execution {execution_id} failed")]
+    WorkflowFailed {
+        /// The execution.
+        execution_id: Uuid,
+        /// The error it recorded, as JSON (`None` only for a damaged row). Not shown in the
+        /// message: it may hold payload contents.
+        error: Option<Payload>,
+    },
+
+    /// The execution was cancelled.
+    #[error("execution {execution_id} was cancelled: {reason}")]
+    Cancelled {
+        /// The execution.
+        execution_id: Uuid,
+        /// The reason recorded with the cancellation.
+        reason: String,
+    },
+
+    /// An execution's output does not decode as the type its handle expects; the journal is
+    /// untouched.
+    #[error("the output of execution {execution_id} does not decode as {expected}: {source}")]
+    OutputType {
+        /// The execution.
+        execution_id: Uuid,
+        /// The handle's output type.
+        expected: &'static str,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
     },
 
     /// An error from the journal: storage, locks, or a stored value that does not parse.

@@ -4,7 +4,8 @@
 //!
 //! A [`Client`] is what any process holds to work with the runtime's executions without
 //! running them: it sends messages (kept until a `recv` step of the receiver consumes them,
-//! delivered once per idempotency key) and reads published events. Every bad input (a name
+//! delivered once per idempotency key), reads published events, and awaits results through a
+//! [`WorkflowHandle`], woken by a watcher that notices other processes' commits. Every bad input (a name
 //! with a control character, an oversized message, a receiver that does not exist or has
 //! ended) is a typed [`Error`] and leaves the journal unchanged. Time comes from a [`Clock`];
 //! tests use [`testing::TestClock`] and move it instead of sleeping.
@@ -28,13 +29,16 @@
 //! let refused = client.send(nobody, "approval\n", &true, None).await;
 //! assert!(matches!(refused, Err(Error::InvalidName { what: "topic", .. })));
 //!
-//! // A hand-driven execution publishes no workflow events.
+//! // Any process can await an execution's result, here one a program drives by hand.
 //! let id = durably_journal::new_execution_id();
 //! let Opened::Running(execution) = journal.open_execution(id, "report", "", &()).await? else {
 //!     unreachable!("a new execution is never finished");
 //! };
+//! let handle = client.handle::<String>(id);
+//! let waiter = tokio::spawn(async move { handle.result().await });
 //! execution.complete(&"done").await?;
-//! assert_eq!(client.get_event::<String>(id, "status")?, None);
+//! assert_eq!(waiter.await??, "done");
+//! assert_eq!(client.get_event::<String>(id, "status")?, None); // it published no events
 //! # Ok(())
 //! # }
 //! ```
@@ -42,10 +46,13 @@
 mod client;
 mod clock;
 mod error;
+mod handle;
 mod names;
 mod store;
+mod watcher;
 
 pub use client::{Client, SendOutcome};
 pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use error::{Error, Result};
+pub use handle::WorkflowHandle;
 pub use names::KEY_BYTES_MAX;

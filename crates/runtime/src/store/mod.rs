@@ -7,6 +7,7 @@
 //! journal's own tables: what the runtime needs of those it asks through the journal's
 //! functions.
 
+mod changes;
 mod messages;
 mod workflow_events;
 
@@ -14,6 +15,7 @@ use durably_journal::{ExtensionSchema, Migration, Result};
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
+pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use messages::{insert_message, message_by_key};
 pub(crate) use workflow_events::workflow_event;
 
