@@ -14,12 +14,18 @@
 
 -- One row per execution with its step counts by state and how long it ran (or has run so far:
 -- `duration_s` of an unfinished execution counts up to its last change). Newest first.
+-- `status_detail` says why it is in its status (the step awaiting an operator, why it is
+-- stuck), `queue` is its runtime queue, and `cancel_requested_at` is set while a cancel waits
+-- for the process that holds it.
 DROP VIEW IF EXISTS execution_summary;
 CREATE VIEW execution_summary AS
 SELECT e.execution_id,
        e.kind,
        e.name,
        e.status,
+       e.status_detail,
+       e.queue,
+       e.cancel_requested_at,
        e.opens,
        count(s.seq)                                   AS steps,
        coalesce(sum(s.state = 'completed'), 0)        AS steps_completed,
@@ -62,6 +68,29 @@ JOIN executions AS e ON e.execution_id = s.execution_id
 LEFT JOIN locks AS l ON l.resource = s.execution_id AND l.instance_id IS NOT NULL
 WHERE s.state = 'intent'
 ORDER BY s.intent_at;
+
+-- Steps an operator must answer: the guarded step in the ambiguous window of each execution
+-- whose status is `awaiting_operator` (its policy is Fail, or it was re-run after crashes
+-- `ambiguous_reruns_max` times). No process reopens such an execution until `durably resolve`
+-- answers the step. `reason` is `policy_fail` or `reruns_exhausted`; `since` is when the
+-- execution began to wait.
+DROP VIEW IF EXISTS awaiting_operator;
+CREATE VIEW awaiting_operator AS
+SELECT e.execution_id,
+       e.name                                         AS execution_name,
+       s.seq,
+       s.name                                         AS step,
+       s.policy,
+       json_extract(e.status_detail, '$.reason')      AS reason,
+       s.attempts,
+       s.idempotency_key,
+       s.intent_at,
+       e.updated_at                                   AS since
+FROM executions AS e
+JOIN steps AS s ON s.execution_id = e.execution_id
+               AND s.seq = json_extract(e.status_detail, '$.seq')
+WHERE e.status = 'awaiting_operator' AND s.state = 'intent'
+ORDER BY e.updated_at;
 
 -- Held locks with their holder's identity and the execution they guard. Whether the holder is
 -- still alive is judged by `durably locks` (liveness file, boot id, pid and start time), not

@@ -1,12 +1,15 @@
 //! Every journal file an earlier build left behind reaches exactly the schema of a fresh file,
-//! with its rows: at every schema version from 0 to 5, opening it with today's journal gives it
+//! with its rows: at every schema version from 0 to 6, opening it with today's journal gives it
 //! the journal's schema (tables, indexes and views), and building a `Scheduler` on it gives it
-//! the scheduler's, as on a new file. The scheduler's migrations refuse a version from the
+//! the scheduler's, as on a new file. The rebuild of `executions` (migration 7) keeps every
+//! step and event (no cascade fires), keeps the views of crates built on the journal, and
+//! leaves no row without its parent; a crash before its commit leaves the file at version 6.
+//! The scheduler's migrations refuse a version from the
 //! future, views come back after someone dropped them, and an open of a current file leaves its
 //! schema untouched.
 //!
 //! Method: build each old file with the SQL those builds applied (frozen in
-//! tests/fixtures/schema-v5), write rows into every table its migrations made, then open it
+//! tests/fixtures/schema-v5 and schema-v6), write rows into every table its migrations made, then open it
 //! with today's code and compare its `sqlite_schema` rows (type, name, table and SQL, sorted;
 //! the root page is where a table happens to sit, so it is left out) with a fresh file's, before
 //! and after a `Scheduler` is built on both.
@@ -36,6 +39,17 @@ const SCHEMA_V5: [&[&str]; 5] = [
     ],
 ];
 
+/// What the builds that wrote schema version 6 applied after version 5: migration 6, then the
+/// journal's views; a scheduler built on the file added its own view and its version row.
+const SCHEMA_V6: [&str; 3] = [
+    include_str!("../fixtures/schema-v6/0006_schema_versions.sql"),
+    include_str!("../fixtures/schema-v6/views.sql"),
+    include_str!("../fixtures/schema-v6/scheduler_views.sql"),
+];
+
+/// How many schema versions earlier builds wrote (0 to 6): one old file is built for each.
+const OLD_VERSIONS: usize = 7;
+
 const AT: &str = "2026-11-01T10:00:00.000Z";
 const EXECUTION: &str = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
 
@@ -54,6 +68,14 @@ fn schema(path: &Path) -> BTreeSet<SchemaRow> {
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()
+}
+
+fn foreign_key_orphans(path: &Path) -> i64 {
+    let conn = Connection::open(path).unwrap();
+    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+        row.get(0)
+    })
+    .unwrap()
 }
 
 fn pragma(path: &Path, name: &str) -> i64 {
@@ -105,8 +127,18 @@ fn write_old_file(path: &Path, version: usize) {
     if version == 0 {
         return;
     }
-    for sql in SCHEMA_V5[..version].iter().flat_map(|files| files.iter()) {
+    for sql in SCHEMA_V5[..version.min(5)]
+        .iter()
+        .flat_map(|files| files.iter())
+    {
         conn.execute_batch(sql).unwrap();
+    }
+    if version >= 6 {
+        for sql in SCHEMA_V6 {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch("INSERT INTO schema_versions (owner, version) VALUES ('scheduler', 1)")
+            .unwrap();
     }
     conn.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {version};"
@@ -203,12 +235,23 @@ fn a_file_at_every_older_version_reaches_a_fresh_files_schema_with_its_rows() {
         "a journal no scheduler used holds none of the scheduler's tables"
     );
 
-    for version in 0..=SCHEMA_V5.len() {
+    for version in 0..OLD_VERSIONS {
         let scratch = Scratch::new();
         write_old_file(&scratch.database, version);
 
         let journal = Journal::open(&scratch.database).unwrap();
         let opened = schema(&scratch.database);
+        assert_eq!(
+            foreign_key_orphans(&scratch.database),
+            0,
+            "version {version}"
+        );
+        if version == 6 {
+            assert!(
+                opened.iter().any(|row| row.1 == "fire_ledger"),
+                "the rebuild keeps the views of crates built on the journal"
+            );
+        }
         assert!(
             opened.is_superset(&fresh.journal),
             "version {version}: the journal's objects after open differ from a fresh file's: \
@@ -334,4 +377,95 @@ fn schedulers_migrating_a_new_file_at_once_both_succeed() {
         [("scheduler".to_owned(), 1)]
     );
     assert_eq!(schema(&scratch.database), fresh().with_scheduler);
+}
+
+/// The rows of `executions` a version-6 file held reach the rebuilt table as they were, with the
+/// new columns at their defaults and ids in creation order; the parked statuses are allowed.
+#[test]
+fn the_rebuilt_executions_table_keeps_its_rows_and_takes_the_new_statuses() {
+    let scratch = Scratch::new();
+    write_old_file(&scratch.database, 6);
+    {
+        let conn = Connection::open(&scratch.database).unwrap();
+        conn.execute(
+            "INSERT INTO executions (execution_id, kind, name, status, input, created_at,
+                                     updated_at)
+             VALUES ('0190a1b2-0000-7000-8000-000000000000', 'k', 'older', 'interrupted', '1',
+                     '2026-10-01T10:00:00.000Z', ?1)",
+            params![AT],
+        )
+        .unwrap();
+    }
+    drop(Journal::open(&scratch.database).unwrap());
+    let conn = Connection::open(&scratch.database).unwrap();
+    let rows: Vec<String> = conn
+        .prepare(
+            "SELECT json_array(id, name, status, opens, queue, priority, status_detail)
+             FROM executions ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            r#"[1,"older","interrupted",1,null,0,null]"#,
+            r#"[2,"nightly","completed",1,null,0,null]"#,
+        ]
+    );
+    for status in ["queued", "waiting", "stuck", "awaiting_operator"] {
+        conn.execute(
+            "UPDATE executions SET status = ?1, finalized_at = NULL WHERE name = 'older'",
+            params![status],
+        )
+        .unwrap();
+    }
+    let refused = conn.execute(
+        "UPDATE executions SET status = 'sleeping' WHERE name = 'older'",
+        [],
+    );
+    assert!(refused.is_err(), "the CHECK still refuses unknown statuses");
+    let refused = conn.execute(
+        "UPDATE executions SET due_at = ?1 WHERE name = 'nightly'",
+        params![AT],
+    );
+    assert!(
+        refused.is_err(),
+        "only queued and waiting executions wait for a time"
+    );
+}
+
+/// A crash inside the rebuild, before its commit, leaves the file at version 6 with every row,
+/// and the next open migrates it.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_before_the_rebuild_commits_leaves_version_6() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let scratch = Scratch::new();
+    write_old_file(&scratch.database, 6);
+    let before = schema(&scratch.database);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_journal_worker"))
+        .arg("open")
+        .arg(&scratch.database)
+        .env("FAILPOINTS", "journal::migration-before-commit=return")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+    assert_eq!(pragma(&scratch.database, "user_version"), 6);
+    assert_eq!(
+        schema(&scratch.database),
+        before,
+        "the whole rebuild rolled back"
+    );
+    assert_eq!(count(&scratch.database, "steps"), 2);
+
+    drop(Journal::open(&scratch.database).unwrap());
+    assert_eq!(pragma(&scratch.database, "user_version"), SCHEMA_VERSION);
+    assert_eq!(count(&scratch.database, "steps"), 2);
+    assert_eq!(count(&scratch.database, "events"), 1);
+    assert_eq!(foreign_key_orphans(&scratch.database), 0);
 }

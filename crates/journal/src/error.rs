@@ -209,6 +209,30 @@ pub enum Error {
     /// The execution was cancelled and never reopens.
     #[error("execution {0} was cancelled and never reopens")]
     Cancelled(Uuid),
+    /// The execution waits for an operator to resolve a step left in the ambiguous window;
+    /// no process reopens it until then. Nothing was written, and its lock was not touched.
+    #[error(
+        "execution {execution_id} waits for an operator: step {seq} is in the ambiguous window \
+         and its policy leaves the decision to a person; it reopens once the step is resolved"
+    )]
+    AwaitingOperator {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step waiting for an answer.
+        seq: u32,
+    },
+    /// The execution is parked (`queued`, `waiting` or `stuck`): only the runtime's claim or
+    /// an operator moves it on, never a plain open. Nothing was written, and its lock was not
+    /// touched.
+    #[error(
+        "execution {execution_id} is {status}; an open resumes only running or interrupted executions"
+    )]
+    NotRunnable {
+        /// The execution.
+        execution_id: Uuid,
+        /// Its status.
+        status: crate::states::Status,
+    },
     /// An operator action does not apply to the state it found.
     #[error("{0}")]
     Refused(String),

@@ -56,6 +56,8 @@ struct ExistingRow {
     input: String,
     output: Option<String>,
     error: Option<String>,
+    /// The step an `awaiting_operator` execution waits on (`status_detail.seq`).
+    awaited_seq: Option<u32>,
 }
 
 impl Journal {
@@ -69,7 +71,9 @@ impl Journal {
     ///
     /// # Errors
     /// [`Error::Locked`] when a live process holds it, [`Error::Cancelled`] when it was
-    /// cancelled, [`Error::PayloadTooLarge`] for an oversized input, or a storage error.
+    /// cancelled, [`Error::AwaitingOperator`] while a step waits for an operator,
+    /// [`Error::NotRunnable`] when it is queued, waiting or stuck (neither writes anything),
+    /// [`Error::PayloadTooLarge`] for an oversized input, or a storage error.
     pub async fn open_execution(
         &self,
         id: Uuid,
@@ -168,6 +172,26 @@ fn open_in_transaction(
                 }));
             }
             Status::Cancelled => return Err(Error::Cancelled(row.id)),
+            // Refused before the lock is touched: reopening a parked execution would take the
+            // lock and bump its epoch for nothing, and for one awaiting an operator it would
+            // race the operator's own lock.
+            Status::AwaitingOperator => {
+                return Err(Error::AwaitingOperator {
+                    execution_id: row.id,
+                    seq: existing.awaited_seq.ok_or_else(|| {
+                        Error::Inconsistent(format!(
+                            "execution {} awaits an operator but its status_detail names no step",
+                            row.id
+                        ))
+                    })?,
+                });
+            }
+            status @ (Status::Queued | Status::Waiting | Status::Stuck) => {
+                return Err(Error::NotRunnable {
+                    execution_id: row.id,
+                    status,
+                });
+            }
             Status::Running | Status::Interrupted => {}
         }
     }
@@ -200,7 +224,8 @@ fn open_in_transaction(
 fn read_existing(conn: &Connection, id: Uuid) -> Result<Option<ExistingRow>> {
     let row = conn
         .prepare_cached(
-            "SELECT status, input, output, error FROM executions WHERE execution_id = ?1",
+            "SELECT status, input, output, error, json_extract(status_detail, '$.seq')
+             FROM executions WHERE execution_id = ?1",
         )?
         .query_row(params![id.to_string()], |row| {
             Ok(ExistingRow {
@@ -208,6 +233,7 @@ fn read_existing(conn: &Connection, id: Uuid) -> Result<Option<ExistingRow>> {
                 input: row.get(1)?,
                 output: row.get(2)?,
                 error: row.get(3)?,
+                awaited_seq: row.get(4)?,
             })
         })
         .optional()?;

@@ -43,10 +43,28 @@ pub struct ExecutionRecord {
     /// When it was finalized.
     #[serde(serialize_with = "optional_timestamp")]
     pub finalized_at: Option<DateTime<Utc>>,
+    /// The runtime queue it runs in; `None` for no queue (and for hand-driven executions).
+    pub queue: Option<String>,
+    /// Its priority within its queue: larger runs first.
+    pub priority: i64,
+    /// When a queued or waiting execution becomes runnable without any other event.
+    #[serde(serialize_with = "optional_timestamp")]
+    pub due_at: Option<DateTime<Utc>>,
+    /// The message topic a waiting execution waits for.
+    pub wait_topic: Option<String>,
+    /// When a cancel was requested while a live process held it.
+    #[serde(serialize_with = "optional_timestamp")]
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Why the cancel was requested.
+    pub cancel_reason: Option<String>,
+    /// Why it is in its status (JSON of names, seqs and reasons, never payloads).
+    pub status_detail: Option<Payload>,
 }
 
 pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, input, output, \
-                                            error, opens, created_at, updated_at, finalized_at";
+                                            error, opens, created_at, updated_at, finalized_at, \
+                                            queue, priority, due_at, wait_topic, \
+                                            cancel_requested_at, cancel_reason, status_detail";
 
 impl ExecutionRecord {
     pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
@@ -62,6 +80,13 @@ impl ExecutionRecord {
             created_at: time(row, 8)?,
             updated_at: time(row, 9)?,
             finalized_at: optional_time(row, 10)?,
+            queue: row.get(11)?,
+            priority: row.get(12)?,
+            due_at: optional_time(row, 13)?,
+            wait_topic: row.get(14)?,
+            cancel_requested_at: optional_time(row, 15)?,
+            cancel_reason: row.get(16)?,
+            status_detail: row.get::<_, Option<String>>(17)?.map(Payload::from_stored),
         })
     }
 }

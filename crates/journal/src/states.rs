@@ -64,8 +64,14 @@ pub(crate) use stored_words;
 stored_words! {
     /// The status of an execution (`executions.status`).
     Status, "execution status" {
+        /// Waiting for a runtime to claim it: never opened, woken, requeued or resumed.
+        /// Parked: no lock is held, and an open is refused ([`crate::Error::NotRunnable`]).
+        Queued => "queued",
         /// Being driven, or abandoned by a process that has not been judged dead yet.
         Running => "running",
+        /// Parked until a time or a message (its `due_at` and `wait_topic`). No lock is held,
+        /// and an open is refused ([`crate::Error::NotRunnable`]).
+        Waiting => "waiting",
         /// Finished with an output.
         Completed => "completed",
         /// Finished with an error.
@@ -74,6 +80,13 @@ stored_words! {
         Cancelled => "cancelled",
         /// Its process died; found by the crash-orphan sweep. Resumable.
         Interrupted => "interrupted",
+        /// Parked after failing to resume too many times in a row; only an operator's resume
+        /// moves it on. An open is refused ([`crate::Error::NotRunnable`]).
+        Stuck => "stuck",
+        /// Parked with a guarded step in the ambiguous window that its policy leaves to an
+        /// operator. No process reopens it ([`crate::Error::AwaitingOperator`]) until the step
+        /// is resolved.
+        AwaitingOperator => "awaiting_operator",
     }
 }
 
@@ -82,7 +95,25 @@ impl Status {
     pub fn is_final(self) -> bool {
         match self {
             Self::Completed | Self::Failed | Self::Cancelled => true,
-            Self::Running | Self::Interrupted => false,
+            Self::Queued
+            | Self::Running
+            | Self::Waiting
+            | Self::Interrupted
+            | Self::Stuck
+            | Self::AwaitingOperator => false,
+        }
+    }
+
+    /// Whether the execution is parked: a row that holds no lock and that no open resumes
+    /// (`queued`, `waiting`, `stuck`, `awaiting_operator`).
+    pub fn is_parked(self) -> bool {
+        match self {
+            Self::Queued | Self::Waiting | Self::Stuck | Self::AwaitingOperator => true,
+            Self::Running
+            | Self::Interrupted
+            | Self::Completed
+            | Self::Failed
+            | Self::Cancelled => false,
         }
     }
 }

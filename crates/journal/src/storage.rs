@@ -24,6 +24,18 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+/// How the journal applies one of its own migrations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Apply {
+    /// In one transaction with the version that counts it.
+    InTransaction,
+    /// As a table rebuild ([`apply_rebuild`]): with `foreign_keys` off, so dropping a parent
+    /// table deletes no child rows, and with every view and trigger saved and recreated around
+    /// it. Only the journal's own migrations can rebuild: an extension's migration runs inside
+    /// a writer transaction, where `foreign_keys` cannot change.
+    Rebuild,
+}
+
 /// The journal's numbered migrations (`schema/`), in order. `PRAGMA user_version` is the
 /// number applied. The lock crate owns the `locks` table and its SQL; the journal, the layer
 /// that runs migrations, applies it first.
@@ -52,7 +64,19 @@ const MIGRATIONS: &[Migration] = &[
         name: "0006_schema_versions",
         sql: include_str!("../../../schema/0006_schema_versions.sql"),
     },
+    Migration {
+        name: "0007_runtime_statuses",
+        sql: include_str!("../../../schema/0007_runtime_statuses.sql"),
+    },
 ];
+
+/// How each of [`MIGRATIONS`] is applied, by its index.
+fn journal_apply(index: usize) -> Apply {
+    match MIGRATIONS.get(index).map(|migration| migration.name) {
+        Some("0007_runtime_statuses") => Apply::Rebuild,
+        _ => Apply::InTransaction,
+    }
+}
 
 /// The journal's views, recreated by every writer open after the migrations.
 const VIEWS: &str = include_str!("../../../schema/views.sql");
@@ -303,6 +327,14 @@ impl Owner {
         }
     }
 
+    /// How migration `index` of this owner is applied: only the journal rebuilds.
+    fn apply(self, index: usize) -> Apply {
+        match self {
+            Self::Journal => journal_apply(index),
+            Self::Extension(_) => Apply::InTransaction,
+        }
+    }
+
     fn views(self) -> &'static str {
         match self {
             Self::Journal => VIEWS,
@@ -363,7 +395,26 @@ impl Owner {
 /// Applies the journal's migrations this file lacks, each in its own transaction, then brings
 /// its views up to date in the transaction that finds the schema current. Safe to run from two
 /// processes at once: the version is re-read under the write lock.
+///
+/// While any migration is missing, the passes run with `foreign_keys` off: a rebuild needs it
+/// off before its transaction begins (SQLite ignores the pragma inside one), and which
+/// migration comes next is only known for sure under the write lock. It is switched back on,
+/// and verified, before this returns, whatever happened.
 pub(crate) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    let behind = Owner::Journal.version(conn)? < SCHEMA_VERSION;
+    if behind {
+        set_and_verify(conn, "foreign_keys", "OFF", "0").map_err(|error| error.at_path(path))?;
+    }
+    let migrated = migrate_passes(conn, path);
+    let restored = if behind {
+        set_and_verify(conn, "foreign_keys", "ON", "1").map_err(|error| error.at_path(path))
+    } else {
+        Ok(())
+    };
+    migrated.and(restored)
+}
+
+fn migrate_passes(conn: &Connection, path: &Path) -> Result<()> {
     // One pass a migration, plus the pass that finds the schema current.
     for _ in 0..=MIGRATIONS.len() {
         conn.execute_batch("BEGIN IMMEDIATE")
@@ -399,7 +450,8 @@ fn journal_pass(conn: &Connection, path: &Path) -> Result<bool> {
 ///
 /// # Errors
 /// [`Error::SchemaTooNew`] or [`Error::ExtensionSchemaTooNew`] when the file counts more
-/// migrations than this build knows; nothing is changed then.
+/// migrations than this build knows; nothing is changed then. [`Error::Inconsistent`] when a
+/// rebuild would leave a row whose parent is missing (the transaction is rolled back).
 pub(crate) fn migration_pass(conn: &Connection, path: &Path, owner: Owner) -> Result<bool> {
     let migrations = owner.migrations();
     let supported = migrations.len() as i64;
@@ -418,7 +470,10 @@ pub(crate) fn migration_pass(conn: &Connection, path: &Path, owner: Owner) -> Re
         refresh_views(conn, owner.views())?;
         return Ok(false);
     };
-    conn.execute_batch(migration.sql)?;
+    match owner.apply(next) {
+        Apply::InTransaction => conn.execute_batch(migration.sql)?,
+        Apply::Rebuild => apply_rebuild(conn, path, migration)?,
+    }
     owner.set_version(conn, version + 1)?;
     tracing::info!(
         owner = owner.name(),
@@ -427,6 +482,51 @@ pub(crate) fn migration_pass(conn: &Connection, path: &Path, owner: Owner) -> Re
         "applied a schema migration"
     );
     Ok(true)
+}
+
+/// Runs a rebuild migration inside the caller's transaction (see [`Apply::Rebuild`]). Every
+/// view and trigger is dropped before `migration`'s SQL and recreated from its saved text
+/// after, so the views of crates built on the journal are all there again when it commits;
+/// then no row may have lost its parent.
+fn apply_rebuild(conn: &Connection, path: &Path, migration: &Migration) -> Result<()> {
+    let foreign_keys: i64 = conn.query_row("PRAGMA foreign_keys", [], |row| row.get(0))?;
+    if foreign_keys != 0 {
+        return Err(Error::Inconsistent(format!(
+            "migration {} of {} rebuilds a table and must run with foreign keys off",
+            migration.name,
+            path.display()
+        )));
+    }
+    let saved: Vec<(String, String, String)> = conn
+        .prepare(
+            "SELECT type, name, sql FROM sqlite_schema
+             WHERE type IN ('view', 'trigger') AND sql IS NOT NULL ORDER BY rowid",
+        )?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (kind, name, _) in &saved {
+        let kind = if kind == "view" { "VIEW" } else { "TRIGGER" };
+        conn.execute_batch(&format!("DROP {kind} \"{}\"", name.replace('"', "\"\"")))?;
+    }
+    conn.execute_batch(migration.sql)?;
+    for (_, _, sql) in &saved {
+        conn.execute_batch(sql)?;
+    }
+    let orphans: i64 =
+        conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+            row.get(0)
+        })?;
+    if orphans > 0 {
+        return Err(Error::Inconsistent(format!(
+            "migration {} of {} would leave {orphans} rows whose parent row is missing; \
+             nothing was changed",
+            migration.name,
+            path.display()
+        )));
+    }
+    fail::fail_point!("journal::migration-before-commit", |_| std::process::abort(
+    ));
+    Ok(())
 }
 
 /// Recreates the views `views` defines (`DROP VIEW IF EXISTS` and `CREATE VIEW` statements)

@@ -193,7 +193,12 @@ pub(super) fn finalize_row(
             "UPDATE executions SET status = ?2, error = ?3, updated_at = ?4, finalized_at = ?4
              WHERE execution_id = ?1"
         }
-        Status::Running | Status::Interrupted => {
+        Status::Queued
+        | Status::Running
+        | Status::Waiting
+        | Status::Interrupted
+        | Status::Stuck
+        | Status::AwaitingOperator => {
             return Err(Error::Inconsistent(format!(
                 "execution {resource} cannot be finalized as {status}"
             )));
