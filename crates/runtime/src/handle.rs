@@ -96,7 +96,12 @@ impl<O: DeserializeOwned> WorkflowHandle<O> {
                 execution_id: self.id,
                 reason: cancel_reason(&record),
             })),
-            Status::Running | Status::Interrupted => None,
+            Status::Queued
+            | Status::Running
+            | Status::Waiting
+            | Status::Interrupted
+            | Status::Stuck
+            | Status::AwaitingOperator => None,
         })
     }
 

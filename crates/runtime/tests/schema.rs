@@ -106,3 +106,65 @@ async fn runtime_messages_view_shows_a_pending_message() {
         )
     );
 }
+
+/// `queue_positions` orders claimable executions by priority, then start order, per queue,
+/// leaving out those not yet due; `queue_load` counts them against the queue's limit. The
+/// queued rows are inserted with SQL, as a start would leave them.
+#[tokio::test]
+async fn queue_views_show_positions_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+    let _client = Client::new(journal.clone()).await.unwrap();
+    let ids: Vec<String> = (0..4)
+        .map(|_| durably_journal::new_execution_id().to_string())
+        .collect();
+    let rows = ids.clone();
+    journal
+        .write(move |conn| {
+            conn.execute(
+                "INSERT INTO queues (queue, concurrency_max, updated_at) VALUES ('q', 2, 'now')",
+                [],
+            )?;
+            // (priority, due_at): the second runs first, the fourth is not yet due.
+            for (id, (priority, due_at)) in
+                rows.iter()
+                    .zip([(0, None), (5, None), (0, None), (9, Some("2999-01-01"))])
+            {
+                conn.execute(
+                    "INSERT INTO executions (execution_id, kind, name, status, input, opens, \
+                     created_at, updated_at, queue, priority, due_at) \
+                     VALUES (?1, 'k', 'k', 'queued', 'null', 0, 'now', 'now', 'q', ?2, ?3)",
+                    durably_journal::rusqlite::params![id, priority, due_at],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let positions: Vec<(String, i64)> = journal
+        .read(|conn| {
+            Ok(conn
+                .prepare("SELECT execution_id, position FROM queue_positions WHERE queue = 'q'")?
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?)
+        })
+        .unwrap();
+    assert_eq!(
+        positions,
+        vec![
+            (ids[1].clone(), 1),
+            (ids[0].clone(), 2),
+            (ids[2].clone(), 3)
+        ]
+    );
+    let load: (i64, i64, i64, i64) = journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT concurrency_max, running, queued, waiting FROM queue_load",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(load, (2, 0, 4, 0));
+}
