@@ -11,85 +11,26 @@
 
 mod support;
 
-use durably_journal::rusqlite::types::Value;
-use durably_journal::{Execution, Journal, Opened, Status};
+use durably_journal::{Opened, Status};
 use durably_runtime::{Client, Error, KEY_BYTES_MAX, SendOutcome};
-use uuid::Uuid;
-
-/// The payload cap of the test journals, in bytes of JSON.
-const PAYLOAD_BYTES_MAX: usize = 4096;
+use support::{PAYLOAD_BYTES_MAX, Scratch};
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    journal: Journal,
+    scratch: Scratch,
     client: Client,
 }
 
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::builder(dir.path().join("journal.db"))
-        .payload_bytes_max(PAYLOAD_BYTES_MAX)
-        .open()
-        .unwrap();
-    let client = Client::new(journal.clone()).await.unwrap();
-    Fixture {
-        _dir: dir,
-        journal,
-        client,
-    }
+    let scratch = Scratch::new();
+    let client = Client::new(scratch.journal.clone()).await.unwrap();
+    Fixture { scratch, client }
 }
 
-impl Fixture {
-    async fn runtime_execution(&self) -> (Uuid, Execution) {
-        support::runtime_execution(&self.journal).await
-    }
+impl std::ops::Deref for Fixture {
+    type Target = Scratch;
 
-    /// Every row of every table, in a stable order.
-    fn snapshot(&self) -> Vec<(String, Vec<Vec<Value>>)> {
-        self.journal
-            .read(|conn| {
-                let tables: Vec<String> = conn
-                    .prepare(
-                        "SELECT name FROM sqlite_schema WHERE type = 'table' \
-                         AND name NOT LIKE 'sqlite_%' ORDER BY name",
-                    )?
-                    .query_map([], |row| row.get(0))?
-                    .collect::<Result<_, _>>()?;
-                let mut all = Vec::new();
-                for table in tables {
-                    let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\""))?;
-                    let columns = statement.column_count();
-                    let mut rows: Vec<Vec<Value>> = statement
-                        .query_map([], |row| (0..columns).map(|i| row.get(i)).collect())?
-                        .collect::<Result<_, _>>()?;
-                    rows.sort_by_key(|row| format!("{row:?}"));
-                    all.push((table, rows));
-                }
-                Ok(all)
-            })
-            .unwrap()
-    }
-
-    /// Runs `call`, asserts that it failed as `expected` says, and that the journal is as it
-    /// was before.
-    async fn refused<T: std::fmt::Debug>(
-        &self,
-        call: impl Future<Output = durably_runtime::Result<T>>,
-        expected: impl FnOnce(&Error) -> bool,
-    ) -> Error {
-        let before = self.snapshot();
-        let error = call.await.expect_err("the call must be refused");
-        assert!(expected(&error), "unexpected error: {error:?}");
-        assert!(
-            !error.is_retryable(),
-            "{error:?} is input, not a transient condition"
-        );
-        assert_eq!(
-            self.snapshot(),
-            before,
-            "a refused call changed the journal"
-        );
-        error
+    fn deref(&self) -> &Scratch {
+        &self.scratch
     }
 }
 
