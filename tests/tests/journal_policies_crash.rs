@@ -2,8 +2,10 @@
 //! its intent committed and before its result is the one ambiguous case; each policy must do
 //! exactly what its author chose, and the closure-call counts prove it: Skip calls nothing and
 //! says so (skipped outcome, `ambiguity_skipped` event); Retry calls once more with the same
-//! idempotency key; Fail refuses with `Ambiguous` on every reopen until an operator resolves
-//! it (completed: the recorded value, no call; not-done: exactly one call); Reconcile calls
+//! idempotency key; Fail refuses with `Ambiguous` on the first reopen, which parks the
+//! execution for an operator, and every later open is refused (`AwaitingOperator`) until an
+//! operator resolves it (completed: the recorded value, no call; not-done: exactly one call);
+//! Reconcile calls
 //! nothing when the probe finds the effect and once when it does not.
 //!
 //! Method: a `journal_worker` child runs the step with the failpoint
@@ -167,18 +169,19 @@ fn fail_is_ambiguous_on_every_reopen_until_an_operator_records_the_value() {
     let id = Uuid::new_v4();
     crash_after_intent(&scratch, id, "fail");
 
-    for _ in 0..2 {
+    for (reopen, kind) in [
+        (1, "ambiguous"),
+        (2, "awaiting_operator"),
+        (3, "awaiting_operator"),
+    ] {
         let answer = guarded(&scratch, id, "fail", &[]).answer().clone();
         assert_eq!(
             (answer["outcome"].as_str(), answer["kind"].as_str()),
-            (Some("error"), Some("ambiguous")),
-            "{answer}"
+            (Some("error"), Some(kind)),
+            "reopen {reopen}: {answer}"
         );
         assert!(
-            answer["message"]
-                .as_str()
-                .unwrap()
-                .contains("an operator must check the outside world"),
+            answer["message"].as_str().unwrap().contains("operator"),
             "{answer}"
         );
         assert!(

@@ -42,6 +42,7 @@ fn torture(durability: &str) {
         " lost=0 ",
         " unexpected=0 ",
         " stuck=0 ",
+        " reopened=0 ",
         " leaked_locks=0 ",
         " integrity=ok ",
     ] {

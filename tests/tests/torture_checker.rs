@@ -4,7 +4,7 @@
 //! Method: run the failpoint matrix's workload once to completion (a clean run the checker
 //! passes), then damage a copy of the run the way each bug would — an effect appended twice, an
 //! acknowledged step missing from the journal, an effect of an unknown step, an execution left
-//! running, a lock left held — and check that the matching figure, and only a failing verdict,
+//! running, a lock left held, an execution run while it awaited an operator — and check that the matching figure, and only a failing verdict,
 //! comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
@@ -121,4 +121,19 @@ fn an_execution_left_running_is_stuck_and_a_held_lock_leaked() {
     });
     assert!(report.stuck >= 1, "{report:?}");
     assert_eq!(report.leaked_locks, 1, "{report:?}");
+}
+
+#[test]
+fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
+    let report = damaged(|_, conn| {
+        conn.execute_batch(
+            "INSERT INTO events (at, execution_id, seq, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, 0, kind, '{}'
+             FROM (SELECT execution_id FROM executions LIMIT 1),
+                  (SELECT 'ambiguity_failed' AS kind UNION ALL SELECT 'ambiguity_retried')
+             ORDER BY kind;",
+        )
+        .unwrap();
+    });
+    assert_eq!(report.reopened, 1, "{report:?}");
 }

@@ -24,11 +24,14 @@ pub enum Error {
     /// This handle's lock was taken over; nothing was written.
     #[error("{0}")]
     LockLost(durably_lock::Error),
-    /// A guarded step is in the ambiguous window and its policy is `Fail`.
+    /// A guarded step is in the ambiguous window and no policy may decide it: its policy is
+    /// `Fail`, or it was re-run after crashes `ambiguous_reruns_max` times. The execution now
+    /// awaits an operator ([`crate::Status::AwaitingOperator`]): no process reopens it until
+    /// the step is resolved.
     #[error(
         "step {seq} ({name:?}) of execution {execution_id} is ambiguous: its intent was recorded \
-         but not its result, so the effect may or may not have happened; an operator must check \
-         the outside world and resolve the step"
+         but not its result, so the effect may or may not have happened, and {reason}; an \
+         operator must check the outside world and resolve the step"
     )]
     Ambiguous {
         /// The execution.
@@ -37,6 +40,8 @@ pub enum Error {
         seq: u32,
         /// The step's name.
         name: String,
+        /// Why no policy decided the step.
+        reason: AmbiguityReason,
     },
     /// Replay met a step that differs from the journal.
     #[error(
@@ -294,6 +299,28 @@ pub enum Error {
     /// The read pool could not hand out a connection.
     #[error("cannot get a read connection: {0}")]
     Pool(#[from] r2d2::Error),
+}
+
+/// Why a step in the ambiguous window was left to an operator ([`Error::Ambiguous`]).
+#[non_exhaustive]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error,
+)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum AmbiguityReason {
+    /// The step's policy is `Fail`: the program asked for an operator.
+    #[error("its policy asks for an operator")]
+    PolicyFail,
+    /// The step's policy (`Retry`, or `Reconcile` finding nothing) re-runs it, but it was
+    /// re-run after crashes as often as the journal allows: a step that crashes its process
+    /// every time it runs must not run forever.
+    #[error("it was already re-run {reruns} times after crashes (the limit is {max})")]
+    RerunsExhausted {
+        /// Re-runs recorded.
+        reruns: u32,
+        /// `ambiguous_reruns_max`.
+        max: u32,
+    },
 }
 
 /// Why a journal file was refused as [`Error::UnsafeFile`].

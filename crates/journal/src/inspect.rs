@@ -8,8 +8,8 @@ use uuid::Uuid;
 use crate::error::Result;
 use crate::journal::Journal;
 use crate::records::{
-    EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter,
-    STEP_COLUMNS, StepRecord,
+    AWAITING_OPERATOR_QUERY, AwaitingOperatorStep, EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord,
+    ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, STEP_COLUMNS, StepRecord,
 };
 use crate::states::Status;
 
@@ -41,6 +41,21 @@ impl Journal {
             }
         }
         Ok(recoverable)
+    }
+
+    /// The steps an operator must answer: for each execution `awaiting_operator`, its step
+    /// in the ambiguous window, with its policy and why no policy decided it. Longest waiting
+    /// first. No process reopens these executions until the step is resolved
+    /// ([`crate::Operator::resolve_seen`]).
+    ///
+    /// # Errors
+    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    pub fn awaiting_operator(&self) -> Result<Vec<AwaitingOperatorStep>> {
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(AWAITING_OPERATOR_QUERY)?;
+            let rows = statement.query_map([], AwaitingOperatorStep::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
     }
 
     /// One execution's row.

@@ -70,7 +70,7 @@ pub use config::{
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
     RetryPolicy,
 };
-pub use error::{Error, Result, UnsafeFileReason};
+pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
 pub use extension::{
@@ -81,7 +81,8 @@ pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
 pub use payload::Payload;
 pub use records::{
-    EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord, event_kind,
+    AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord,
+    event_kind,
 };
 pub use seen_intent::{SeenIntent, SeenIntentParseError};
 pub use states::{PolicyKind, Status, StepState, UnknownWord};
@@ -91,7 +92,8 @@ pub use step::{
 };
 pub use storage::{APPLICATION_ID, Migration, SCHEMA_VERSION};
 pub use sweep::{
-    GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed, SweepReport,
+    GC_BATCH_EXECUTIONS_DEFAULT, GC_BATCH_ROWS_MAX, GcOptions, GcReport, Reclaimed,
+    SWEEP_BATCH_LOCKS_MAX, SweepReport,
 };
 pub use writer::WriterStats;
 

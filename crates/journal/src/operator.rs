@@ -18,7 +18,7 @@ use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
 use crate::payload;
 use crate::records::event_kind;
 use crate::seen_intent::{self, SeenIntent};
-use crate::states::StepState;
+use crate::states::{Status, StepState};
 
 /// An operator's answer for a step stuck in the ambiguous window.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,7 +79,9 @@ impl Operator<'_> {
         .await
     }
 
-    /// Records an operator's answer for step `seq`, stuck in the ambiguous window.
+    /// Records an operator's answer for step `seq`, stuck in the ambiguous window. An
+    /// execution `awaiting_operator` on that step becomes `interrupted` in the same
+    /// transaction: resumable again, by a program's `recoverable()` or the runtime.
     ///
     /// Prefer [`Operator::resolve_seen`]: this answers whatever intent the step has when the
     /// answer arrives, which may not be the one that was checked.
@@ -98,21 +100,27 @@ impl Operator<'_> {
     ///
     /// Refused while a live process holds the execution: it may be running that very attempt,
     /// so the outside world can still change without the step changing, and a check made now
-    /// could miss an effect that happens next.
+    /// could miss an effect that happens next. Not refused while the execution is
+    /// `awaiting_operator`: its holder, if any, halted before running anything.
     ///
     /// # Errors
     /// [`Error::Locked`] while a live process holds the execution; a storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
         let resource = id.to_string();
-        let (seen, lock) = journal.read(|conn| {
+        let (seen, lock, status) = journal.read(|conn| {
             Ok((
                 seen_intent::current(conn, &resource, seq)?,
                 durably_lock::read(conn, &resource)?,
+                status_of(conn, id).ok(),
             ))
         })?;
         let holder = lock.and_then(|lock| lock.holder);
-        if let (Some(_), Some(holder)) = (seen, holder) {
+        // A holder of an execution awaiting an operator cannot be running the step: its handle
+        // halted at the ambiguous step, in the transaction that parked the execution, before
+        // any closure ran, and no open reopens it. Only its release is left to write.
+        let halted = status == Some(Status::AwaitingOperator);
+        if let (Some(_), Some(holder), false) = (seen, holder, halted) {
             let locker = &journal.inner.locker;
             // As for an operator action: a lock of this instance with no open handle is a leak,
             // and nobody is running the step under it.
@@ -239,6 +247,14 @@ fn resolve_step(
         conn.prepare_cached("DELETE FROM steps WHERE execution_id = ?1 AND seq = ?2")?
             .execute(params![resource, seq])?;
     }
+    // The execution waited for this answer: it may run again, as after a crash (R6: only an
+    // operator moves an execution out of `awaiting_operator`).
+    conn.prepare_cached(
+        "UPDATE executions SET status = 'interrupted', status_detail = NULL, updated_at = ?3
+         WHERE execution_id = ?1 AND status = 'awaiting_operator'
+           AND json_extract(status_detail, '$.seq') = ?2",
+    )?
+    .execute(params![resource, seq, now])?;
     let resolution = if value.is_some() {
         "completed"
     } else {

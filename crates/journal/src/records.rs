@@ -11,6 +11,7 @@ use rusqlite::types::Type;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
+use crate::error::AmbiguityReason;
 use crate::payload::Payload;
 use crate::states::{PolicyKind, Status, StepState};
 use crate::step::{Effect, IdempotencyKey};
@@ -137,6 +138,48 @@ impl StepRecord {
             attempts: row.get(8)?,
             intent_at: optional_time(row, 9)?,
             result_at: optional_time(row, 10)?,
+        })
+    }
+}
+
+/// A step an operator must answer before its execution runs again: the step in the ambiguous
+/// window of an execution whose status is `awaiting_operator`
+/// ([`crate::Journal::awaiting_operator`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwaitingOperatorStep {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The step's sequence number.
+    pub seq: u32,
+    /// The step's name.
+    pub step: String,
+    /// The step's ambiguity policy.
+    pub policy: PolicyKind,
+    /// Why no policy decided it.
+    pub reason: AmbiguityReason,
+    /// Since when the execution has waited.
+    #[serde(serialize_with = "timestamp")]
+    pub since: DateTime<Utc>,
+}
+
+pub(crate) const AWAITING_OPERATOR_QUERY: &str =
+    "SELECT e.execution_id, s.seq, s.name, s.policy, e.status_detail, e.updated_at
+     FROM executions AS e
+     JOIN steps AS s ON s.execution_id = e.execution_id
+                    AND s.seq = json_extract(e.status_detail, '$.seq')
+     WHERE e.status = 'awaiting_operator' AND s.state = 'intent'
+     ORDER BY e.updated_at, e.id";
+
+impl AwaitingOperatorStep {
+    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        let detail: String = row.get(4)?;
+        Ok(Self {
+            execution_id: uuid(row, 0)?,
+            seq: row.get(1)?,
+            step: row.get(2)?,
+            policy: word(row, 3)?,
+            reason: parse_column(4, &detail, |text| serde_json::from_str(text))?,
+            since: time(row, 5)?,
         })
     }
 }

@@ -1,8 +1,11 @@
 //! The crash-orphan sweep and the retention sweep.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use durably_lock::{DeathReason, LockRow, Locker, format_timestamp};
+use durably_lock::{
+    DeathReason, HolderRecord, Judge, Judgement, LockRow, Locker, format_timestamp,
+};
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::json;
@@ -13,6 +16,11 @@ use crate::events;
 use crate::operator::Operator;
 use crate::records::{self, event_kind};
 use crate::states::Status;
+
+/// Dead holders' locks reclaimed per transaction by the crash-orphan sweep, at most: after a
+/// crash of a process that held thousands of executions, the sweep commits once per batch
+/// instead of once per lock, and another writer waits at most one batch.
+pub const SWEEP_BATCH_LOCKS_MAX: usize = 256;
 
 /// Executions deleted per retention batch: small enough that one batch holds the write lock
 /// for milliseconds, not seconds.
@@ -69,39 +77,39 @@ pub struct GcReport {
 impl Operator<'_> {
     /// The crash-orphan sweep: takes over every lock whose holder is dead, marks its execution
     /// interrupted with an audit event, and releases the lock; then marks running executions
-    /// with no lock holder interrupted. A live holder's lock is never touched.
+    /// with no lock holder interrupted. A live holder's lock is never touched. Each holder is
+    /// judged once per pass, and up to [`SWEEP_BATCH_LOCKS_MAX`] locks are reclaimed per
+    /// transaction.
     ///
     /// # Errors
-    /// A storage error; what was reclaimed before it stays reclaimed.
+    /// A storage error; the batches committed before it stay reclaimed.
     pub async fn sweep(&self, dry_run: bool) -> Result<SweepReport> {
         let journal = self.journal;
-        let dead = journal.read(|conn| Ok(journal.inner.locker.dead_holders(conn)?))?;
+        let dead = journal.read(|conn| dead_locks(conn, journal.inner.locker.judge()))?;
         let mut report = SweepReport::default();
-        for (row, reason) in dead {
-            if !dry_run {
-                fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
-                let locker = journal.inner.locker.clone();
-                let (row, reason, now) = (row.clone(), reason.clone(), journal.now());
-                let done = journal
-                    .write(move |conn| reclaim_one(conn, &locker, &row, &reason, &now))
-                    .await?;
-                if !done {
-                    continue;
-                }
-                fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
-            }
-            report.reclaimed.push(reclaimed(&row, &reason));
+        if dry_run {
+            report.reclaimed = dead
+                .iter()
+                .map(|(row, reason)| reclaimed(row, reason))
+                .collect();
+            report.unlocked = journal.read(unlocked_running)?;
+            return Ok(report);
         }
-        report.unlocked = if dry_run {
-            journal.read(unlocked_running)?
-        } else {
-            let now = journal.now();
-            let unlocked = journal
-                .write(move |conn| interrupt_unlocked(conn, &now))
+        for batch in dead.chunks(SWEEP_BATCH_LOCKS_MAX) {
+            fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
+            let locker = journal.inner.locker.clone();
+            let (batch, now) = (batch.to_vec(), journal.now());
+            let done = journal
+                .write(move |conn| reclaim_batch(conn, &locker, &batch, &now))
                 .await?;
-            journal.read(|conn| Ok(journal.inner.locker.remove_dead_liveness_files(conn)?))?;
-            unlocked
-        };
+            report.reclaimed.extend(done);
+            fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
+        }
+        let now = journal.now();
+        report.unlocked = journal
+            .write(move |conn| interrupt_unlocked(conn, &now))
+            .await?;
+        journal.read(|conn| Ok(journal.inner.locker.remove_dead_liveness_files(conn)?))?;
         Ok(report)
     }
 
@@ -217,10 +225,90 @@ impl Retained {
     }
 }
 
-/// Reclaims one dead holder's lock in one transaction. `false` when another sweeper won.
-pub(crate) fn reclaim_one(
+/// Judgements of lock holders, one per holder identity: the thousands of locks a crashed
+/// process leaves are judged by one look at its liveness file and `/proc`, not one per lock. A
+/// lease belongs to one lock (its heartbeat), so a holder with a lease is judged again for
+/// each lock unless its process is already known dead.
+struct Judgements<'judge> {
+    judge: &'judge Judge,
+    known: HashMap<HolderKey, Judgement>,
+}
+
+/// What identifies a holder's process: instance, pid, start time, boot, pid namespace, host.
+type HolderKey = (String, i64, i64, String, i64, String);
+
+impl<'judge> Judgements<'judge> {
+    fn new(judge: &'judge Judge) -> Self {
+        Self {
+            judge,
+            known: HashMap::new(),
+        }
+    }
+
+    fn judge(&mut self, holder: &HolderRecord) -> Judgement {
+        let key = (
+            holder.instance_id.clone(),
+            holder.pid,
+            holder.start_time,
+            holder.boot_id.clone(),
+            holder.pid_ns,
+            holder.hostname.clone(),
+        );
+        // A dead process is dead for each of its locks; a verdict on a live or unknown one
+        // holds for its locks without a lease only.
+        let reusable = |judgement: &Judgement| match judgement {
+            Judgement::Dead(DeathReason::LeaseExpired { .. }) => false,
+            Judgement::Dead(_) => true,
+            Judgement::Alive(_) | Judgement::Unknown(_) => holder.lease_ms.is_none(),
+        };
+        if let Some(known) = self.known.get(&key).filter(|known| reusable(known)) {
+            return known.clone();
+        }
+        let judgement = self.judge.judge(holder);
+        if reusable(&judgement) {
+            self.known.insert(key, judgement.clone());
+        }
+        judgement
+    }
+}
+
+/// The held locks whose holder is judged dead, each holder judged once. A lock row that does
+/// not read as a lock is skipped with a warning, and never judged dead.
+fn dead_locks(conn: &Connection, judge: &Judge) -> Result<Vec<(LockRow, DeathReason)>> {
+    let mut judgements = Judgements::new(judge);
+    Ok(durably_lock::held_readable(conn)?
+        .into_iter()
+        .filter_map(|row| match judgements.judge(row.holder.as_ref()?) {
+            Judgement::Dead(reason) => Some((row, reason)),
+            Judgement::Alive(_) | Judgement::Unknown(_) => None,
+        })
+        .collect())
+}
+
+/// Reclaims a batch of dead holders' locks in the caller's transaction, judging each holder
+/// again under the write lock (once per holder in the batch). Returns those reclaimed; a lock
+/// another sweeper took first, or whose holder heartbeat since, is left out.
+fn reclaim_batch(
     conn: &Connection,
     locker: &Locker,
+    batch: &[(LockRow, DeathReason)],
+    now: &str,
+) -> Result<Vec<Reclaimed>> {
+    let mut judgements = Judgements::new(locker.judge());
+    let mut done = Vec::with_capacity(batch.len());
+    for (row, reason) in batch {
+        if reclaim_one(conn, locker, &mut judgements, row, reason, now)? {
+            done.push(reclaimed(row, reason));
+        }
+    }
+    Ok(done)
+}
+
+/// Reclaims one dead holder's lock. `false` when another sweeper won.
+fn reclaim_one(
+    conn: &Connection,
+    locker: &Locker,
+    judgements: &mut Judgements<'_>,
     row: &LockRow,
     reason: &DeathReason,
     now: &str,
@@ -237,7 +325,7 @@ pub(crate) fn reclaim_one(
             && current
                 .holder
                 .as_ref()
-                .is_some_and(|now| locker.judge().judge(now).is_dead())
+                .is_some_and(|now| judgements.judge(now).is_dead())
     });
     if !still_dead {
         return Ok(false);
@@ -272,13 +360,14 @@ pub(crate) fn reclaim_one(
     Ok(true)
 }
 
-/// Reclaims every dead holder at journal open, before the writer thread starts, one
-/// transaction each.
+/// Reclaims every dead holder at journal open, before the writer thread starts, up to
+/// [`SWEEP_BATCH_LOCKS_MAX`] locks per transaction.
 pub(crate) fn reclaim_orphans(conn: &Connection, locker: &Locker) -> Result<()> {
     let now = format_timestamp(locker.judge().clock().now());
-    for (row, reason) in locker.dead_holders(conn)? {
+    let dead = dead_locks(conn, locker.judge())?;
+    for batch in dead.chunks(SWEEP_BATCH_LOCKS_MAX) {
         fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
-        in_transaction(conn, |conn| reclaim_one(conn, locker, &row, &reason, &now))?;
+        in_transaction(conn, |conn| reclaim_batch(conn, locker, batch, &now))?;
         fail::fail_point!("journal::sweep-between-reclaims", |_| std::process::abort());
     }
     in_transaction(conn, |conn| interrupt_unlocked(conn, &now))?;

@@ -144,7 +144,8 @@ async fn complete_after_an_ambiguous_step_is_refused() {
     barrier(&journal).await;
     assert_eq!(
         journal.get(id).unwrap().unwrap().status,
-        durably_journal::Status::Running
+        durably_journal::Status::AwaitingOperator,
+        "the step is left to an operator"
     );
     assert_eq!(
         journal.steps(id).unwrap()[0].state,

@@ -57,7 +57,7 @@ pub use identity::{ProcFs, ProcessIdentity, ProcessStat, ProcessTable};
 pub use judge::{DeathReason, Judge, Judgement};
 pub use liveness::{LivenessDir, LivenessFile, Probe};
 pub use locker::{Acquire, Locker, LockerConfig, TakeOver};
-pub use row::{Epoch, HolderRecord, LockRow, held, read};
+pub use row::{Epoch, HolderRecord, LockRow, held, held_readable, read};
 
 /// The migration that creates the `locks` table (`schema/0001_locks.sql`). The journal applies
 /// it with its other migrations; it is exported for programs that use locks on their own.

@@ -114,7 +114,10 @@ pub fn held(conn: &Connection) -> Result<Vec<LockRow>> {
 /// Every held lock row that reads as a lock; a damaged row is skipped with a warning, so one
 /// bad row cannot stop the sweep (or a journal's open) for every other lock. A skipped row is
 /// never judged dead, so it is never taken over.
-pub(crate) fn held_readable(conn: &Connection) -> Result<Vec<LockRow>> {
+///
+/// # Errors
+/// [`Error::Storage`].
+pub fn held_readable(conn: &Connection) -> Result<Vec<LockRow>> {
     held_rows(conn, DamagedRows::Skip)
 }
 

@@ -93,6 +93,12 @@ impl Scheduler {
             Err(JournalError::Locked { pid, .. }) => {
                 Ok(FireOutcome::LockedBy { execution_id, pid })
             }
+            // An earlier drive left the body to an operator; the journal refuses to reopen it
+            // until the step is resolved. The flag is set again, in case that drive crashed
+            // before it set it.
+            Err(error @ JournalError::AwaitingOperator { .. }) => {
+                Err(self.await_operator(fire, error).await)
+            }
             Err(JournalError::Cancelled(_)) => {
                 let reason = "its execution was cancelled by an operator".to_owned();
                 self.write_ledger(self.ledger_finish(fire, FireState::Skipped, Some(&reason)))

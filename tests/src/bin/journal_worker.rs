@@ -62,6 +62,7 @@ fn say(value: &Value) -> Outcome {
 fn kind(error: &Error) -> &'static str {
     match error {
         Error::Ambiguous { .. } => "ambiguous",
+        Error::AwaitingOperator { .. } => "awaiting_operator",
         Error::Locked { .. } => "locked",
         Error::LockLost(_) => "lock_lost",
         Error::ReadOnly { .. } => "read_only",

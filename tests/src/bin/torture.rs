@@ -3,8 +3,8 @@
 //!
 //! `torture --iterations N --seed S [--durability full|process-crash]`. Its last line is
 //! `torture: iterations=N kills=K executions=E effects=F retried=R duplicated=D lost=L
-//! unexpected=U stuck=S leaked_locks=X integrity=ok seed=S`; it exits 1 when any invariant
-//! failed. It needs no failpoints: kills come from the driver, at moments drawn from the seed.
+//! unexpected=U stuck=S reopened=O leaked_locks=X integrity=ok seed=S`; it exits 1 when any
+//! invariant failed. It needs no failpoints: kills come from the driver, at moments drawn from the seed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

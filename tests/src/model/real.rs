@@ -64,6 +64,7 @@ fn error_name(error: &Error) -> &'static str {
         Error::Locked { .. } => "Locked",
         Error::LockLost(_) => "LockLost",
         Error::Ambiguous { .. } => "Ambiguous",
+        Error::AwaitingOperator { .. } => "AwaitingOperator",
         Error::NonDeterminism { .. } => "NonDeterminism",
         Error::StepFailed { .. } => "StepFailed",
         Error::Cancelled(_) => "Cancelled",

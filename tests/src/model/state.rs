@@ -135,6 +135,7 @@ impl Model {
         match execution.status {
             "completed" | "failed" => Outcome::Finished(execution.status.to_owned()),
             "cancelled" => Outcome::Error("Cancelled"),
+            "awaiting_operator" => Outcome::Error("AwaitingOperator"),
             _ => {
                 execution.status = "running";
                 execution.opens += 1;
@@ -222,7 +223,13 @@ impl Model {
                 step.state = "skipped";
                 return Outcome::Skipped;
             }
-            PolicySpec::Fail => return Outcome::Error("Ambiguous"),
+            PolicySpec::Fail => {
+                // No open reopens it until an operator answers the step.
+                self.executions[e]
+                    .get_or_insert_with(|| unreachable_execution(e))
+                    .status = "awaiting_operator";
+                return Outcome::Error("Ambiguous");
+            }
             PolicySpec::Reconcile { found: true } => {
                 step.state = "completed";
                 step.result = Some(probe_value(e, seq));
@@ -331,6 +338,10 @@ impl Model {
             execution.steps[seq].result = Some(resolved_value(e));
         } else {
             execution.steps.remove(seq);
+        }
+        // Its only intent is the step it waited on: it may run again, as after a crash.
+        if execution.status == "awaiting_operator" {
+            execution.status = "interrupted";
         }
         Outcome::Done
     }

@@ -16,6 +16,10 @@
 //!   effect of a step the journal holds as failed (planned failures have no effect).
 //! - **stuck**: an execution not finalized at the end, a step still in the intent state, or a
 //!   scheduler fire not finished (a completed fire whose execution is not completed is lost).
+//! - **reopened**: an execution run again while it awaited an operator: after its
+//!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision
+//!   or failed attempt of it before the `operator_resolved` event that ends the wait. Each
+//!   reopen used to write another `ambiguity_failed`.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -54,6 +58,8 @@ pub struct Report {
     pub unexpected: u64,
     /// Executions not finalized, and steps left in the intent state.
     pub stuck: u64,
+    /// Runs of executions that awaited an operator.
+    pub reopened: u64,
     /// Locks still held.
     pub leaked_locks: u64,
     /// Whether the integrity checks passed.
@@ -69,6 +75,7 @@ impl Report {
             && self.lost == 0
             && self.unexpected == 0
             && self.stuck == 0
+            && self.reopened == 0
             && self.leaked_locks == 0
             && self.integrity_ok
     }
@@ -77,7 +84,8 @@ impl Report {
     pub fn line(&self, iterations: u64, kills: u64, seed: u64) -> String {
         format!(
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
-             duplicated={} lost={} unexpected={} stuck={} leaked_locks={} integrity={} seed={seed}",
+             duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} integrity={} \
+             seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -85,6 +93,7 @@ impl Report {
             self.lost,
             self.unexpected,
             self.stuck,
+            self.reopened,
             self.leaked_locks,
             if self.integrity_ok { "ok" } else { "FAIL" },
         )
@@ -136,6 +145,7 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
     let effects = load_effects(dir)?;
     report.effects = effects.values().map(|list| list.len() as u64).sum();
     check_executions(&conn, &mut report)?;
+    check_awaiting_operator(&conn, &mut report)?;
     check_fires(&conn, &mut report)?;
     check_steps(&steps, &effects, &mut report);
     check_acks(dir, &conn, &steps, &effects, &mut report)?;
@@ -241,6 +251,44 @@ fn check_executions(conn: &Connection, report: &mut Report) -> Result<(), BoxErr
         report.violation(format!(
             "leaked lock: {resource} is still held by pid {pid} at epoch {epoch}"
         ));
+    }
+    Ok(())
+}
+
+/// No execution runs between the `ambiguity_failed` event that parks it `awaiting_operator`
+/// and the `operator_resolved` event that ends the wait (events in commit order).
+fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT execution_id, seq, kind FROM events
+         WHERE execution_id IS NOT NULL
+           AND (kind LIKE 'ambiguity_%' OR kind IN ('attempt_failed', 'operator_resolved'))
+         ORDER BY id",
+    )?;
+    let events = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<i64>>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut awaiting: HashMap<String, Option<i64>> = HashMap::new();
+    for (id, seq, kind) in events {
+        if kind == "operator_resolved" {
+            awaiting.remove(&id);
+            continue;
+        }
+        if let Some(parked_at) = awaiting.get(&id) {
+            report.reopened += 1;
+            report.violation(format!(
+                "reopened: execution {id} ran again ({kind} at step {seq:?}) while step \
+                 {parked_at:?} awaited an operator"
+            ));
+        }
+        if kind == "ambiguity_failed" {
+            awaiting.insert(id, seq);
+        }
     }
     Ok(())
 }

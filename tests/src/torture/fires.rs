@@ -135,9 +135,12 @@ pub async fn fire_one(
                 return Err(format!("fire {execution_id} failed, but its body never fails").into());
             }
             Ok(_) => return Ok(()),
-            Err(Error::Journal(JournalError::Ambiguous {
-                execution_id, seq, ..
-            })) => {
+            Err(Error::Journal(
+                JournalError::Ambiguous {
+                    execution_id, seq, ..
+                }
+                | JournalError::AwaitingOperator { execution_id, seq },
+            )) => {
                 let id = execution_id;
                 let key = IdempotencyKey::derive(id, seq, FIRE_STEP_NAME);
                 if !workload.operate(id, seq, key).await? {

@@ -10,7 +10,9 @@
 //! 4. a third orphan maker, whose executions are then opened directly: the lock is taken over
 //!    from the dead holder (`lock::between-judgement-and-takeover`);
 //! 5. every orphan and four covering executions (every step kind and policy) are driven to the
-//!    end (`after-lock-commit`, `after-intent-commit`, `after-effect`, `after-result-commit`);
+//!    end (`after-lock-commit`, `after-intent-commit`, `after-effect`, `after-result-commit`;
+//!    a `Fail` step an orphan maker left ambiguous parks its execution for the operator,
+//!    `after-awaiting-operator-commit`);
 //! 6. two slots of four scheduled jobs (one per policy) are fired
 //!    (`scheduler::after-fire-registered`);
 //! 7. five executions are cancelled and collected by the retention sweep in batches of two

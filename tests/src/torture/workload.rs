@@ -114,6 +114,18 @@ impl Workload {
                 Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => {
                     return Ok(DriveOutcome::AlreadyFinished);
                 }
+                // An earlier drive left a step to the operator, and no open reopens it until
+                // the operator answers.
+                Err(Error::AwaitingOperator { seq, .. }) => {
+                    let name = &plan.steps[seq as usize].name;
+                    if !self
+                        .operate(plan.id, seq, IdempotencyKey::derive(plan.id, seq, name))
+                        .await?
+                    {
+                        return Ok(DriveOutcome::Busy);
+                    }
+                    continue;
+                }
                 Err(error) if error.is_retryable() => return Ok(DriveOutcome::Busy),
                 Err(error) => return Err(error.into()),
             };

@@ -76,10 +76,20 @@ async fn drive(args: &WorkerArgs) -> Result<ExitCode> {
         "email_policy": args.scenario.email_policy(),
     });
     let name = format!("checkout order {order}");
-    let mut execution = match journal
+    let opened = match journal
         .open_execution(args.execution, "checkout", &name, &input)
-        .await?
+        .await
     {
+        Err(Error::AwaitingOperator { seq, .. }) => {
+            say(&format!(
+                "stopped: step {seq} waits for an operator, and no run reopens the execution \
+                 until it is resolved"
+            ));
+            return Ok(ExitCode::from(EXIT_AMBIGUOUS));
+        }
+        opened => opened?,
+    };
+    let mut execution = match opened {
         Opened::Running(execution) => execution,
         Opened::Finished(finished) => {
             say(&format!(

@@ -12,13 +12,13 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
-use super::step_rows::{self, IntentRow, ResultRow};
-use crate::error::{Error, Result};
+use super::step_rows::{self, Awaited, IntentRow, ResultRow};
+use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
 use crate::payload;
 use crate::records::event_kind;
 use crate::replay::RecordedStep;
-use crate::states::StepState;
+use crate::states::{PolicyKind, StepState};
 use crate::step::{Effect, Guarded, IdempotencyKey, Policy, Skipped, StepError, StepKey};
 use crate::writer::Undo;
 
@@ -223,13 +223,26 @@ impl Execution {
                 Ok(Guarded::Skipped(call.skipped()))
             }
             Policy::Fail => {
-                self.write_event(
-                    call,
-                    event_kind::AMBIGUITY_FAILED,
-                    json!({ "policy": "fail" }),
-                )
-                .await?;
-                Err(self.ambiguous(call))
+                let reason = AmbiguityReason::PolicyFail;
+                let (seq, name) = (call.seq, call.name.to_owned());
+                self.fence
+                    .write(move |conn, resource, now| {
+                        let detail = json!({ "policy": "fail" });
+                        let kind = event_kind::AMBIGUITY_FAILED;
+                        events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
+                        let awaited = Awaited {
+                            seq,
+                            name: &name,
+                            policy: PolicyKind::Fail,
+                            reason,
+                        };
+                        step_rows::await_operator(conn, resource, &awaited, now)
+                    })
+                    .await?;
+                fail::fail_point!("journal::after-awaiting-operator-commit", |_| {
+                    std::process::abort()
+                });
+                Err(self.ambiguous(call, reason))
             }
             Policy::Retry => {
                 let detail = json!({ "policy": "retry", "attempt": next_attempt });
@@ -257,11 +270,12 @@ impl Execution {
         }
     }
 
-    fn ambiguous(&self, call: &StepCall<'_>) -> Error {
+    fn ambiguous(&self, call: &StepCall<'_>, reason: AmbiguityReason) -> Error {
         Error::Ambiguous {
             execution_id: self.id,
             seq: call.seq,
             name: call.name.to_owned(),
+            reason,
         }
     }
 
@@ -406,8 +420,9 @@ impl Execution {
     /// Records that an ambiguous step is about to run again (`kind` says why), unless it has
     /// already been re-run after a crash `ambiguous_reruns_max` times: a step that keeps
     /// crashing its process (a poison pill) must not be re-run forever, so it is then left in
-    /// the ambiguous window for an operator, with an `ambiguity_failed` event saying why, and
-    /// the caller gets [`Error::Ambiguous`].
+    /// the ambiguous window for an operator, with an `ambiguity_failed` event saying why and
+    /// the execution parked `awaiting_operator` in the same transaction, and the caller gets
+    /// [`Error::Ambiguous`].
     async fn write_rerun(
         &self,
         call: &StepCall<'_>,
@@ -416,7 +431,8 @@ impl Execution {
         detail: serde_json::Value,
     ) -> Result<()> {
         let (seq, reruns_max) = (call.seq, self.settings.ambiguous_reruns_max);
-        let rerun = self
+        let (name, policy) = (call.name.to_owned(), call.policy.map(Policy::kind));
+        let exhausted = self
             .fence
             .write(move |conn, resource, now| {
                 let reruns = step_rows::count_reruns(conn, resource, seq)?;
@@ -428,33 +444,34 @@ impl Execution {
                     });
                     let kind = event_kind::AMBIGUITY_FAILED;
                     events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
-                    return Ok(false);
+                    let reason = AmbiguityReason::RerunsExhausted {
+                        reruns,
+                        max: reruns_max,
+                    };
+                    let policy = policy.unwrap_or(PolicyKind::Retry);
+                    let awaited = Awaited {
+                        seq,
+                        name: &name,
+                        policy,
+                        reason,
+                    };
+                    step_rows::await_operator(conn, resource, &awaited, now)?;
+                    return Ok(Some(reason));
                 }
                 step_rows::set_attempts(conn, resource, seq, attempts.saturating_add(1))?;
                 events::record(conn, now, Some(resource), Some(seq), kind, &detail)?;
-                Ok(true)
+                Ok(None)
             })
             .await?;
-        if rerun {
-            Ok(())
-        } else {
-            Err(self.ambiguous(call))
+        match exhausted {
+            None => Ok(()),
+            Some(reason) => {
+                fail::fail_point!("journal::after-awaiting-operator-commit", |_| {
+                    std::process::abort()
+                });
+                Err(self.ambiguous(call, reason))
+            }
         }
-    }
-
-    /// Writes an audit event about this step, fenced.
-    async fn write_event(
-        &self,
-        call: &StepCall<'_>,
-        kind: &'static str,
-        detail: serde_json::Value,
-    ) -> Result<()> {
-        let seq = call.seq;
-        self.fence
-            .write(move |conn, resource, now| {
-                events::record(conn, now, Some(resource), Some(seq), kind, &detail)
-            })
-            .await
     }
 
     /// Records the result a reconcile probe found, decoded as the step's type first so that a

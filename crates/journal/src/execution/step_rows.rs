@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
-use crate::error::{Error, Result};
+use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
 use crate::records::event_kind;
 use crate::states::{PolicyKind, Status, StepState};
@@ -174,6 +174,53 @@ pub(super) fn count_reruns(conn: &Connection, resource: &str, seq: u32) -> Resul
                     OR (kind = 'ambiguity_reconciled' AND json_extract(detail, '$.found') = 0))",
         )?
         .query_row(params![resource, seq], |row| row.get(0))?)
+}
+
+/// A step left in the ambiguous window for an operator, and why.
+pub(super) struct Awaited<'a> {
+    pub(super) seq: u32,
+    pub(super) name: &'a str,
+    pub(super) policy: PolicyKind,
+    pub(super) reason: AmbiguityReason,
+}
+
+/// Parks the execution `awaiting_operator`, with the step and the reason in `status_detail`,
+/// in the transaction of the `ambiguity_failed` event that says so. From here no open reopens
+/// it (R6); the lock is released when the halted handle drops, and the operator's answer
+/// (`resolve`) moves it to `interrupted`.
+pub(super) fn await_operator(
+    conn: &Connection,
+    resource: &str,
+    awaited: &Awaited<'_>,
+    now: &str,
+) -> Result<()> {
+    let detail = match awaited.reason {
+        AmbiguityReason::PolicyFail => json!({ "reason": "policy_fail" }),
+        AmbiguityReason::RerunsExhausted { reruns, max } => {
+            json!({ "reason": "reruns_exhausted", "reruns": reruns, "max": max })
+        }
+    };
+    let mut detail = detail;
+    if let Some(fields) = detail.as_object_mut() {
+        fields.insert("seq".to_owned(), awaited.seq.into());
+        fields.insert("step".to_owned(), awaited.name.into());
+        fields.insert("policy".to_owned(), awaited.policy.as_str().into());
+    }
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET status = 'awaiting_operator', status_detail = ?2,
+                                   updated_at = ?3
+             WHERE execution_id = ?1 AND status = 'running'",
+        )?
+        .execute(params![resource, detail.to_string(), now])?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(Error::Inconsistent(format!(
+            "execution {resource} was expected running when step {} was left to an operator",
+            awaited.seq
+        )))
+    }
 }
 
 /// Writes the execution's final status and its output or error.
