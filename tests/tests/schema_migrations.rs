@@ -469,3 +469,19 @@ fn a_crash_before_the_rebuild_commits_leaves_version_6() {
     assert_eq!(count(&scratch.database, "events"), 1);
     assert_eq!(foreign_key_orphans(&scratch.database), 0);
 }
+
+/// The reading commands read a journal no writer has migrated yet: its executions read with the
+/// runtime's columns unset, and the file stays at version 6.
+#[test]
+fn an_inspector_reads_a_version_6_journal_without_migrating_it() {
+    let scratch = Scratch::new();
+    write_old_file(&scratch.database, 6);
+    let inspector = Journal::builder(&scratch.database).inspect().unwrap();
+    let listed = inspector.list(&durably_journal::ListFilter::default()).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status, durably_journal::Status::Completed);
+    assert_eq!((listed[0].queue.as_deref(), listed[0].priority), (None, 0));
+    let found = inspector.get(listed[0].execution_id).unwrap().unwrap();
+    assert_eq!(found, listed[0]);
+    assert_eq!(pragma(&scratch.database, "user_version"), 6);
+}

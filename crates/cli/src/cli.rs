@@ -15,9 +15,13 @@ pub const LIST_LIMIT_MAX: u32 = 10_000;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 ok, 1 the command failed (missing or foreign database, refused operator action, \
-storage error), 2 the command line is wrong (unknown flag, bad id, bad JSON, bad duration).
+storage error), 2 the command line is wrong (unknown flag, bad id, bad JSON, bad duration). \
+Errors print as `durably: error: ...` and `durably: hint: ...` on standard error, or with \
+--json as one JSON object {error, hint, exit_code}.
 
-Reading commands (ls, show, locks, fires) never create a database: a missing file is an error. \
+Reading commands (ls, show, locks, fires, sweep --dry-run) only read: they never create, \
+migrate or change a file, and read access to the journal is enough. sweep, cancel and gc first \
+run SQLite's integrity check and refuse a journal that fails it, unless given --force. \
 Every reading command takes --json; its fields are listed in docs/cli.md and are stable. \
 Text from the database is printed with control characters escaped (ESC prints as \\e).";
 
@@ -25,9 +29,13 @@ Text from the database is printed with control characters escaped (ESC prints as
 #[derive(Debug, Parser)]
 #[command(name = "durably", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// The journal database file.
-    #[arg(long, global = true, env = "DURABLY_DB", value_name = "PATH")]
+    /// The journal database file; without it, the DURABLY_DB environment variable.
+    #[arg(long, global = true, value_name = "PATH")]
     pub db: Option<PathBuf>,
+
+    /// How long one read of the journal may run before it is stopped (`30s`, `5min`).
+    #[arg(long, global = true, value_name = "DUR", default_value_t = read_timeout_default(), value_parser = parse_timeout)]
+    pub read_timeout: humantime::Duration,
 
     /// Print JSON instead of tables (fields documented in docs/cli.md).
     #[arg(long, global = true)]
@@ -53,9 +61,12 @@ pub enum Command {
     Locks,
     /// Run the crash-orphan sweep: reclaim executions whose process died.
     Sweep {
-        /// Report what would be reclaimed; change nothing.
+        /// Report what would be reclaimed; change nothing (and only read the journal).
         #[arg(long)]
         dry_run: bool,
+        /// Sweep even a journal that fails SQLite's integrity check.
+        #[arg(long)]
+        force: bool,
     },
     /// Run the retention sweep: delete old finalized executions.
     Gc(GcArgs),
@@ -69,6 +80,9 @@ pub enum Command {
         /// Why, recorded in the execution's error and the audit trail.
         #[arg(long, default_value = "cancelled by an operator with `durably cancel`")]
         reason: String,
+        /// Cancel even in a journal that fails SQLite's integrity check.
+        #[arg(long)]
+        force: bool,
     },
     /// List scheduler fires (the slot ledger), newest slot first.
     Fires {
@@ -162,6 +176,9 @@ pub struct GcArgs {
     /// Count what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Delete even from a journal that fails SQLite's integrity check.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Arguments of `resolve`.
@@ -212,17 +229,37 @@ fn parse_json(text: &str) -> Result<serde_json::Value, String> {
 }
 
 fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    if let Ok(age) = humantime::parse_duration(text) {
-        let age = chrono::Duration::from_std(age).map_err(|error| error.to_string())?;
-        return chrono::Utc::now()
-            .checked_sub_signed(age)
-            .ok_or_else(|| format!("{text} reaches before the start of time"));
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.with_timezone(&chrono::Utc));
     }
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|time| time.with_timezone(&chrono::Utc))
-        .map_err(|_| {
-            format!(
-                "{text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor an age (2h, 7d)"
-            )
-        })
+    let too_far = || {
+        format!(
+            "the age {text} reaches back before the earliest time durably can name; to list \
+             executions of any age, leave --since out"
+        )
+    };
+    match humantime::parse_duration(text) {
+        Ok(age) => chrono::Duration::from_std(age)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+            .ok_or_else(too_far),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_far()),
+        Err(error) => Err(format!(
+            "{text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor an age (2h, 7d): \
+             as an age, {error}"
+        )),
+    }
+}
+
+/// The library's default read timeout, as `--read-timeout` shows and takes it.
+fn read_timeout_default() -> humantime::Duration {
+    std::time::Duration::from_millis(durably::defaults::READ_TIMEOUT_MS_DEFAULT).into()
+}
+
+fn parse_timeout(text: &str) -> Result<humantime::Duration, String> {
+    let timeout = parse_age(text)?;
+    if timeout.as_millis() == 0 {
+        return Err("a read timeout of zero would stop every read; give at least 1ms".to_owned());
+    }
+    Ok(timeout)
 }

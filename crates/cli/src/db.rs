@@ -1,47 +1,116 @@
-//! Opening the journal a command names, without creating one that does not exist.
+//! Opening the journal a command names: to read it only, or to change it after an integrity
+//! check. Neither ever creates a journal that does not exist.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use durably::Journal;
+use durably::{Inspector, Journal};
 
 use crate::error::{CliError, Result};
+use crate::escape::escape;
 
-/// The database path of a command that needs one: `--db` or `DURABLY_DB`.
-///
-/// # Errors
-/// A usage error when neither is given.
-pub fn required(db: Option<&Path>) -> Result<PathBuf> {
-    db.map(Path::to_owned)
-        .ok_or_else(|| CliError::usage("no database given: pass --db PATH or set DURABLY_DB=PATH"))
+/// The journal a command works on, and how long one of its reads may take.
+#[derive(Debug)]
+pub struct Target {
+    path: PathBuf,
+    read_timeout: Duration,
 }
 
-/// Opens an existing journal for inspection or an operator action. It never creates a file,
-/// never runs the crash-orphan sweep on open (only `durably sweep` does), and never touches a
-/// file that is not a durably journal: the journal refuses foreign and garbage files before
-/// writing anything. A durably file of an older schema is migrated, as any open would.
-///
-/// # Errors
-/// The file is missing or is a directory, or the journal refused it.
-pub fn open_existing(path: &Path) -> Result<Journal> {
-    let shown = crate::escape::escape(&path.display().to_string());
-    match std::fs::metadata(path) {
-        Ok(metadata) if metadata.is_file() => {}
-        Ok(_) => {
-            return Err(CliError::failure(format!(
-                "{shown} is not a file; pass the journal's database file with --db"
-            )));
+impl Target {
+    /// The journal of `--db`, or else of `DURABLY_DB`.
+    ///
+    /// # Errors
+    /// A usage error when neither names one (an empty `DURABLY_DB` names none).
+    pub fn chosen(db: Option<&Path>, read_timeout: Duration) -> Result<Self> {
+        let path = match db {
+            Some(path) => path.to_owned(),
+            None => match std::env::var_os("DURABLY_DB") {
+                Some(path) if path.is_empty() => {
+                    return Err(CliError::usage("DURABLY_DB is set but empty")
+                        .hint("set it to the journal's path, or unset it and pass --db PATH"));
+                }
+                Some(path) => PathBuf::from(path),
+                None => {
+                    return Err(CliError::usage("no database given")
+                        .hint("pass --db PATH, or set DURABLY_DB=PATH"));
+                }
+            },
+        };
+        Ok(Self { path, read_timeout })
+    }
+
+    /// Opens the journal to read it and nothing else: see `durably::Inspector`. It creates no
+    /// file, migrates nothing and needs only read access.
+    ///
+    /// # Errors
+    /// The file is missing or is a directory, or the inspector refused it.
+    pub fn inspect(&self) -> Result<Inspector> {
+        self.check_exists()?;
+        let timeout_ms = u64::try_from(self.read_timeout.as_millis()).unwrap_or(u64::MAX);
+        Ok(Journal::builder(&self.path)
+            .read_timeout_ms(timeout_ms)
+            .inspect()?)
+    }
+
+    /// Opens the journal to change it. It never runs the crash-orphan sweep on open (only
+    /// `durably sweep` does), and never touches a file that is not a durably journal: the
+    /// journal refuses foreign and garbage files before writing anything. A durably file of an
+    /// older schema is migrated, as any writer's open would.
+    ///
+    /// # Errors
+    /// The file is missing or is a directory, or the journal refused it.
+    pub fn open(&self) -> Result<Journal> {
+        self.check_exists()?;
+        Ok(Journal::builder(&self.path).sweep_on_open(false).open()?)
+    }
+
+    /// As [`Target::open`], after SQLite's integrity check (read-only) has passed; `force`
+    /// skips the check. A command that changes a damaged file can damage it further.
+    ///
+    /// # Errors
+    /// The check found problems, or as [`Target::inspect`] and [`Target::open`].
+    pub fn open_checked(&self, force: bool) -> Result<Journal> {
+        if !force {
+            let problems = self.inspect()?.integrity_check()?;
+            if let Some(first) = problems.first() {
+                let more = if problems.len() > 1 {
+                    " (and more)"
+                } else {
+                    ""
+                };
+                return Err(CliError::failure(format!(
+                    "{} fails SQLite's integrity check: {first}{more}",
+                    self.shown(),
+                ))
+                .hint(
+                    "this command changes the journal, and could damage a damaged file further: \
+                     keep a copy, see what is wrong with `sqlite3 PATH 'PRAGMA integrity_check'`, \
+                     and pass --force to run the command all the same",
+                ));
+            }
         }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(CliError::failure(format!(
-                "no database at {shown}; check --db or DURABLY_DB (this command never creates one; \
-                 `durably demo` makes a sample)"
-            )));
-        }
-        Err(error) => {
-            return Err(CliError::failure(format!("cannot read {shown}: {error}")));
+        self.open()
+    }
+
+    fn shown(&self) -> String {
+        escape(&self.path.display().to_string())
+    }
+
+    fn check_exists(&self) -> Result<()> {
+        let shown = self.shown();
+        match std::fs::metadata(&self.path) {
+            Ok(metadata) if metadata.is_file() => Ok(()),
+            Ok(_) => Err(CliError::failure(format!("{shown} is not a file"))
+                .hint("pass the journal's database file with --db")),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                Err(CliError::failure(format!("no database at {shown}")).hint(
+                    "check --db or DURABLY_DB; this command never creates a journal (`durably \
+                     demo` makes a sample)",
+                ))
+            }
+            Err(error) => Err(CliError::failure(format!("cannot read {shown}: {error}"))),
         }
     }
-    Ok(Journal::builder(path).sweep_on_open(false).open()?)
 }
 
 /// A tokio runtime for the journal's async calls.

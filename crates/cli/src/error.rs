@@ -1,18 +1,36 @@
-//! The tool's one error type and its exit codes.
+//! The tool's one error type, its exit codes, and how errors are printed.
+//!
+//! Errors come in layers: the library's error says what happened, naming the path and the ids;
+//! this module adds what to do about it (the hint) and the exit code. Every error, a usage
+//! error included, is printed the same way (docs/cli.md, "Errors"):
+//!
+//! ```text
+//! durably: error: <what happened>
+//! durably: hint: <what to do>
+//! ```
+//!
+//! or, with `--json`, as one JSON object `{"error", "hint", "exit_code"}` on standard error.
 
 use std::fmt;
+use std::io::Write;
 use std::process::ExitCode;
+
+use crate::escape::escape;
+use durably::UnsafeFileReason;
+use durably::lock::Refusal;
 
 /// Exit code of a command that failed: the database, the journal or the world said no.
 pub const EXIT_FAILURE: u8 = 1;
-/// Exit code of a command line that cannot be run as written (clap uses it too).
+/// Exit code of a command line that cannot be run as written.
 pub const EXIT_USAGE: u8 = 2;
 
-/// A failed command: a message for people that says what to do, and the exit code.
+/// A failed command: what went wrong, what to do about it, and the exit code.
 #[derive(Debug)]
 pub struct CliError {
-    /// What went wrong and what to do about it.
+    /// What went wrong.
     pub message: String,
+    /// What to do about it, when there is something to say.
+    pub hint: Option<String>,
     /// [`EXIT_FAILURE`] or [`EXIT_USAGE`].
     pub code: u8,
 }
@@ -22,6 +40,7 @@ impl CliError {
     pub fn failure(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            hint: None,
             code: EXIT_FAILURE,
         }
     }
@@ -30,13 +49,40 @@ impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            hint: None,
             code: EXIT_USAGE,
         }
+    }
+
+    /// This error with `hint` as what to do about it.
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
     }
 
     /// The process exit code.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
+    }
+
+    /// Prints the error on standard error: two lines of text, or one JSON object with `json`.
+    /// Text that may come from a file or a path is escaped, as everything this tool prints.
+    pub fn report(&self, json: bool) {
+        let message = escape(&self.message);
+        let hint = self.hint.as_deref().map(escape);
+        let text = if json {
+            let object = serde_json::json!({
+                "error": message,
+                "hint": hint,
+                "exit_code": self.code,
+            });
+            format!("{object}\n")
+        } else {
+            let hint = hint.map(|hint| format!("durably: hint: {hint}\n"));
+            format!("durably: error: {message}\n{}", hint.unwrap_or_default())
+        };
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
 
@@ -48,7 +94,12 @@ impl fmt::Display for CliError {
 
 impl From<durably::Error> for CliError {
     fn from(error: durably::Error) -> Self {
-        Self::failure(error.to_string())
+        let hint = hint(&error);
+        let failure = Self::failure(error.to_string());
+        match hint {
+            Some(hint) => failure.hint(hint),
+            None => failure,
+        }
     }
 }
 
@@ -66,5 +117,245 @@ impl From<durably::scheduler::Error> for CliError {
     }
 }
 
+/// What the operator can do about a library error; `None` where the message says all there is.
+fn hint(error: &durably::Error) -> Option<String> {
+    use durably::Error as E;
+    Some(match error {
+        E::Locked { pid, .. } => format!(
+            "process {pid} is driving it; run this again once it has stopped (`durably locks` \
+             shows every holder and whether it is alive)"
+        ),
+        E::Ambiguous {
+            execution_id, seq, ..
+        }
+        | E::AwaitingOperator { execution_id, seq } => format!(
+            "check the outside world with the step's key (`durably show {execution_id}` prints \
+             it and a token), then `durably resolve {execution_id} {seq} --seen TOKEN \
+             --completed JSON` or `--not-done`"
+        ),
+        E::Busy { .. } => {
+            "another process held the journal's write lock; run this again in a moment".to_owned()
+        }
+        E::ReadOnly { .. } => "this command writes: run it as a user who may write the journal \
+                               and its directory (ls, show, locks, fires and sweep --dry-run \
+                               need only read access)"
+            .to_owned(),
+        E::SchemaTooNew { .. } => {
+            "use the durably release that wrote this journal, or a newer one".to_owned()
+        }
+        E::SchemaTooOld { .. } => "a program linked with this durably migrates the journal when \
+                                   it opens it; reading commands never migrate"
+            .to_owned(),
+        E::ForeignDatabase { .. } => "check --db: this file belongs to another program".to_owned(),
+        E::NotAJournal { .. } => "check --db; a journal is made by a program that opens it with \
+                                  durably (`durably demo` makes a sample)"
+            .to_owned(),
+        E::Corrupt { .. } => "check --db; if it is the journal, `sqlite3 PATH 'PRAGMA \
+                              integrity_check'` shows the damage: restore the journal from a \
+                              backup"
+            .to_owned(),
+        E::NotFound(_) => "`durably ls` lists the executions of this journal".to_owned(),
+        E::Cancelled(_) => {
+            "a cancelled execution never runs again; start a new one under a new id".to_owned()
+        }
+        E::PayloadTooLarge { max, .. } => format!("give a value of at most {max} bytes of JSON"),
+        E::UnsafeFile { reason, .. } => unsafe_file_hint(*reason)?,
+        E::DanglingSymlink { .. } => {
+            "point the link at the journal, or pass the journal's own path with --db".to_owned()
+        }
+        E::Lock(durably::lock::Error::LivenessDirRefused { path, reason }) => {
+            liveness_dir_hint(&path.display().to_string(), reason)?
+        }
+        E::ReadTimeout { .. } => "a journal durably wrote reads far faster, so this one may hold \
+                                  a view or trigger that never ends; if it is only very large, \
+                                  raise --read-timeout"
+            .to_owned(),
+        E::PathTooLong { max, .. } => format!(
+            "move the journal, or name it by a path of at most {max} bytes once its links are \
+             resolved"
+        ),
+        E::NeedsRecovery { .. } => "open the journal once with a program or a writing command, \
+                                    as its owner, which recovers it; then run this again"
+            .to_owned(),
+        E::ChangedWhileReading { .. } => {
+            "a writer kept opening and closing the journal; run this again".to_owned()
+        }
+        E::CannotOpen { .. } => {
+            "check that this user may read the file and enter every directory above it".to_owned()
+        }
+        _ => return None,
+    })
+}
+
+fn unsafe_file_hint(reason: UnsafeFileReason) -> Option<String> {
+    Some(
+        match reason {
+            UnsafeFileReason::EmptyNotPrivate => {
+                "find out who made the empty file; remove it (or, if it is yours, `chmod 600` \
+                 it) and run this again"
+            }
+            UnsafeFileReason::ForeignOwner => {
+                "find out who made the file; with no durably process running, remove it and run \
+                 this again"
+            }
+            UnsafeFileReason::NotRegular => {
+                "remove or rename it: a journal's files are regular files"
+            }
+            _ => return None,
+        }
+        .to_owned(),
+    )
+}
+
+fn liveness_dir_hint(path: &str, reason: &Refusal) -> Option<String> {
+    Some(match reason {
+        Refusal::Symlink => format!("remove the link {path}: durably makes the directory itself"),
+        Refusal::Owner { .. } => {
+            format!("find out who made {path}; remove it, or `chown` it to the journal's owner")
+        }
+        Refusal::Writable { .. } => format!("`chmod go-w {path}`, or remove it"),
+        Refusal::ForeignJournal { .. } => "run this as the journal's owner, or as root".to_owned(),
+        _ => return None,
+    })
+}
+
 /// `Result` with [`CliError`].
 pub type Result<T, E = CliError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    //! What these prove: the layers hold. Every library error an operator can meet gets a hint
+    //! from this tool, exit code 1, and the library's own message unchanged, and no library
+    //! message names a `durably` command: only the hint does.
+    use std::path::PathBuf;
+
+    use durably::lock::{Error as LockError, Refusal};
+    use durably::{Error, UnsafeFileReason};
+    use uuid::Uuid;
+
+    use super::{CliError, EXIT_FAILURE};
+
+    fn errors() -> Vec<Error> {
+        let (path, id) = (PathBuf::from("/srv/app.db"), Uuid::nil());
+        let text = |words: &str| words.to_owned();
+        let unsafe_file = |reason| Error::UnsafeFile {
+            path: path.clone(),
+            owner: 1000,
+            mode: 0o644,
+            reason,
+        };
+        let refused = |reason| {
+            Error::Lock(LockError::LivenessDirRefused {
+                path: path.with_extension("db.durably-live"),
+                reason,
+            })
+        };
+        vec![
+            Error::Locked {
+                execution_id: id,
+                pid: 7,
+                since: text("then"),
+            },
+            Error::Ambiguous {
+                execution_id: id,
+                seq: 2,
+                name: text("charge"),
+                reason: durably::AmbiguityReason::PolicyFail,
+            },
+            Error::AwaitingOperator {
+                execution_id: id,
+                seq: 2,
+            },
+            Error::Busy {
+                busy_timeout_ms: 5_000,
+            },
+            Error::ReadOnly {
+                path: path.clone(),
+                reason: text("EROFS"),
+            },
+            Error::SchemaTooNew {
+                path: path.clone(),
+                found: 9,
+                supported: 5,
+            },
+            Error::SchemaTooOld {
+                path: path.clone(),
+                found: 2,
+                oldest: 4,
+            },
+            Error::ForeignDatabase {
+                path: path.clone(),
+                reason: text("its id"),
+            },
+            Error::Corrupt {
+                path: path.clone(),
+                reason: text("malformed"),
+            },
+            Error::NotAJournal {
+                path: path.clone(),
+                reason: text("empty"),
+            },
+            Error::NotFound(id),
+            Error::Cancelled(id),
+            Error::PayloadTooLarge {
+                what: text("the result"),
+                bytes: 9,
+                max: 8,
+            },
+            unsafe_file(UnsafeFileReason::EmptyNotPrivate),
+            unsafe_file(UnsafeFileReason::ForeignOwner),
+            unsafe_file(UnsafeFileReason::NotRegular),
+            Error::DanglingSymlink {
+                path: path.clone(),
+                target: path.with_extension("gone"),
+            },
+            refused(Refusal::Symlink),
+            refused(Refusal::Owner {
+                owner: 1,
+                euid: 0,
+                journal_owner: Some(2),
+            }),
+            refused(Refusal::Writable { mode: 0o777 }),
+            refused(Refusal::ForeignJournal {
+                journal_owner: 2,
+                euid: 1,
+            }),
+            Error::ReadTimeout {
+                path: path.clone(),
+                timeout_ms: 30_000,
+            },
+            Error::PathTooLong {
+                path: path.clone(),
+                bytes: 600,
+                max: 504,
+            },
+            Error::NeedsRecovery {
+                path: path.clone(),
+                reason: text("no index"),
+            },
+            Error::ChangedWhileReading {
+                path: path.clone(),
+                attempts: 3,
+            },
+            Error::CannotOpen {
+                path,
+                reason: text("unable to open"),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_error_an_operator_meets_gets_a_hint_and_keeps_its_message() {
+        for error in errors() {
+            let message = error.to_string();
+            assert!(
+                !message.contains("`durably "),
+                "the library gave advice: {message}"
+            );
+            let shown = CliError::from(error);
+            assert_eq!(shown.message, message);
+            assert_eq!(shown.code, EXIT_FAILURE);
+            assert!(shown.hint.is_some(), "no hint for: {message}");
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! What these prove: bad input never panics and never damages anything. A missing database is
 //! not created by a reading command; a foreign SQLite file and a garbage file are refused and
 //! left byte-for-byte unchanged; a missing `--db`, an unknown command or flag is a usage error.
-//! Each case gives one clear line on standard error and exit code 1 or 2. Method: run the
-//! built binary against such files and compare the files before and after.
+//! Each case gives one error line on standard error (and at most one hint line) and exit code
+//! 1 or 2. Method: run the built binary against such files and compare the files before and
+//! after.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{assert_code, assert_stderr_says, durably, stderr};
+use common::{assert_code, assert_one_error, assert_stderr_says, durably};
 
 const READING: [&[&str]; 5] = [
     &["ls"],
@@ -71,7 +72,7 @@ fn a_garbage_file_is_refused_untouched() {
     let garbage: Vec<u8> = (0..8192_u32).map(|index| (index * 7 + 3) as u8).collect();
     std::fs::write(&db, &garbage).unwrap();
     every_reading_command_refuses(&db, "not a usable SQLite database", |_, output| {
-        assert_eq!(stderr(output).lines().count(), 1, "{}", stderr(output));
+        assert_one_error(output);
     });
     assert_eq!(std::fs::read(&db).unwrap(), garbage);
 }

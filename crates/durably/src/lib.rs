@@ -7,7 +7,8 @@
 //! its result is handled by the [`Policy`] its author chose.
 //!
 //! This is the one crate to depend on. Its root holds the everyday API: open a [`Journal`],
-//! open an [`Execution`], run its steps. The rest sits in modules:
+//! open an [`Execution`], run its steps, and read the records, also through an [`Inspector`]
+//! that only reads (it never writes, migrates or creates a file). The rest sits in modules:
 //! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
 //!   retention;
 //! - [`runtime`]: workflows that wait: messages sent to executions, the events they publish,
@@ -82,17 +83,18 @@
 //! ```
 
 pub use durably_journal::{
-    Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
-    Guarded, IdempotencyKey, Journal, JournalBuilder, ListFilter, Opened, Payload, Policy,
-    PolicyKind, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError,
-    StepKey, StepRecord, StepState, UnknownWord, event_kind, new_execution_id,
+    AmbiguityReason, AwaitingOperatorStep, Durability, Effect, Error, EventRecord, Execution,
+    ExecutionRecord, FencingToken, Finished, Guarded, IdempotencyKey, Inspector, Journal,
+    JournalBuilder, ListFilter, Opened, Payload, Policy, PolicyKind, ReconcileFuture,
+    ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError, StepKey, StepRecord,
+    StepState, UnknownWord, UnsafeFileReason, event_kind, new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.
 pub mod operator {
     pub use durably_journal::{
-        GcOptions, GcReport, Operator, Reclaimed, Resolution, SeenIntent, SeenIntentParseError,
-        SweepReport,
+        GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX, SeenIntent,
+        SeenIntentParseError, SweepReport,
     };
 }
 
@@ -101,7 +103,7 @@ pub mod defaults {
     pub use durably_journal::{
         AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT,
         FAILED_RETENTION_DEFAULT, GC_BATCH_EXECUTIONS_DEFAULT, LIST_LIMIT_DEFAULT,
-        PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
+        PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT, READERS_MAX_DEFAULT,
     };
 }
 

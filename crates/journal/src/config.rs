@@ -7,6 +7,7 @@ use std::time::Duration;
 use durably_lock::{Clock, ProcFs, ProcessTable, SystemClock};
 
 use crate::error::Result;
+use crate::inspector::Inspector;
 use crate::journal::Journal;
 
 /// How much a crash may take back.
@@ -88,6 +89,10 @@ pub const FAILED_RETENTION_DEFAULT: Duration = Duration::from_hours(30 * 24);
 pub const AMBIGUOUS_RERUNS_MAX_DEFAULT: u32 = 3;
 /// Default number of read connections.
 pub const READERS_MAX_DEFAULT: u32 = 4;
+/// Default read timeout of an [`crate::Inspector`]: how long one read may run before it is
+/// stopped. Far above what any query of a journal durably wrote takes; it is there for files
+/// someone else wrote.
+pub const READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 /// Opens a journal: `Journal::builder(path).durability(...).open()`.
 #[derive(Debug, Clone)]
@@ -104,6 +109,7 @@ pub struct JournalBuilder {
     pub(crate) ambiguous_reruns_max: u32,
     pub(crate) lease_ms: Option<u64>,
     pub(crate) readers_max: u32,
+    pub(crate) read_timeout_ms: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) processes: Arc<dyn ProcessTable>,
 }
@@ -123,6 +129,7 @@ impl JournalBuilder {
             ambiguous_reruns_max: AMBIGUOUS_RERUNS_MAX_DEFAULT,
             lease_ms: None,
             readers_max: READERS_MAX_DEFAULT,
+            read_timeout_ms: READ_TIMEOUT_MS_DEFAULT,
             clock: Arc::new(SystemClock),
             processes: Arc::new(ProcFs::default()),
         }
@@ -164,7 +171,8 @@ impl JournalBuilder {
         self
     }
 
-    /// Retention of completed executions for [`crate::Operator::collect_garbage`]. Default 7 days.
+    /// Retention of completed executions for [`crate::Operator::collect_garbage`]. Default 7
+    /// days.
     #[must_use]
     pub fn completed_retention(mut self, age: Duration) -> Self {
         self.completed_retention = age;
@@ -210,6 +218,15 @@ impl JournalBuilder {
         self
     }
 
+    /// How long one read of an [`crate::Inspector`] ([`JournalBuilder::inspect`]) may run
+    /// before it is stopped with [`crate::Error::ReadTimeout`]. Default
+    /// [`READ_TIMEOUT_MS_DEFAULT`]; at least 1 ms.
+    #[must_use]
+    pub fn read_timeout_ms(mut self, read_timeout_ms: u64) -> Self {
+        self.read_timeout_ms = read_timeout_ms.max(1);
+        self
+    }
+
     /// The clock (tests inject one they can move).
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -229,9 +246,27 @@ impl JournalBuilder {
     ///
     /// # Errors
     /// [`crate::Error::SchemaTooNew`], [`crate::Error::ForeignDatabase`],
-    /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::Busy`],
-    /// [`crate::Error::Pragma`], or a lock or storage error.
+    /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::CannotOpen`],
+    /// [`crate::Error::PathTooLong`], [`crate::Error::UnsafeFile`],
+    /// [`crate::Error::DanglingSymlink`], [`crate::Error::Busy`], [`crate::Error::Pragma`], or
+    /// a lock or storage error.
     pub fn open(self) -> Result<Journal> {
         Journal::open_with(self)
+    }
+
+    /// Opens the journal only to read it: an [`Inspector`], which never writes, never migrates
+    /// and creates no file. Of these settings the busy and read timeouts, the clock and the
+    /// process table apply; the others are a writer's.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the file cannot be found, [`crate::Error::PathTooLong`],
+    /// [`crate::Error::UnsafeFile`] for a file or sibling that is not a regular file or whose
+    /// owner is foreign, [`crate::Error::NotAJournal`], [`crate::Error::Corrupt`],
+    /// [`crate::Error::ForeignDatabase`], [`crate::Error::SchemaTooNew`],
+    /// [`crate::Error::SchemaTooOld`], [`crate::Error::NeedsRecovery`],
+    /// [`crate::Error::CannotOpen`], [`crate::Error::ReadTimeout`], or a lock error when this
+    /// process's identity cannot be read.
+    pub fn inspect(self) -> Result<Inspector> {
+        Inspector::open_with(self)
     }
 }

@@ -127,10 +127,88 @@ pub enum Error {
         /// What gave it away.
         reason: String,
     },
-    /// The file is not an SQLite database at all, or is damaged.
+    /// The file is not an SQLite database at all, or is damaged. Found by the checks of an
+    /// open, before its first write, the file was not written to; found later, by a read or a
+    /// write, that depends on what ran before, so the message claims nothing either way.
     #[error("{path} is not a usable SQLite database ({reason})")]
     Corrupt {
         /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        reason: String,
+    },
+    /// A reading open found a file that holds no journal yet: an empty file, or an SQLite
+    /// database with no tables. Only a writer's open makes it a journal; the reader changed
+    /// nothing.
+    #[error("{path} is not a durably journal yet: {reason}; it was left untouched")]
+    NotAJournal {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+    /// A reading open found a journal older than the oldest schema a reader understands. A
+    /// reader never migrates; a writer's open does.
+    #[error(
+        "{path} has schema version {found}, older than {oldest}, the oldest this durably reads \
+         without migrating it; it was left untouched"
+    )]
+    SchemaTooOld {
+        /// The database.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The oldest schema version a reader understands.
+        oldest: i64,
+    },
+    /// A read took longer than the reader's timeout and was stopped. A journal durably wrote
+    /// reads far faster; a view or trigger that someone else wrote may never end.
+    #[error("reading {path} took longer than {timeout_ms} ms and was stopped; nothing was written")]
+    ReadTimeout {
+        /// The database.
+        path: PathBuf,
+        /// The timeout that expired.
+        timeout_ms: u64,
+    },
+    /// The database path, with its links resolved, is longer than SQLite accepts.
+    #[error(
+        "{path} is {bytes} bytes long, longer than the {max} bytes SQLite accepts for a database \
+         path; nothing was opened"
+    )]
+    PathTooLong {
+        /// The path, with its links resolved.
+        path: PathBuf,
+        /// Its length in bytes.
+        bytes: usize,
+        /// The longest SQLite accepts.
+        max: usize,
+    },
+    /// A reading open found a journal that only a writer can bring back to a readable state:
+    /// reading it would mean creating or rolling back a file beside it.
+    #[error("{path} cannot be read without a writer's recovery: {reason}; it was left untouched")]
+    NeedsRecovery {
+        /// The database.
+        path: PathBuf,
+        /// What a reader would have to create or undo.
+        reason: String,
+    },
+    /// A journal read without SQLite's locks (no WAL beside it) was changed by a writer during
+    /// every read attempted, so no read saw it whole. Reading again usually succeeds.
+    #[error(
+        "{path} changed while it was being read without a lock, {attempts} times in a row; \
+         nothing was written"
+    )]
+    ChangedWhileReading {
+        /// The database.
+        path: PathBuf,
+        /// Reads attempted.
+        attempts: u32,
+    },
+    /// SQLite could not open the database file (it, or a directory on its path, is missing or
+    /// not accessible to this user).
+    #[error("cannot open {path}: {reason}")]
+    CannotOpen {
+        /// The database.
         path: PathBuf,
         /// What SQLite said.
         reason: String,
@@ -176,8 +254,10 @@ pub enum Error {
     #[error("the database or disk is full; nothing was written")]
     DiskFull,
     /// The file or its directory is read-only.
-    #[error("the database is read-only: {reason}")]
+    #[error("{path} is read-only to this process: {reason}")]
     ReadOnly {
+        /// The database.
+        path: PathBuf,
         /// What SQLite said.
         reason: String,
     },
@@ -349,21 +429,46 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Locked { .. } | Self::Busy { .. } | Self::AckTimeout { .. } | Self::Pool(_)
+            Self::Locked { .. }
+                | Self::Busy { .. }
+                | Self::AckTimeout { .. }
+                | Self::Pool(_)
+                | Self::ChangedWhileReading { .. }
         )
     }
 }
 
 impl Error {
     /// This error with `path` named where it concerns the database file but was raised
-    /// without one (SQLite reports corruption found by a statement without the file's name).
+    /// without one (SQLite reports what a statement found without the file's name).
     pub(crate) fn at_path(self, path: &Path) -> Self {
+        let named = |found: PathBuf| {
+            if found.as_os_str().is_empty() {
+                path.to_owned()
+            } else {
+                found
+            }
+        };
         match self {
             Self::Corrupt {
                 path: found,
                 reason,
-            } if found.as_os_str().is_empty() => Self::Corrupt {
-                path: path.to_owned(),
+            } => Self::Corrupt {
+                path: named(found),
+                reason,
+            },
+            Self::ReadOnly {
+                path: found,
+                reason,
+            } => Self::ReadOnly {
+                path: named(found),
+                reason,
+            },
+            Self::CannotOpen {
+                path: found,
+                reason,
+            } => Self::CannotOpen {
+                path: named(found),
                 reason,
             },
             other => other,
@@ -404,9 +509,14 @@ pub(crate) fn classify(error: &rusqlite::Error) -> Option<Error> {
             Some(Error::Busy { busy_timeout_ms: 0 })
         }
         rusqlite::ErrorCode::DiskFull => Some(Error::DiskFull),
-        rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen => {
-            Some(Error::ReadOnly { reason })
-        }
+        rusqlite::ErrorCode::ReadOnly => Some(Error::ReadOnly {
+            path: PathBuf::new(),
+            reason,
+        }),
+        rusqlite::ErrorCode::CannotOpen => Some(Error::CannotOpen {
+            path: PathBuf::new(),
+            reason,
+        }),
         rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt => {
             Some(Error::Corrupt {
                 path: PathBuf::new(),
@@ -424,7 +534,8 @@ pub(crate) fn replicate(error: &Error) -> Error {
             busy_timeout_ms: *busy_timeout_ms,
         },
         Error::DiskFull => Error::DiskFull,
-        Error::ReadOnly { reason } => Error::ReadOnly {
+        Error::ReadOnly { path, reason } => Error::ReadOnly {
+            path: path.clone(),
             reason: reason.clone(),
         },
         Error::Corrupt { path, reason } => Error::Corrupt {

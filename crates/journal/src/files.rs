@@ -8,8 +8,10 @@
 //! this process holds on the file, SQLite's included. Existing files are inspected with
 //! `lstat`, and changed only through an `O_PATH` descriptor, whose close drops no lock.
 
+use std::ffi::CString;
 use std::fs::{Metadata, OpenOptions};
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -45,6 +47,9 @@ pub(crate) enum Siblings {
     /// After a read in WAL mode: SQLite holds the WAL and the index open, and deletes them only
     /// when the last connection closes, so a missing one was removed by someone else.
     Open,
+    /// A reader's look: any may be missing, and one others may use is left as it is, because a
+    /// reader changes nothing (the next writer's open tightens it).
+    Reading,
 }
 
 /// Creates the database file at `path` (absolute, its directory resolved) exclusively and
@@ -108,7 +113,8 @@ fn create(path: &Path) -> std::io::Result<MainFile> {
 fn create_error(path: &Path, source: std::io::Error) -> Error {
     match source.kind() {
         ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => Error::ReadOnly {
-            reason: format!("cannot create {}: {source}", path.display()),
+            path: path.to_owned(),
+            reason: format!("cannot create it: {source}"),
         },
         _ => Error::Io {
             action: "create the database file",
@@ -148,6 +154,92 @@ fn adopt(path: &Path, found: &Metadata) -> Result<MainFile> {
     })
 }
 
+/// The longest database path SQLite opens, in bytes: the unix VFS's `mxPathname` (512) less
+/// the 8 bytes of `-journal`, which SQLite requires room for whatever the journal mode.
+const SQLITE_PATH_BYTES_MAX: usize = 512 - "-journal".len();
+
+/// Refuses a database path SQLite would refuse for its length, which it reports only as
+/// "unable to open database file". `path` is absolute, with its links resolved, as SQLite
+/// makes it.
+///
+/// # Errors
+/// [`Error::PathTooLong`].
+pub(crate) fn check_path_length(path: &Path) -> Result<()> {
+    let bytes = path.as_os_str().len();
+    if bytes > SQLITE_PATH_BYTES_MAX {
+        return Err(Error::PathTooLong {
+            path: path.to_owned(),
+            bytes,
+            max: SQLITE_PATH_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Whether this process, by its effective ids, may access the file at `path` as `access` says
+/// (`libc::R_OK`, `libc::W_OK`). Asked without opening the file, so no lock is dropped.
+fn may(path: &Path, access: libc::c_int) -> bool {
+    let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    unsafe { libc::faccessat(libc::AT_FDCWD, name.as_ptr(), access, libc::AT_EACCESS) == 0 }
+}
+
+/// Whether this process may write the file at `path` and create files in its directory, as
+/// SQLite must to open it for writing in WAL mode.
+pub(crate) fn writable(path: &Path) -> bool {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    may(path, libc::W_OK) && may(directory, libc::W_OK)
+}
+
+/// Refuses a file this process may not read, naming it: SQLite would say only "unable to open
+/// database file", for the database or for its `-wal` or `-shm` alike.
+///
+/// # Errors
+/// [`Error::Io`] with `PermissionDenied`.
+pub(crate) fn check_readable(path: &Path) -> Result<()> {
+    if may(path, libc::R_OK) {
+        return Ok(());
+    }
+    Err(Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source: std::io::Error::from(ErrorKind::PermissionDenied),
+    })
+}
+
+/// A reader's look at the database file at `path` (its links resolved), before SQLite opens
+/// it: it must be a regular file, and not empty (an empty file holds no journal yet, and only a
+/// writer makes it one). Nothing is created or changed.
+///
+/// # Errors
+/// [`Error::UnsafeFile`] for a file that is not a regular file, [`Error::NotAJournal`] for an
+/// empty one, [`Error::Io`] when it cannot be looked at.
+pub(crate) fn check_to_read(path: &Path) -> Result<MainFile> {
+    let found = std::fs::symlink_metadata(path).map_err(|source| Error::Io {
+        action: "look at the database file",
+        path: path.to_owned(),
+        source,
+    })?;
+    if !found.file_type().is_file() {
+        return Err(unsafe_file(path, &found, UnsafeFileReason::NotRegular));
+    }
+    if found.len() == 0 {
+        return Err(Error::NotAJournal {
+            path: path.to_owned(),
+            reason: "the file is empty".to_owned(),
+        });
+    }
+    Ok(MainFile {
+        owner: found.uid(),
+        mode: found.mode() & 0o777,
+    })
+}
+
 /// Checks the `-wal`, `-shm` and `-journal` files beside the database at `path`.
 ///
 /// SQLite reads and writes these files whoever owns them: a WAL or a journal planted by another
@@ -155,7 +247,8 @@ fn adopt(path: &Path, found: &Metadata) -> Result<MainFile> {
 /// must be a regular file owned by the database file's owner or by this process's user (root
 /// opening a user's journal: SQLite gives the files it creates the database's owner). One that
 /// grants access the database file does not is tightened to the database's bits, never
-/// loosened, and without changing its owner.
+/// loosened, and without changing its owner; except on a reader's look ([`Siblings::Reading`]),
+/// which changes nothing.
 ///
 /// # Errors
 /// [`Error::UnsafeFile`] for a link, a special file or a foreign owner; [`Error::Io`] when a
@@ -168,7 +261,7 @@ pub(crate) fn check_siblings(path: &Path, main: MainFile, siblings: Siblings) ->
             Ok(found) => found,
             Err(error)
                 if error.kind() == ErrorKind::NotFound
-                    && (siblings == Siblings::MayBeMissing || suffix == "-journal") =>
+                    && (siblings != Siblings::Open || suffix == "-journal") =>
             {
                 continue;
             }
@@ -180,12 +273,12 @@ pub(crate) fn check_siblings(path: &Path, main: MainFile, siblings: Siblings) ->
                 });
             }
         };
-        check_sibling(&sibling, &found, main)?;
+        check_sibling(&sibling, &found, main, siblings)?;
     }
     Ok(())
 }
 
-fn check_sibling(path: &Path, found: &Metadata, main: MainFile) -> Result<()> {
+fn check_sibling(path: &Path, found: &Metadata, main: MainFile, siblings: Siblings) -> Result<()> {
     if !found.file_type().is_file() {
         return Err(unsafe_file(path, found, UnsafeFileReason::NotRegular));
     }
@@ -193,7 +286,7 @@ fn check_sibling(path: &Path, found: &Metadata, main: MainFile) -> Result<()> {
         return Err(unsafe_file(path, found, UnsafeFileReason::ForeignOwner));
     }
     let mode = found.mode() & 0o777;
-    if mode & !main.mode == 0 {
+    if mode & !main.mode == 0 || siblings == Siblings::Reading {
         return Ok(());
     }
     tighten(path, found, mode & main.mode).map_err(|source| Error::Io {
@@ -295,6 +388,22 @@ mod tests {
         }
         check_siblings(&path, ours(0o640), Siblings::Open).unwrap();
         assert_eq!((mode_of(&wal), mode_of(&shm)), (0o600, 0o600));
+    }
+
+    #[test]
+    fn a_readers_look_checks_the_siblings_and_changes_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        check_siblings(&path, ours(0o600), Siblings::Reading).unwrap();
+        let wal = sibling(&path, "-wal");
+        std::fs::write(&wal, b"x").unwrap();
+        set_mode(&wal, 0o606);
+        check_siblings(&path, ours(0o600), Siblings::Reading).unwrap();
+        assert_eq!(mode_of(&wal), 0o606, "a reader tightened the WAL");
+        std::fs::remove_file(&wal).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &wal).unwrap();
+        let error = check_siblings(&path, ours(0o600), Siblings::Reading).unwrap_err();
+        assert!(matches!(error, Error::UnsafeFile { .. }), "{error:?}");
     }
 
     /// Whether a lock of this process's SQLite on byte `offset` of `file` is still held, asked

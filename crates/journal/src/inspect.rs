@@ -1,15 +1,16 @@
 //! Reading what the journal holds: executions, steps, events, lock holders, and the
-//! executions a program should resume. Nothing here writes.
+//! executions a program should resume. Nothing here writes. Each query is a function of a
+//! connection, so that [`Journal`] and [`crate::Inspector`] read with the same SQL.
 
-use durably_lock::{Judgement, LockRow};
-use rusqlite::{OptionalExtension, params};
+use durably_lock::{Judge, Judgement, LockRow};
+use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::Result;
 use crate::journal::Journal;
 use crate::records::{
     AWAITING_OPERATOR_QUERY, AwaitingOperatorStep, EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord,
-    ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, STEP_COLUMNS, StepRecord,
+    ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, STEP_COLUMNS, StepRecord, execution_columns,
 };
 use crate::states::Status;
 
@@ -63,14 +64,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM executions WHERE execution_id = ?1"
-            ))?;
-            Ok(statement
-                .query_row(params![id.to_string()], ExecutionRecord::from_row)
-                .optional()?)
-        })
+        self.read(|conn| get(conn, id))
     }
 
     /// Executions, newest first, filtered.
@@ -78,26 +72,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-        let created_since = filter.created_since.map(durably_lock::format_timestamp);
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM executions
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
-                   AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
-                 ORDER BY created_at DESC, execution_id LIMIT ?5"
-            ))?;
-            let rows = statement.query_map(
-                params![
-                    filter.status.map(Status::as_str),
-                    filter.kind,
-                    filter.name_contains,
-                    created_since,
-                    filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
-                ],
-                ExecutionRecord::from_row,
-            )?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
+        self.read(|conn| list(conn, filter))
     }
 
     /// One execution's steps, in order.
@@ -105,13 +80,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>> {
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {STEP_COLUMNS} FROM steps WHERE execution_id = ?1 ORDER BY seq"
-            ))?;
-            let rows = statement.query_map(params![id.to_string()], StepRecord::from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
+        self.read(|conn| steps(conn, id))
     }
 
     /// One execution's audit events, in order.
@@ -119,13 +88,7 @@ impl Journal {
     /// # Errors
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn events(&self, id: Uuid) -> Result<Vec<EventRecord>> {
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE execution_id = ?1 ORDER BY id"
-            ))?;
-            let rows = statement.query_map(params![id.to_string()], EventRecord::from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
+        self.read(|conn| events(conn, id))
     }
 
     /// Every held lock with this instance's judgement of its holder.
@@ -134,12 +97,68 @@ impl Journal {
     /// A storage error or a damaged lock row.
     pub fn lock_holders(&self) -> Result<Vec<(LockRow, Judgement)>> {
         let rows = self.read(|conn| Ok(durably_lock::held(conn)?))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|row| {
-                let judgement = self.inner.locker.judge().judge(row.holder.as_ref()?);
-                Some((row, judgement))
-            })
-            .collect())
+        Ok(judged(rows, self.inner.locker.judge()))
     }
+}
+
+/// One execution's row.
+pub(crate) fn get(conn: &Connection, id: Uuid) -> Result<Option<ExecutionRecord>> {
+    let columns = execution_columns(conn)?;
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {columns} FROM executions WHERE execution_id = ?1"
+    ))?;
+    Ok(statement
+        .query_row(params![id.to_string()], ExecutionRecord::from_row)
+        .optional()?)
+}
+
+/// Executions, newest first, filtered.
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
+    let created_since = filter.created_since.map(durably_lock::format_timestamp);
+    let columns = execution_columns(conn)?;
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {columns} FROM executions
+         WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
+           AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
+         ORDER BY created_at DESC, execution_id LIMIT ?5"
+    ))?;
+    let rows = statement.query_map(
+        params![
+            filter.status.map(Status::as_str),
+            filter.kind,
+            filter.name_contains,
+            created_since,
+            filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
+        ],
+        ExecutionRecord::from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// One execution's steps, in order.
+pub(crate) fn steps(conn: &Connection, id: Uuid) -> Result<Vec<StepRecord>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {STEP_COLUMNS} FROM steps WHERE execution_id = ?1 ORDER BY seq"
+    ))?;
+    let rows = statement.query_map(params![id.to_string()], StepRecord::from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// One execution's audit events, in order.
+pub(crate) fn events(conn: &Connection, id: Uuid) -> Result<Vec<EventRecord>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE execution_id = ?1 ORDER BY id"
+    ))?;
+    let rows = statement.query_map(params![id.to_string()], EventRecord::from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// The held locks among `rows`, each with `judge`'s judgement of its holder.
+pub(crate) fn judged(rows: Vec<LockRow>, judge: &Judge) -> Vec<(LockRow, Judgement)> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let judgement = judge.judge(row.holder.as_ref()?);
+            Some((row, judgement))
+        })
+        .collect()
 }

@@ -10,6 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::{Durability, JournalBuilder, StepSettings};
 use crate::error::{Error, Result};
+use crate::files;
 use crate::handles::OpenHandles;
 use crate::storage;
 use crate::writer::{Writer, WriterStats, WriterThread};
@@ -56,10 +57,18 @@ impl Journal {
 
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
         let busy_timeout_ms = config.busy_timeout_ms;
+        let path = config.path.clone();
         Self::open_unlabelled(config).map_err(|error| match error {
-            // Errors converted from SQLite cannot know the timeout that expired; this one can.
+            // Errors converted from SQLite cannot know the timeout that expired, nor the file
+            // (the orphan sweep's corruption, say); this one knows both.
             Error::Busy { .. } => Error::Busy { busy_timeout_ms },
-            other => other,
+            // SQLite cannot tell a file it may only read, in a directory where it cannot make
+            // the WAL, from one it cannot open at all.
+            Error::CannotOpen { reason, .. } if !files::writable(&path) => Error::ReadOnly {
+                path,
+                reason: format!("{reason}; this process may not write the file or its directory"),
+            },
+            other => other.at_path(&path),
         })
     }
 
@@ -70,6 +79,7 @@ impl Journal {
             ));
         }
         let path = absolute(&config.path)?;
+        files::check_path_length(&path)?;
         let conn = storage::open_writer(&path, config.durability, config.busy_timeout_ms)?;
         storage::migrate(&conn, &path)?;
         let locker = Arc::new(Locker::new(LockerConfig {

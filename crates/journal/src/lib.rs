@@ -11,6 +11,10 @@
 //! that commit has returned and, with [`Durability::Full`], after an fsync of the WAL that
 //! began after it. That fsync runs on a second thread while the writer runs the next batch.
 //!
+//! To read a journal without writing to it (a tool inspecting another program's file),
+//! [`Journal::inspect`] opens an [`Inspector`]: read-only, with no lock instance, no migration
+//! and no file created.
+//!
 //! ```
 //! use durably_journal::{Guarded, Journal, Opened, Policy, StepError};
 //!
@@ -51,6 +55,7 @@ mod extension;
 mod files;
 mod handles;
 mod inspect;
+mod inspector;
 mod journal;
 mod open;
 mod operator;
@@ -67,8 +72,8 @@ mod writer;
 
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
-    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READERS_MAX_DEFAULT,
-    RetryPolicy,
+    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
+    READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::Execution;
@@ -76,6 +81,7 @@ pub use execution_id::new_execution_id;
 pub use extension::{
     ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,
 };
+pub use inspector::Inspector;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};

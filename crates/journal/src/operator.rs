@@ -18,7 +18,7 @@ use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
 use crate::payload;
 use crate::records::event_kind;
 use crate::seen_intent::{self, SeenIntent};
-use crate::states::{Status, StepState};
+use crate::states::StepState;
 
 /// An operator's answer for a step stuck in the ambiguous window.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,34 +107,14 @@ impl Operator<'_> {
     /// [`Error::Locked`] while a live process holds the execution; a storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
-        let resource = id.to_string();
-        let (seen, lock, status) = journal.read(|conn| {
-            Ok((
-                seen_intent::current(conn, &resource, seq)?,
-                durably_lock::read(conn, &resource)?,
-                status_of(conn, id).ok(),
-            ))
-        })?;
-        let holder = lock.and_then(|lock| lock.holder);
-        // A holder of an execution awaiting an operator cannot be running the step: its handle
-        // halted at the ambiguous step, in the transaction that parked the execution, before
-        // any closure ran, and no open reopens it. Only its release is left to write.
-        let halted = status == Some(Status::AwaitingOperator);
-        if let (Some(_), Some(holder), false) = (seen, holder, halted) {
-            let locker = &journal.inner.locker;
-            // As for an operator action: a lock of this instance with no open handle is a leak,
-            // and nobody is running the step under it.
-            let leaked = holder.instance_id == locker.instance_id().to_string()
-                && !journal.inner.handles.contains(id);
-            if !leaked && !locker.judge().judge(&holder).is_dead() {
-                return Err(Error::Locked {
-                    execution_id: id,
-                    pid: holder.pid,
-                    since: holder.acquired_at,
-                });
-            }
-        }
-        Ok(seen)
+        let locker = &journal.inner.locker;
+        let found = journal.read(|conn| seen_intent::with_holder(conn, id, seq))?;
+        // As for an operator action: a lock of this instance with no open handle is a leak,
+        // and nobody is running the step under it.
+        seen_intent::unless_held(found, id, locker.judge(), |holder| {
+            holder.instance_id == locker.instance_id().to_string()
+                && !journal.inner.handles.contains(id)
+        })
     }
 
     /// As [`Operator::resolve`], but refused when the step changed since `seen` was taken: it

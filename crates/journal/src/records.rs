@@ -67,6 +67,30 @@ pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, in
                                             queue, priority, due_at, wait_topic, \
                                             cancel_requested_at, cancel_reason, status_detail";
 
+/// [`EXECUTION_COLUMNS`] of a journal older than migration 7, which added the runtime's
+/// columns: each reads as unset. Only a reader meets such a journal (a writer migrates it
+/// first): the reading commands read old journals without migrating them.
+const EXECUTION_COLUMNS_BEFORE_RUNTIME: &str = "execution_id, kind, name, status, input, output, \
+                                                error, opens, created_at, updated_at, \
+                                                finalized_at, NULL, 0, NULL, NULL, NULL, NULL, \
+                                                NULL";
+
+/// The schema version whose migration added the runtime's columns to `executions`.
+const RUNTIME_COLUMNS_SINCE: i64 = 7;
+
+/// The columns [`ExecutionRecord::from_row`] reads, as this journal's schema has them.
+///
+/// # Errors
+/// A storage error reading the schema version.
+pub(crate) fn execution_columns(conn: &rusqlite::Connection) -> rusqlite::Result<&'static str> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    Ok(if version >= RUNTIME_COLUMNS_SINCE {
+        EXECUTION_COLUMNS
+    } else {
+        EXECUTION_COLUMNS_BEFORE_RUNTIME
+    })
+}
+
 impl ExecutionRecord {
     pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {

@@ -10,16 +10,19 @@
 use std::fmt;
 use std::str::FromStr;
 
+use durably_lock::{HolderRecord, Judge};
 use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::ownership::status_of;
+use crate::states::Status;
 
-/// What an operator saw of a step in the ambiguous window ([`Operator::seen_intent`]).
+/// What an operator saw of a step in the ambiguous window ([`crate::Operator::seen_intent`],
+/// [`crate::Inspector::seen_intent`]).
 ///
 /// Its text form, like `a2-r0` (the step's attempts, then the operator answers it has had), is
 /// what `durably show` prints and `durably resolve --seen` takes back.
-///
-/// [`Operator::seen_intent`]: crate::Operator::seen_intent
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeenIntent {
     attempts: u64,
@@ -87,6 +90,50 @@ pub(crate) fn current(conn: &Connection, resource: &str, seq: u32) -> Result<Opt
         attempts: attempts.max(0) as u64,
         resolutions: resolutions.max(0) as u64,
     }))
+}
+
+/// Which intent step `seq` of execution `id` is now, with the execution's lock holder, read in
+/// one transaction. An execution awaiting an operator counts as held by nobody (see below).
+pub(crate) fn with_holder(
+    conn: &Connection,
+    id: Uuid,
+    seq: u32,
+) -> Result<(Option<SeenIntent>, Option<HolderRecord>)> {
+    let resource = id.to_string();
+    let seen = current(conn, &resource, seq)?;
+    // A holder of an execution awaiting an operator cannot be running the step: its handle
+    // halted at the ambiguous step, in the transaction that parked the execution, before any
+    // closure ran, and no open reopens it. Only its release is left to write.
+    if status_of(conn, id).ok() == Some(Status::AwaitingOperator) {
+        return Ok((seen, None));
+    }
+    let lock = durably_lock::read(conn, &resource)?;
+    Ok((seen, lock.and_then(|lock| lock.holder)))
+}
+
+/// `seen`, unless a holder that `judge` does not find dead holds the execution: it may be
+/// running that very attempt, so the outside world can still change without the step changing.
+/// A holder for which `is_leak` is true holds a lock under which nothing runs.
+///
+/// # Errors
+/// [`Error::Locked`] while such a holder holds the execution.
+pub(crate) fn unless_held(
+    (seen, holder): (Option<SeenIntent>, Option<HolderRecord>),
+    id: Uuid,
+    judge: &Judge,
+    is_leak: impl FnOnce(&HolderRecord) -> bool,
+) -> Result<Option<SeenIntent>> {
+    if let (Some(_), Some(holder)) = (seen, holder)
+        && !is_leak(&holder)
+        && !judge.judge(&holder).is_dead()
+    {
+        return Err(Error::Locked {
+            execution_id: id,
+            pid: holder.pid,
+            since: holder.acquired_at,
+        });
+    }
+    Ok(seen)
 }
 
 #[cfg(test)]

@@ -99,6 +99,7 @@ pub const APPLICATION_ID: i64 = 0x6475_7261;
 /// | `foreign_keys`  | `ON`                   | steps and events die with their execution           |
 /// | `busy_timeout`  | configured             | wait for other processes' writers, then `Busy`      |
 /// | `query_only`    | `ON` on read connections | a read connection can never write by mistake      |
+/// | `trusted_schema` | `OFF`                 | a view, trigger or CHECK in a file someone else wrote may call only the functions and virtual tables SQLite marks harmless |
 pub(crate) fn configure_writer(
     conn: &Connection,
     durability: Durability,
@@ -112,6 +113,7 @@ pub(crate) fn configure_writer(
     };
     set_and_verify(conn, "synchronous", synchronous, synchronous)?;
     set_and_verify(conn, "foreign_keys", "ON", "1")?;
+    set_and_verify(conn, "trusted_schema", "OFF", "0")?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
 }
@@ -177,7 +179,7 @@ fn set_wal(conn: &Connection, busy_timeout_ms: u64) -> Result<()> {
 /// Settings of a read-only pool connection.
 pub(crate) fn configure_reader(conn: &Connection, busy_timeout_ms: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
-    conn.execute_batch("PRAGMA query_only = ON")?;
+    conn.execute_batch("PRAGMA query_only = ON; PRAGMA trusted_schema = OFF")?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -276,14 +278,15 @@ fn check_before_wal_switch(conn: &Connection, path: &Path) -> Result<()> {
     }
 }
 
-/// Refuses files that are not SQLite, or belong to another application, before anything is
-/// written to them: the pragmas set next (`journal_mode=WAL`) would already change the file.
+/// Refuses files that are not SQLite, belong to another application, or were written by a
+/// newer durably, before anything is written to them: the pragmas set next
+/// (`journal_mode=WAL`) would already change the file. A reader checks files with it too.
 ///
 /// A file is ours when it carries our application id; with no application id it must be new:
 /// schema version 0 and no tables. All three are read by one statement, so in one snapshot: a
 /// process migrating the same new file at this moment is seen either before its first
 /// migration committed or after, never half way.
-fn check_header(conn: &Connection, path: &Path) -> Result<()> {
+pub(crate) fn check_header(conn: &Connection, path: &Path) -> Result<()> {
     let (application_id, version, objects): (i64, i64, i64) = conn
         .query_row(
             "SELECT (SELECT application_id FROM pragma_application_id()),
@@ -294,6 +297,13 @@ fn check_header(conn: &Connection, path: &Path) -> Result<()> {
         )
         .map_err(|error| Error::from(error).at_path(path))?;
     let reason = if application_id == APPLICATION_ID {
+        if version > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                path: path.to_owned(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
         return Ok(());
     } else if application_id != 0 {
         format!("its application_id is {application_id:#x}")

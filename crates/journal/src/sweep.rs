@@ -79,22 +79,18 @@ impl Operator<'_> {
     /// interrupted with an audit event, and releases the lock; then marks running executions
     /// with no lock holder interrupted. A live holder's lock is never touched. Each holder is
     /// judged once per pass, and up to [`SWEEP_BATCH_LOCKS_MAX`] locks are reclaimed per
-    /// transaction.
+    /// transaction. A dry run reports what the sweep would do, read in one transaction, and
+    /// changes nothing.
     ///
     /// # Errors
     /// A storage error; the batches committed before it stay reclaimed.
     pub async fn sweep(&self, dry_run: bool) -> Result<SweepReport> {
         let journal = self.journal;
+        if dry_run {
+            return journal.read(|conn| preview(conn, journal.inner.locker.judge()));
+        }
         let dead = journal.read(|conn| dead_locks(conn, journal.inner.locker.judge()))?;
         let mut report = SweepReport::default();
-        if dry_run {
-            report.reclaimed = dead
-                .iter()
-                .map(|(row, reason)| reclaimed(row, reason))
-                .collect();
-            report.unlocked = journal.read(unlocked_running)?;
-            return Ok(report);
-        }
         for batch in dead.chunks(SWEEP_BATCH_LOCKS_MAX) {
             fail::fail_point!("journal::sweep-before-takeover", |_| std::process::abort());
             let locker = journal.inner.locker.clone();
@@ -387,6 +383,20 @@ fn in_transaction<T>(conn: &Connection, work: impl FnOnce(&Connection) -> Result
             Err(error)
         }
     }
+}
+
+/// What the crash-orphan sweep would do now, read in one transaction and changing nothing: the
+/// locks whose holder `judge` finds dead, and the running executions with no holder. A dry
+/// run's report, for [`Operator::sweep`] and [`crate::Inspector::sweep_preview`] alike.
+pub(crate) fn preview(conn: &Connection, judge: &Judge) -> Result<SweepReport> {
+    let reclaimed = dead_locks(conn, judge)?
+        .iter()
+        .map(|(row, reason)| reclaimed(row, reason))
+        .collect();
+    Ok(SweepReport {
+        reclaimed,
+        unlocked: unlocked_running(conn)?,
+    })
 }
 
 fn reclaimed(row: &LockRow, reason: &DeathReason) -> Reclaimed {

@@ -6,12 +6,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use rusqlite::Connection;
 use uuid::Uuid;
 
 use crate::clock::{Clock, parse_timestamp};
+use crate::error::Result;
 use crate::identity::{ProcessIdentity, ProcessTable};
 use crate::liveness::{LivenessDir, Probe};
-use crate::row::HolderRecord;
+use crate::row::{self, HolderRecord, LockRow};
 
 /// Why a holder is known to be dead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,6 +217,23 @@ impl Judge {
             Ok(Some(_)) => Judgement::Alive(format!("pid {pid} runs with the recorded start time")),
             Err(error) => Judgement::Unknown(format!("cannot read pid {pid}: {error}")),
         }
+    }
+
+    /// Every held lock whose holder is judged dead, with the reason. A lock row that does not
+    /// read as a lock is skipped with a warning, and so never judged dead.
+    ///
+    /// # Errors
+    /// [`crate::Error::Corrupt`] or [`crate::Error::Storage`].
+    pub fn dead_holders(&self, conn: &Connection) -> Result<Vec<(LockRow, DeathReason)>> {
+        let mut dead = Vec::new();
+        for lock in row::held_readable(conn)? {
+            if let Some(holder) = &lock.holder
+                && let Judgement::Dead(reason) = self.judge(holder)
+            {
+                dead.push((lock, reason));
+            }
+        }
+        Ok(dead)
     }
 
     fn lease_expiry(&self, holder: &HolderRecord) -> Option<DeathReason> {

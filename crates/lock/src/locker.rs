@@ -270,15 +270,7 @@ impl Locker {
     /// # Errors
     /// [`Error::Corrupt`] or [`Error::Storage`].
     pub fn dead_holders(&self, conn: &Connection) -> Result<Vec<(LockRow, DeathReason)>> {
-        let mut dead = Vec::new();
-        for lock in row::held_readable(conn)? {
-            if let Some(holder) = &lock.holder
-                && let Judgement::Dead(reason) = self.judge.judge(holder)
-            {
-                dead.push((lock, reason));
-            }
-        }
-        Ok(dead)
+        self.judge.dead_holders(conn)
     }
 
     /// Removes the liveness files of dead instances that no held lock row names any more

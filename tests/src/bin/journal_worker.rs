@@ -19,11 +19,14 @@
 //! - `hold-write <db>`: takes SQLite's write lock with `BEGIN IMMEDIATE` on a plain connection,
 //!   prints `{"locked":<pid>}` and holds it until stdin closes.
 //! - `open <db>`: only opens the journal, and reports the error if that fails.
+//! - `inspect <db>`: opens the journal only to read it (`Journal::inspect`), and prints each
+//!   execution's id and status and each lock holder's resource and verdict, or the error.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use durably_journal::{Error, Guarded, Journal, Opened, Policy, StepError};
+use durably_journal::{Error, Guarded, Journal, ListFilter, Opened, Policy, StepError};
+use durably_lock::Judgement;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -46,6 +49,7 @@ async fn main() -> Outcome {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
         },
+        ["inspect", db] => inspect(Path::new(db)).unwrap_or_else(|error| error_json(&error)),
         _ => return Err(format!("unknown command {args:?}").into()),
     };
     say(&answer)
@@ -70,6 +74,8 @@ fn kind(error: &Error) -> &'static str {
         Error::Corrupt { .. } => "corrupt",
         Error::ForeignDatabase { .. } => "foreign_database",
         Error::StepFailed { .. } => "step_failed",
+        Error::NeedsRecovery { .. } => "needs_recovery",
+        Error::CannotOpen { .. } => "cannot_open",
         _ => "other",
     }
 }
@@ -195,6 +201,28 @@ async fn hold(db: &Path, id: Uuid) -> Outcome<Value> {
     std::io::stdin().lock().lines().for_each(drop);
     drop(execution);
     Ok(json!({ "outcome": "dropped" }))
+}
+
+fn inspect(db: &Path) -> Result<Value, Error> {
+    let inspector = Journal::inspect(db)?;
+    let executions: Vec<Value> = inspector
+        .list(&ListFilter::default())?
+        .iter()
+        .map(|record| json!({ "id": record.execution_id, "status": record.status.as_str() }))
+        .collect();
+    let holders: Vec<Value> = inspector
+        .lock_holders()?
+        .iter()
+        .map(|(row, judgement)| {
+            let verdict = match judgement {
+                Judgement::Alive(_) => "alive",
+                Judgement::Dead(_) => "dead",
+                Judgement::Unknown(_) => "unknown",
+            };
+            json!({ "resource": row.resource, "verdict": verdict })
+        })
+        .collect();
+    Ok(json!({ "outcome": "inspected", "executions": executions, "holders": holders }))
 }
 
 fn hold_write(db: &Path) -> Outcome<Value> {

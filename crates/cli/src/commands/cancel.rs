@@ -1,10 +1,9 @@
 //! `durably cancel ID`: cancels an execution no live process holds.
 
-use std::path::Path;
-
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::db::Target;
 use crate::error::Result;
 use crate::output::{print, print_json};
 
@@ -16,8 +15,8 @@ struct Cancelled {
 }
 
 /// Cancels the execution.
-pub fn run(db: &Path, id: Uuid, reason: &str, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
+pub fn run(target: &Target, id: Uuid, reason: &str, force: bool, json: bool) -> Result<()> {
+    let journal = target.open_checked(force)?;
     crate::db::runtime()?.block_on(journal.operator().cancel(id, reason))?;
     if json {
         return print_json(&Cancelled {

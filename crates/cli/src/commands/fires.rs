@@ -1,11 +1,10 @@
 //! `durably fires [--job JOB]`: the scheduler's slot ledger, read through the `fire_ledger` view.
 
-use std::path::Path;
-
 use durably::sqlite::rusqlite::{Row, params};
 use serde::Serialize;
 
-use crate::error::{CliError, Result};
+use crate::db::Target;
+use crate::error::Result;
 use crate::escape::escape;
 use crate::output::{or_dash, print_rows};
 
@@ -49,36 +48,27 @@ impl Fire {
 }
 
 /// Lists fires, newest slot first.
-pub fn run(db: &Path, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
-    let fires = journal
-        .read(|conn| {
-            // The scheduler creates its ledger when it first runs on a journal; until then
-            // there is nothing to list.
-            let ledger_exists: bool = conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_schema
-                                WHERE type = 'view' AND name = 'fire_ledger')",
-                [],
-                |row| row.get(0),
-            )?;
-            if !ledger_exists {
-                return Ok(Vec::new());
-            }
-            let mut statement = conn.prepare_cached(
-                "SELECT job, slot, state, attempts, execution_id, execution_status, reason,
-                        registered_at, started_at, finished_at
-                 FROM fire_ledger WHERE (?1 IS NULL OR job = ?1)
-                 ORDER BY slot DESC, job LIMIT ?2",
-            )?;
-            let rows = statement.query_map(params![job, limit], Fire::from_row)?;
-            Ok(rows.collect::<durably::sqlite::rusqlite::Result<Vec<_>>>()?)
-        })
-        .map_err(|error| {
-            CliError::failure(format!(
-                "cannot read the scheduler ledger ({error}); is this a journal written by this \
-                 version of durably?"
-            ))
-        })?;
+pub fn run(target: &Target, job: Option<&str>, limit: u32, json: bool) -> Result<()> {
+    let fires = target.inspect()?.read(|conn| {
+        // The scheduler creates its ledger when it first runs on a journal; until then there
+        // is nothing to list.
+        let ledger_exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'view' AND name = 'fire_ledger')",
+            [],
+            |row| row.get(0),
+        )?;
+        if !ledger_exists {
+            return Ok(Vec::new());
+        }
+        let mut statement = conn.prepare_cached(
+            "SELECT job, slot, state, attempts, execution_id, execution_status, reason,
+                    registered_at, started_at, finished_at
+             FROM fire_ledger WHERE (?1 IS NULL OR job = ?1)
+             ORDER BY slot DESC, job LIMIT ?2",
+        )?;
+        let rows = statement.query_map(params![job, limit], Fire::from_row)?;
+        Ok(rows.collect::<durably::sqlite::rusqlite::Result<Vec<_>>>()?)
+    })?;
     let header = [
         "JOB",
         "SLOT",

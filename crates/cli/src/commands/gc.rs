@@ -1,7 +1,6 @@
 //! `durably gc`: the retention sweep, with progress on a terminal and counts at the end.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use durably::defaults::GC_BATCH_EXECUTIONS_DEFAULT;
@@ -9,6 +8,7 @@ use durably::operator::{GcOptions, GcReport};
 use serde::Serialize;
 
 use crate::cli::GcArgs;
+use crate::db::Target;
 use crate::error::Result;
 use crate::output::{print, print_json};
 
@@ -24,8 +24,8 @@ struct Report {
 }
 
 /// Runs the retention sweep.
-pub fn run(db: &Path, args: &GcArgs, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
+pub fn run(target: &Target, args: &GcArgs, json: bool) -> Result<()> {
+    let journal = target.open_checked(args.force)?;
     let defaults = journal.operator().default_gc_options();
     let options = GcOptions {
         completed_older_than: args

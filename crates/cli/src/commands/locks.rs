@@ -1,11 +1,10 @@
 //! `durably locks`: held locks, their holders, and this process's judgement of each holder.
 
-use std::path::Path;
-
-use durably::Journal;
+use durably::Inspector;
 use durably::lock::Judgement;
 use serde::Serialize;
 
+use crate::db::Target;
 use crate::error::Result;
 use crate::escape::escape;
 use crate::output::print_rows;
@@ -35,9 +34,9 @@ pub struct Holder {
 ///
 /// # Errors
 /// A storage error.
-pub fn holders(journal: &Journal) -> Result<Vec<Holder>> {
+pub fn holders(inspector: &Inspector) -> Result<Vec<Holder>> {
     let mut holders = Vec::new();
-    for (row, judgement) in journal.lock_holders()? {
+    for (row, judgement) in inspector.lock_holders()? {
         let Some(holder) = row.holder else { continue };
         let (verdict, reason) = match judgement {
             Judgement::Alive(reason) => ("alive", reason),
@@ -59,9 +58,8 @@ pub fn holders(journal: &Journal) -> Result<Vec<Holder>> {
 }
 
 /// Lists held locks.
-pub fn run(db: &Path, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
-    let holders = holders(&journal)?;
+pub fn run(target: &Target, json: bool) -> Result<()> {
+    let holders = holders(&target.inspect()?)?;
     let header = [
         "RESOURCE", "PID", "HOST", "SINCE", "EPOCH", "VERDICT", "REASON",
     ];

@@ -1,12 +1,11 @@
 //! `durably ls`: executions, newest first.
 
-use std::path::Path;
-
 use durably::lock::format_timestamp;
 use durably::{ExecutionRecord, ListFilter};
 use serde::Serialize;
 
 use crate::cli::LsArgs;
+use crate::db::Target;
 use crate::error::Result;
 use crate::escape::escape;
 use crate::output::{or_dash, print_rows};
@@ -41,8 +40,8 @@ impl Row {
 }
 
 /// Lists executions.
-pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
+pub fn run(target: &Target, args: &LsArgs, json: bool) -> Result<()> {
+    let inspector = target.inspect()?;
     let filter = ListFilter {
         status: args.status.map(crate::cli::StatusArg::status),
         kind: args.kind.clone(),
@@ -50,7 +49,7 @@ pub fn run(db: &Path, args: &LsArgs, json: bool) -> Result<()> {
         created_since: args.since,
         limit: Some(args.limit),
     };
-    let rows: Vec<Row> = journal
+    let rows: Vec<Row> = inspector
         .list(&filter)?
         .iter()
         .map(Row::from_record)

@@ -1,12 +1,11 @@
 //! `durably resolve ID SEQ (--completed JSON | --not-done) [--seen TOKEN]`: the operator's answer
 //! for a step stuck in the ambiguous window.
 
-use std::path::Path;
-
 use durably::operator::Resolution;
 use serde::Serialize;
 
 use crate::cli::ResolveArgs;
+use crate::db::Target;
 use crate::error::{CliError, Result};
 use crate::output::{print, print_json};
 
@@ -19,8 +18,8 @@ struct Resolved {
 }
 
 /// Records the answer.
-pub fn run(db: &Path, args: &ResolveArgs, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
+pub fn run(target: &Target, args: &ResolveArgs, json: bool) -> Result<()> {
+    let journal = target.open()?;
     let (resolution, word) = match (&args.completed, args.not_done) {
         (Some(value), false) => (Resolution::Completed(value.clone()), "completed"),
         (None, true) => (Resolution::NotDone, "not-done"),

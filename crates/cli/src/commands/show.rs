@@ -2,14 +2,14 @@
 //! bounded, escaped previews.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use durably::lock::format_timestamp;
 use durably::operator::SeenIntent;
-use durably::{EventRecord, ExecutionRecord, Journal, StepRecord, StepState};
+use durably::{EventRecord, ExecutionRecord, Inspector, StepRecord, StepState};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::db::Target;
 use crate::error::{CliError, Result};
 use crate::escape::{escape, preview, preview_opt};
 use crate::output::{Table, or_dash, print, print_json};
@@ -102,34 +102,32 @@ impl Event {
 }
 
 /// Shows one execution.
-pub fn run(db: &Path, id: Uuid, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
-    let shown = load(&journal, id)?;
+pub fn run(target: &Target, id: Uuid, json: bool) -> Result<()> {
+    let shown = load(&target.inspect()?, id)?;
     if json {
         return print_json(&shown);
     }
     print(&render(&shown))
 }
 
-fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
-    let record = journal.get(id)?.ok_or_else(|| {
-        CliError::failure(format!(
-            "no execution {id} in this journal; `durably ls` lists them"
-        ))
+fn load(inspector: &Inspector, id: Uuid) -> Result<Shown> {
+    let record = inspector.get(id)?.ok_or_else(|| {
+        CliError::failure(format!("no execution {id} in this journal"))
+            .hint("`durably ls` lists the executions of this journal")
     })?;
     let resource = id.to_string();
-    let holder = super::locks::holders(journal)?
+    let holder = super::locks::holders(inspector)?
         .into_iter()
         .find(|holder| holder.resource == resource);
     Ok(Shown {
         execution: Execution::from_record(&record),
         holder,
-        steps: journal
+        steps: inspector
             .steps(id)?
             .iter()
             .map(|step| {
                 let seen = match step.state {
-                    StepState::Intent => match journal.operator().seen_intent(id, step.seq) {
+                    StepState::Intent => match inspector.seen_intent(id, step.seq) {
                         // No token while a live process holds the execution: `render_steps`
                         // says so instead.
                         Err(durably::Error::Locked { .. }) => None,
@@ -140,7 +138,11 @@ fn load(journal: &Journal, id: Uuid) -> Result<Shown> {
                 Ok(Step::from_record(step, seen))
             })
             .collect::<Result<_>>()?,
-        events: journal.events(id)?.iter().map(Event::from_record).collect(),
+        events: inspector
+            .events(id)?
+            .iter()
+            .map(Event::from_record)
+            .collect(),
     })
 }
 

@@ -1,10 +1,11 @@
-//! `durably sweep`: the crash-orphan sweep, printing what it reclaimed.
+//! `durably sweep`: the crash-orphan sweep, printing what it reclaimed. A dry run only reads
+//! the journal.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde::Serialize;
 
+use crate::db::Target;
 use crate::error::Result;
 use crate::escape::escape;
 use crate::output::{print, print_json};
@@ -25,9 +26,13 @@ struct Reclaimed {
 }
 
 /// Runs the sweep.
-pub fn run(db: &Path, dry_run: bool, json: bool) -> Result<()> {
-    let journal = crate::db::open_existing(db)?;
-    let sweep = crate::db::runtime()?.block_on(journal.operator().sweep(dry_run))?;
+pub fn run(target: &Target, dry_run: bool, force: bool, json: bool) -> Result<()> {
+    let sweep = if dry_run {
+        target.inspect()?.sweep_preview()?
+    } else {
+        let journal = target.open_checked(force)?;
+        crate::db::runtime()?.block_on(journal.operator().sweep(false))?
+    };
     let report = Report {
         dry_run,
         reclaimed: sweep

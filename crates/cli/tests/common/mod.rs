@@ -22,6 +22,59 @@ pub fn durably(args: &[&str]) -> Output {
         .expect("the durably binary runs")
 }
 
+/// Runs `durably ARGS` as [`durably`] does, but kills it and fails the test if it has not
+/// exited after `max`: for commands that a bug would make run forever.
+pub fn durably_within(args: &[&str], max: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_durably"))
+        .args(args)
+        .env_remove("DURABLY_DB")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the durably binary runs");
+    let deadline = std::time::Instant::now() + max;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("durably {args:?} was still running after {max:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The names in `dir`, sorted.
+pub fn entries(dir: &Path) -> Vec<String> {
+    let names = std::fs::read_dir(dir).unwrap();
+    let names = names.map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned());
+    let sorted: std::collections::BTreeSet<String> = names.collect();
+    sorted.into_iter().collect()
+}
+
+/// The commands that only read, each with the arguments it needs on `fixture`.
+pub fn reading_commands(fixture: &Fixture) -> Vec<Vec<String>> {
+    let ambiguous = fixture.ambiguous.to_string();
+    [
+        vec!["ls"],
+        vec!["show", ambiguous.as_str()],
+        vec!["locks"],
+        vec!["fires"],
+        vec!["sweep", "--dry-run"],
+    ]
+    .iter()
+    .map(|command| command.iter().map(|word| (*word).to_owned()).collect())
+    .collect()
+}
+
+/// Runs `durably --db DB COMMAND...` with `extra` arguments in front.
+pub fn on(db: &Path, extra: &[&str], command: &[String]) -> Output {
+    let mut args: Vec<&str> = extra.to_vec();
+    args.extend(["--db", db.to_str().unwrap()]);
+    args.extend(command.iter().map(String::as_str));
+    durably(&args)
+}
+
 /// Standard output as text.
 pub fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
@@ -59,6 +112,20 @@ pub fn assert_code(output: &Output, code: i32) {
 pub fn assert_stderr_says(output: &Output, code: i32, needle: &str) {
     assert_code(output, code);
     assert!(stderr(output).contains(needle), "{}", stderr(output));
+}
+
+/// Asserts that standard error is one error in the documented format: a `durably: error:` line,
+/// then at most one `durably: hint:` line.
+pub fn assert_one_error(output: &Output) {
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        matches!(lines.as_slice(), [error] | [error, _] if error.starts_with("durably: error: ")),
+        "{text}"
+    );
+    if let [_, hint] = lines.as_slice() {
+        assert!(hint.starts_with("durably: hint: "), "{text}");
+    }
 }
 
 /// Asserts exit code 0 (as [`assert_code`]) and that standard output contains `needle`.

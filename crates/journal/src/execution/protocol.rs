@@ -12,7 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
-use super::step_rows::{self, Awaited, IntentRow, ResultRow};
+use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
 use crate::payload;
@@ -217,7 +217,7 @@ impl Execution {
                 let seq = call.seq;
                 self.fence
                     .write(move |conn, resource, now| {
-                        step_rows::mark_skipped(conn, resource, seq, now)
+                        step_rows::close_intent(conn, resource, seq, &Closing::Skipped, now)
                     })
                     .await?;
                 Ok(Guarded::Skipped(call.skipped()))
@@ -486,7 +486,7 @@ impl Execution {
         let seq = call.seq;
         self.fence
             .write(move |conn, resource, now| {
-                step_rows::mark_reconciled(conn, resource, seq, &result, now)
+                step_rows::close_intent(conn, resource, seq, &Closing::Reconciled(&result), now)
             })
             .await?;
         Ok(decoded)

@@ -108,48 +108,44 @@ impl IntentRow {
     }
 }
 
-/// Closes the ambiguous window of step `seq` as skipped, with its audit event.
-pub(super) fn mark_skipped(conn: &Connection, resource: &str, seq: u32, now: &str) -> Result<()> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE steps SET state = 'skipped', result_at = ?3
-             WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
-        )?
-        .execute(params![resource, seq, now])?;
-    expect_one_row(changed, resource, seq)?;
-    events::record(
-        conn,
-        now,
-        Some(resource),
-        Some(seq),
-        event_kind::AMBIGUITY_SKIPPED,
-        &json!({ "policy": "skip" }),
-    )
+/// How a policy closes a step's ambiguous window without running it.
+pub(super) enum Closing<'a> {
+    /// Skip: the step is recorded as skipped.
+    Skipped,
+    /// Reconcile: the probe found the effect, and this is its result (JSON).
+    Reconciled(&'a str),
 }
 
-/// Closes the ambiguous window of step `seq` with the result a reconcile probe found.
-pub(super) fn mark_reconciled(
+/// Closes the ambiguous window of step `seq` as `closing` says, with its audit event.
+pub(super) fn close_intent(
     conn: &Connection,
     resource: &str,
     seq: u32,
-    result: &str,
+    closing: &Closing<'_>,
     now: &str,
 ) -> Result<()> {
+    let (state, result, kind, detail) = match closing {
+        Closing::Skipped => (
+            StepState::Skipped,
+            None,
+            event_kind::AMBIGUITY_SKIPPED,
+            json!({ "policy": "skip" }),
+        ),
+        Closing::Reconciled(result) => (
+            StepState::Completed,
+            Some(*result),
+            event_kind::AMBIGUITY_RECONCILED,
+            json!({ "policy": "reconcile", "found": true }),
+        ),
+    };
     let changed = conn
         .prepare_cached(
-            "UPDATE steps SET state = 'completed', result = ?3, result_at = ?4
+            "UPDATE steps SET state = ?3, result = ?4, result_at = ?5
              WHERE execution_id = ?1 AND seq = ?2 AND state = 'intent'",
         )?
-        .execute(params![resource, seq, result, now])?;
+        .execute(params![resource, seq, state.as_str(), result, now])?;
     expect_one_row(changed, resource, seq)?;
-    events::record(
-        conn,
-        now,
-        Some(resource),
-        Some(seq),
-        event_kind::AMBIGUITY_RECONCILED,
-        &json!({ "policy": "reconcile", "found": true }),
-    )
+    events::record(conn, now, Some(resource), Some(seq), kind, &detail)
 }
 
 /// Sets a guarded step's attempt count.
