@@ -477,7 +477,9 @@ fn an_inspector_reads_a_version_6_journal_without_migrating_it() {
     let scratch = Scratch::new();
     write_old_file(&scratch.database, 6);
     let inspector = Journal::builder(&scratch.database).inspect().unwrap();
-    let listed = inspector.list(&durably_journal::ListFilter::default()).unwrap();
+    let listed = inspector
+        .list(&durably_journal::ListFilter::default())
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].status, durably_journal::Status::Completed);
     assert_eq!((listed[0].queue.as_deref(), listed[0].priority), (None, 0));

@@ -135,6 +135,21 @@ impl Journal {
         self.inner.durability
     }
 
+    /// `value` as a journal payload, encoded under this journal's cap: what a crate built on
+    /// the journal hands to functions that store one ([`crate::lifecycle::insert_execution`]).
+    /// Writes nothing.
+    ///
+    /// # Errors
+    /// [`Error::PayloadTooLarge`] over the cap, [`Error::Json`] when `value` does not encode.
+    pub fn encode_payload(
+        &self,
+        value: &impl serde::Serialize,
+        what: &str,
+    ) -> Result<crate::payload::Payload> {
+        let text = crate::payload::encode(value, what, self.payload_bytes_max())?;
+        Ok(crate::payload::Payload::from_stored(text))
+    }
+
     /// The largest payload, in bytes of JSON, this journal writes or reads.
     pub fn payload_bytes_max(&self) -> usize {
         self.inner.settings.payload_bytes_max

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod claim;
 mod config;
 mod error;
 mod events;
@@ -57,6 +58,7 @@ mod handles;
 mod inspect;
 mod inspector;
 mod journal;
+pub mod lifecycle;
 mod open;
 mod operator;
 mod ownership;
@@ -70,6 +72,7 @@ mod storage;
 mod sweep;
 mod writer;
 
+pub use claim::{Claim, ClaimedRow, Claimer};
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT,

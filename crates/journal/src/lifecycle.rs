@@ -1,0 +1,355 @@
+//! The status changes of parked executions, for crates built on the journal (the runtime):
+//! narrow functions on the connection of the caller's journal transaction
+//! ([`crate::Journal::write`], [`crate::Journal::claim_executions`]), so the runtime never writes
+//! SQL on the journal's tables and its own rows commit with each change.
+//!
+//! Each status change is a compare-and-swap on the status it expects, and returns whether it
+//! applied: a row another process moved first is left alone. None of them touches a `running`
+//! execution (its lock holder owns it), and none writes an audit event: the caller records the
+//! one it means with [`record_execution_event`], in the same transaction.
+
+use chrono::{DateTime, Utc};
+use durably_lock::format_timestamp;
+use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::events;
+use crate::payload::Payload;
+use crate::records;
+use crate::states::Status;
+
+/// A new execution for [`insert_execution`]: it starts `queued`, never opened.
+#[derive(Debug, Clone, Copy)]
+pub struct NewExecution<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: &'a str,
+    /// A name for people.
+    pub name: &'a str,
+    /// Its input, encoded under the journal's payload cap ([`crate::Journal::encode_payload`]).
+    pub input: &'a Payload,
+    /// Its queue, if any.
+    pub queue: Option<&'a str>,
+    /// Its priority in the queue: larger runs first.
+    pub priority: i64,
+    /// Not claimable before this time.
+    pub due_at: Option<DateTime<Utc>>,
+    /// Why it is queued, for people (names and reasons, never payloads).
+    pub detail: Option<&'a serde_json::Value>,
+}
+
+/// What [`insert_execution`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// The execution was created, `queued`.
+    New,
+    /// An execution with this id exists already; nothing was written.
+    Exists {
+        /// Its kind.
+        kind: String,
+        /// Its status.
+        status: Status,
+    },
+}
+
+/// What woke a waiting execution ([`wake`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake<'a> {
+    /// Its `due_at` has passed.
+    Due,
+    /// A message arrived on the topic it waits for.
+    Topic(&'a str),
+}
+
+/// Creates execution `new.id`, `queued` and never opened (`opens` 0), unless it exists.
+///
+/// # Errors
+/// A storage error.
+pub fn insert_execution(
+    conn: &Connection,
+    new: &NewExecution<'_>,
+    now: DateTime<Utc>,
+) -> Result<Inserted> {
+    let resource = new.id.to_string();
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO executions (execution_id, kind, name, status, input, opens, created_at,
+                                     updated_at, queue, priority, due_at, status_detail)
+             VALUES (?1, ?2, ?3, 'queued', ?4, 0, ?5, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (execution_id) DO NOTHING",
+        )?
+        .execute(params![
+            resource,
+            new.kind,
+            new.name,
+            new.input.as_json(),
+            format_timestamp(now),
+            new.queue,
+            new.priority,
+            new.due_at.map(format_timestamp),
+            new.detail.map(serde_json::Value::to_string),
+        ])?;
+    if inserted == 1 {
+        return Ok(Inserted::New);
+    }
+    let (kind, status) = conn
+        .prepare_cached("SELECT kind, status FROM executions WHERE execution_id = ?1")?
+        .query_row(params![resource], |row| {
+            Ok((row.get(0)?, records::word(row, 1)?))
+        })?;
+    Ok(Inserted::Exists { kind, status })
+}
+
+/// Claim candidates of `queue` (`None`: executions with no queue): `queued`, not waiting for
+/// a time, highest priority first and first come, first served within a priority. At most
+/// `scan_max`, as (id, kind).
+///
+/// # Errors
+/// A storage error.
+pub fn claimable(
+    conn: &Connection,
+    queue: Option<&str>,
+    scan_max: u32,
+) -> Result<Vec<(Uuid, String)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT execution_id, kind FROM executions
+         WHERE status = 'queued' AND due_at IS NULL AND queue IS ?1
+         ORDER BY priority DESC, id LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![queue, scan_max], |row| {
+        Ok((records::uuid(row, 0)?, row.get(1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// How many executions of `queue` are `running`: the slots taken.
+///
+/// # Errors
+/// A storage error.
+pub fn running_in_queue(conn: &Connection, queue: &str) -> Result<u32> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM executions WHERE status = 'running' AND queue = ?1")?
+        .query_row(params![queue], |row| row.get(0))?)
+}
+
+/// Executions whose `due_at` has passed at `now`, earliest first, at most `max`: waiting ones
+/// to [`wake`], queued ones to [`clear_not_before`].
+///
+/// # Errors
+/// A storage error, or [`Error::Inconsistent`] for a damaged row.
+pub fn due(conn: &Connection, now: DateTime<Utc>, max: u32) -> Result<Vec<(Uuid, Status)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT execution_id, status FROM executions
+         WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![format_timestamp(now), max], |row| {
+        Ok((records::uuid(row, 0)?, records::word(row, 1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The earliest `due_at` of any execution, if one waits for a time.
+///
+/// # Errors
+/// A storage error, or [`Error::Inconsistent`] for a damaged time.
+pub fn next_due(conn: &Connection) -> Result<Option<DateTime<Utc>>> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT min(due_at) FROM executions WHERE due_at IS NOT NULL")?
+        .query_row([], |row| row.get(0))?;
+    text.map(|text| {
+        durably_lock::parse_timestamp(&text)
+            .ok_or_else(|| Error::Inconsistent(format!("due_at {text:?} is not a timestamp")))
+    })
+    .transpose()
+}
+
+/// How many steps execution `id` has recorded: one more than its highest seq (one seek).
+///
+/// # Errors
+/// A storage error.
+pub fn recorded_steps(conn: &Connection, id: Uuid) -> Result<u32> {
+    Ok(conn
+        .prepare_cached("SELECT coalesce(max(seq) + 1, 0) FROM steps WHERE execution_id = ?1")?
+        .query_row(params![id.to_string()], |row| row.get(0))?)
+}
+
+/// `waiting` → `queued`: its time came ([`Wake::Due`], `due_at` at or before `now`), or a
+/// message arrived on the topic it waits for ([`Wake::Topic`]). Clears `due_at` and
+/// `wait_topic`.
+///
+/// # Errors
+/// A storage error.
+pub fn wake(conn: &Connection, id: Uuid, now: DateTime<Utc>, by: Wake<'_>) -> Result<bool> {
+    let now = format_timestamp(now);
+    let (due_by, topic) = match by {
+        Wake::Due => (Some(now.as_str()), None),
+        Wake::Topic(topic) => (None, Some(topic)),
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET status = 'queued', due_at = NULL, wait_topic = NULL,
+                                   updated_at = ?2
+             WHERE execution_id = ?1 AND status = 'waiting'
+               AND (?3 IS NULL OR due_at <= ?3) AND (?4 IS NULL OR wait_topic = ?4)",
+        )?
+        .execute(params![id.to_string(), now, due_by, topic])?;
+    Ok(changed == 1)
+}
+
+/// A queued execution's `not_before` has passed: clears its `due_at`, so it is claimable.
+///
+/// # Errors
+/// A storage error.
+pub fn clear_not_before(conn: &Connection, id: Uuid) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET due_at = NULL
+             WHERE execution_id = ?1 AND status = 'queued' AND due_at IS NOT NULL",
+        )?
+        .execute(params![id.to_string()])?;
+    Ok(changed == 1)
+}
+
+/// `interrupted` → `queued` (the runtime's recovery), with `detail` saying why.
+///
+/// # Errors
+/// A storage error.
+pub fn requeue_interrupted(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    detail: Option<&serde_json::Value>,
+) -> Result<bool> {
+    move_from(conn, id, now, Status::Interrupted, Status::Queued, detail)
+}
+
+/// `interrupted` → `stuck`: it failed to resume too many times in a row; `detail` says why.
+/// Only an operator's [`reopen`] moves it on.
+///
+/// # Errors
+/// A storage error.
+pub fn park_stuck(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    detail: &serde_json::Value,
+) -> Result<bool> {
+    move_from(
+        conn,
+        id,
+        now,
+        Status::Interrupted,
+        Status::Stuck,
+        Some(detail),
+    )
+}
+
+fn move_from(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    from: Status,
+    to: Status,
+    detail: Option<&serde_json::Value>,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET status = ?3, status_detail = ?4, updated_at = ?5
+             WHERE execution_id = ?1 AND status = ?2",
+        )?
+        .execute(params![
+            id.to_string(),
+            from.as_str(),
+            to.as_str(),
+            detail.map(serde_json::Value::to_string),
+            format_timestamp(now),
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Puts a finished or stuck execution back in its queue to continue from its last recorded
+/// step (an operator's resume): when its status is one of `from`, it becomes `queued` with
+/// its end (output, error, `finalized_at`), cancel request and detail cleared. A `running`
+/// execution is never moved, whatever `from` says. Returns the status it had, if it moved.
+///
+/// # Errors
+/// A storage error, or [`Error::Inconsistent`] for a damaged row.
+pub fn reopen(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    from: &[Status],
+) -> Result<Option<Status>> {
+    let resource = id.to_string();
+    let status: Option<Status> = conn
+        .prepare_cached("SELECT status FROM executions WHERE execution_id = ?1")?
+        .query_row(params![resource], |row| records::word(row, 0))
+        .optional()?;
+    let Some(status) = status.filter(|status| *status != Status::Running && from.contains(status))
+    else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "UPDATE executions SET status = 'queued', output = NULL, error = NULL,
+                               finalized_at = NULL, due_at = NULL, wait_topic = NULL,
+                               cancel_requested_at = NULL, cancel_reason = NULL,
+                               status_detail = NULL, updated_at = ?3
+         WHERE execution_id = ?1 AND status = ?2",
+    )?
+    .execute(params![resource, status.as_str(), format_timestamp(now)])?;
+    Ok(Some(status))
+}
+
+/// Appends an audit event about execution `id` (and step `seq`) in the caller's transaction.
+/// `detail` is built from ids, names and reasons, never from payloads.
+///
+/// # Errors
+/// A storage error.
+pub fn record_execution_event(
+    conn: &Connection,
+    at: DateTime<Utc>,
+    id: Uuid,
+    seq: Option<u32>,
+    kind: &str,
+    detail: &serde_json::Value,
+) -> Result<()> {
+    let resource = id.to_string();
+    events::record(
+        conn,
+        &format_timestamp(at),
+        Some(&resource),
+        seq,
+        kind,
+        detail,
+    )
+}
+
+/// The place in its queue of each claimable execution among `ids` (1: claimed next), counted
+/// among the claimable executions of its queue in claim order. Executions that are not
+/// claimable are left out.
+///
+/// # Errors
+/// A storage error.
+pub fn queue_positions(conn: &Connection, ids: &[Uuid]) -> Result<Vec<(Uuid, u64)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT 1 + (SELECT count(*) FROM executions AS ahead
+                     WHERE ahead.status = 'queued' AND ahead.due_at IS NULL
+                       AND ahead.queue IS e.queue
+                       AND (ahead.priority > e.priority
+                            OR (ahead.priority = e.priority AND ahead.id < e.id)))
+         FROM executions AS e
+         WHERE e.execution_id = ?1 AND e.status = 'queued' AND e.due_at IS NULL",
+    )?;
+    let mut positions = Vec::with_capacity(ids.len());
+    for id in ids {
+        let position: Option<i64> = statement
+            .query_row(params![id.to_string()], |row| row.get(0))
+            .optional()?;
+        if let Some(position) = position {
+            positions.push((*id, u64::try_from(position).unwrap_or(0)));
+        }
+    }
+    Ok(positions)
+}
