@@ -12,7 +12,8 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::handle::WorkflowHandle;
 use crate::names::{self, NameKind};
-use crate::{store, watcher};
+use crate::registry::Registry;
+use crate::{payload, store, watcher};
 
 /// A handle on the runtime's side of a journal, for processes that start, message and observe
 /// executions. Cheap to clone: clones share the journal's writer and read pool, and one
@@ -25,6 +26,9 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     journal: Journal,
+    /// The workflows this process runs: a start of one of their kinds is type-checked. Empty
+    /// for a client built with [`Client::new`].
+    registry: Registry,
     /// The watcher's change count, once a wait has started it. Holding this receiver keeps the
     /// watcher running for as long as the client lives.
     changes: Mutex<Option<watch::Receiver<u64>>>,
@@ -61,13 +65,28 @@ impl Client {
     /// [`durably_journal::Error::ExtensionSchemaTooNew`] (as [`Error::Journal`]) when a newer
     /// build of the runtime migrated the file, or a storage error.
     pub async fn new(journal: Journal) -> Result<Self> {
+        Self::with_registry(journal, Registry::default()).await
+    }
+
+    /// A client that type-checks starts of `registry`'s kinds.
+    pub(crate) async fn with_registry(journal: Journal, registry: Registry) -> Result<Self> {
         journal.migrate_extension(&store::SCHEMA).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 journal,
+                registry,
                 changes: Mutex::new(None),
             }),
         })
+    }
+
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Now, on the journal's clock: the time every row the runtime writes is stamped with.
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        durably_lock::Clock::now(self.journal().locker().judge().clock().as_ref())
     }
 
     /// The journal this client works on.
@@ -111,7 +130,7 @@ impl Client {
     ///   [`Error::ReceiverFinished`];
     /// - [`Error::IdempotencyKeyReused`]: the key was used for another payload;
     /// - [`Error::Journal`]: a storage error.
-    pub async fn send<T: Serialize + ?Sized>(
+    pub async fn send<T: Serialize>(
         &self,
         to: Uuid,
         topic: &str,
@@ -122,16 +141,14 @@ impl Client {
         if let Some(key) = idempotency_key {
             names::check(NameKind::IdempotencyKey, key)?;
         }
-        let payload = encode(
+        let message = payload::encode(
             message,
             &format!("message on topic {topic:?}"),
             self.journal(),
         )?;
         let topic = topic.to_owned();
         let key = idempotency_key.map(str::to_owned);
-        let sent_at = durably_lock::format_timestamp(durably_lock::Clock::now(
-            self.journal().locker().judge().clock().as_ref(),
-        ));
+        let sent_at = durably_lock::format_timestamp(self.now());
         let sending = self
             .journal()
             .write(move |conn| {
@@ -155,7 +172,7 @@ impl Client {
                 if let Some(key) = &key
                     && let Some(earlier) = store::message_by_key(conn, to, key)?
                 {
-                    return Ok(if same_json(&earlier.payload, &payload) {
+                    return Ok(if payload::same_json(&earlier.payload, message.as_json()) {
                         Sending::Done(SendOutcome::AlreadySent {
                             message_id: earlier.message_id,
                         })
@@ -167,8 +184,14 @@ impl Client {
                         })
                     });
                 }
-                let message_id =
-                    store::insert_message(conn, to, &topic, &payload, key.as_deref(), &sent_at)?;
+                let message_id = store::insert_message(
+                    conn,
+                    to,
+                    &topic,
+                    message.as_json(),
+                    key.as_deref(),
+                    &sent_at,
+                )?;
                 Ok(Sending::Done(SendOutcome::Sent { message_id }))
             })
             .await?;
@@ -195,7 +218,7 @@ impl Client {
         };
         value?
             .map(|text| {
-                decode(
+                payload::decode(
                     &text,
                     &format!("event {key:?} of execution {id}"),
                     self.journal(),
@@ -203,48 +226,4 @@ impl Client {
             })
             .transpose()
     }
-}
-
-/// Encodes `value` as JSON under the journal's payload cap.
-fn encode<T: Serialize + ?Sized>(value: &T, what: &str, journal: &Journal) -> Result<String> {
-    let text = serde_json::to_string(value).map_err(|source| Error::Json {
-        what: what.to_owned(),
-        source,
-    })?;
-    check_size(&text, what, journal)?;
-    Ok(text)
-}
-
-/// Decodes stored JSON into the caller's type, refusing text over the journal's payload cap.
-fn decode<T: DeserializeOwned>(text: &str, what: &str, journal: &Journal) -> Result<T> {
-    check_size(text, what, journal)?;
-    serde_json::from_str(text).map_err(|source| Error::Json {
-        what: what.to_owned(),
-        source,
-    })
-}
-
-fn check_size(text: &str, what: &str, journal: &Journal) -> Result<()> {
-    let max = journal.payload_bytes_max();
-    if text.len() > max {
-        return Err(Error::PayloadTooLarge {
-            what: what.to_owned(),
-            bytes: text.len(),
-            max,
-        });
-    }
-    Ok(())
-}
-
-/// Whether two JSON texts hold the same value: the same text, or the same value in another
-/// spelling (keys of a map serialized in another order).
-fn same_json(stored: &str, sent: &str) -> bool {
-    stored == sent
-        || matches!(
-            (
-                serde_json::from_str::<serde_json::Value>(stored),
-                serde_json::from_str::<serde_json::Value>(sent),
-            ),
-            (Ok(a), Ok(b)) if a == b
-        )
 }

@@ -43,6 +43,49 @@ pub enum Error {
         found: &'static str,
     },
 
+    /// A workflow kind that no process has registered was started; nothing was written.
+    #[error("unknown workflow kind {kind:?}: no process on this journal has registered it")]
+    UnknownKind {
+        /// The kind.
+        kind: String,
+    },
+
+    /// A start named an id that an execution of another kind already has; nothing was
+    /// written.
+    #[error("execution {execution_id} exists with kind {existing_kind:?}, not {kind:?}")]
+    IdConflict {
+        /// The id.
+        execution_id: Uuid,
+        /// The kind of the existing execution.
+        existing_kind: String,
+        /// The kind the start asked for.
+        kind: String,
+    },
+
+    /// A start named a queue that no runtime has configured; nothing was written.
+    #[error("unknown queue {queue:?}: no runtime on this journal has configured it")]
+    UnknownQueue {
+        /// The queue.
+        queue: String,
+    },
+
+    /// A start's deduplication key names an unfinished execution and the start asked to be
+    /// refused then; nothing was written.
+    #[error("deduplication key {key:?} of queue {queue:?} is taken by execution {existing}")]
+    Duplicate {
+        /// The queue (`""` for none).
+        queue: String,
+        /// The key.
+        key: String,
+        /// The unfinished execution that holds the key.
+        existing: Uuid,
+    },
+
+    /// A start or resume option cannot be honoured (a deadline already past, a time beyond
+    /// what the journal stores); nothing was written.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+
     /// A payload (a message, an input, an event value) is larger than the journal's cap;
     /// nothing was written.
     #[error(
@@ -150,6 +193,14 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A step was called on a context whose workflow had already returned (from a future the
+    /// workflow spawned and left running); nothing was written.
+    #[error("execution {execution_id} has ended: a step was called after its workflow returned")]
+    StepAfterEnd {
+        /// The execution.
+        execution_id: Uuid,
+    },
+
     /// An error from the journal: storage, locks, or a stored value that does not parse.
     #[error(transparent)]
     Journal(#[from] durably_journal::Error),
@@ -163,6 +214,36 @@ impl Error {
             Self::Journal(error) => error.is_retryable(),
             _ => false,
         }
+    }
+}
+
+/// The error a workflow function returns: a message for people and optional JSON details.
+/// It is recorded as the execution's error and returned by its handle's
+/// [`crate::WorkflowHandle::result`] as [`Error::WorkflowFailed`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct WorkflowError {
+    /// What went wrong.
+    pub message: String,
+    /// Structured details, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl WorkflowError {
+    /// An error with `message` and no details.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// So `?` on a runtime call inside a workflow ends the workflow with that error.
+impl From<Error> for WorkflowError {
+    fn from(error: Error) -> Self {
+        Self::new(error.to_string())
     }
 }
 

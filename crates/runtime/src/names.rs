@@ -5,12 +5,36 @@
 
 use crate::error::{Error, Result};
 
-/// The longest topic, event key, idempotency key or deduplication key, in bytes of UTF-8.
+/// The longest workflow kind or queue name, in bytes of UTF-8.
+pub const KIND_BYTES_MAX: usize = 128;
+
+/// The longest topic, event key, idempotency key, deduplication key or execution name, in
+/// bytes of UTF-8.
 pub const KEY_BYTES_MAX: usize = 256;
+
+/// The prefix of the runtime's own steps (`durably:sleep/<name>`, `durably:recv/<topic>`).
+const RESERVED_STEP_PREFIX: &str = "durably:";
+
+/// Refuses a workflow's step name in the runtime's reserved namespace, so replay can never
+/// mistake a user step for a timer or a message.
+pub(crate) fn check_step_name(name: &str) -> Result<()> {
+    if name.starts_with(RESERVED_STEP_PREFIX) {
+        return Err(Error::InvalidName {
+            what: "step name",
+            name: shown(name),
+            reason: format!("names starting with {RESERVED_STEP_PREFIX:?} are the runtime's own"),
+        });
+    }
+    Ok(())
+}
 
 /// What a validated name is, for the error message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NameKind {
+    Kind,
+    Queue,
+    DedupKey,
+    ExecutionName,
     Topic,
     EventKey,
     IdempotencyKey,
@@ -19,6 +43,10 @@ pub(crate) enum NameKind {
 impl NameKind {
     fn describe(self) -> &'static str {
         match self {
+            Self::Kind => "workflow kind",
+            Self::Queue => "queue",
+            Self::DedupKey => "deduplication key",
+            Self::ExecutionName => "execution name",
             Self::Topic => "topic",
             Self::EventKey => "event key",
             Self::IdempotencyKey => "idempotency key",
@@ -27,7 +55,12 @@ impl NameKind {
 
     fn bytes_max(self) -> usize {
         match self {
-            Self::Topic | Self::EventKey | Self::IdempotencyKey => KEY_BYTES_MAX,
+            Self::Kind | Self::Queue => KIND_BYTES_MAX,
+            Self::DedupKey
+            | Self::ExecutionName
+            | Self::Topic
+            | Self::EventKey
+            | Self::IdempotencyKey => KEY_BYTES_MAX,
         }
     }
 }
@@ -77,7 +110,9 @@ mod tests {
     /// Lengths are counted in bytes, at both ends of the range.
     #[test]
     fn lengths_are_bounded_in_bytes() {
-        assert!(check(NameKind::Topic, "t").is_ok());
+        assert!(check(NameKind::Kind, "k").is_ok());
+        assert!(check(NameKind::Kind, &"k".repeat(KIND_BYTES_MAX)).is_ok());
+        assert!(check(NameKind::Queue, &"q".repeat(KIND_BYTES_MAX + 1)).is_err());
         assert!(check(NameKind::Topic, &"t".repeat(KEY_BYTES_MAX + 1)).is_err());
         assert!(check(NameKind::Topic, &"t".repeat(KEY_BYTES_MAX)).is_ok());
         // 129 characters, 258 bytes: over for a topic, though the character count is not.
@@ -102,6 +137,14 @@ mod tests {
             );
         }
         assert!(check(NameKind::Topic, "approval ✓ für Ärger").is_ok());
+    }
+
+    /// Step names in the runtime's namespace are refused; others pass.
+    #[test]
+    fn reserved_step_names_are_refused() {
+        assert!(check_step_name("durably:sleep/x").is_err());
+        assert!(check_step_name("charge card").is_ok());
+        assert!(check_step_name("Durably:sleep").is_ok());
     }
 
     /// The message repeats a bounded prefix of the name, with controls escaped.

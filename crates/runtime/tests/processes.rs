@@ -34,21 +34,33 @@ async fn child() {
         return;
     };
     let mut words = spec.splitn(3, ' ');
-    let (role, db, id) = (words.next().unwrap(), words.next().unwrap(), words.next().unwrap());
+    let (role, db, id) = (
+        words.next().unwrap(),
+        words.next().unwrap(),
+        words.next().unwrap(),
+    );
     let journal = Journal::open(db).unwrap();
     let id: Uuid = id.parse().unwrap();
     match role {
         "complete" => {
-            let Opened::Running(execution) =
-                journal.open_execution(id, "approval", "", &()).await.unwrap()
+            let Opened::Running(execution) = journal
+                .open_execution(id, "approval", "", &())
+                .await
+                .unwrap()
             else {
                 panic!("execution {id} has ended");
             };
-            execution.complete(&"approved in another process").await.unwrap();
+            execution
+                .complete(&"approved in another process")
+                .await
+                .unwrap();
         }
         "send" => {
             let client = Client::new(journal).await.unwrap();
-            let sent = client.send(id, "approval", &true, Some("click-1")).await.unwrap();
+            let sent = client
+                .send(id, "approval", &true, Some("click-1"))
+                .await
+                .unwrap();
             assert!(matches!(sent, SendOutcome::Sent { .. }), "{sent:?}");
         }
         other => panic!("unknown child role {other}"),
@@ -73,7 +85,12 @@ async fn a_result_completed_by_another_process_arrives() {
 
     let handle = client.handle::<String>(id);
     let mut result = pin!(handle.result());
-    assert!(result.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    assert!(
+        result
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    );
     run_child("complete", &db, id);
     assert_eq!(result.await.unwrap(), "approved in another process");
 }
@@ -99,5 +116,8 @@ async fn a_message_sent_from_another_process_is_kept() {
             )?)
         })
         .unwrap();
-    assert_eq!(kept, (id.to_string(), "approval".to_owned(), "click-1".to_owned()));
+    assert_eq!(
+        kept,
+        (id.to_string(), "approval".to_owned(), "click-1".to_owned())
+    );
 }

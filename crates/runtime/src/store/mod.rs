@@ -9,6 +9,8 @@
 
 mod changes;
 mod messages;
+mod registrations;
+mod started;
 mod workflow_events;
 
 use durably_journal::{ExtensionSchema, Migration, Result};
@@ -17,6 +19,10 @@ use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use messages::{insert_message, message_by_key};
+pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
+pub(crate) use started::{
+    Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
+};
 pub(crate) use workflow_events::workflow_event;
 
 /// The runtime's tables and views in the journal's file, owner `runtime`, applied by
