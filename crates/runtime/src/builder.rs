@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use durably_journal::Journal;
 use serde::Serialize;
@@ -9,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::client::Client;
+use crate::clock::testing::TestClock;
+use crate::clock::{Clock, SystemClock};
 use crate::context::WorkflowContext;
 use crate::dispatcher::Capacity;
 use crate::error::{Result, WorkflowError};
@@ -43,6 +46,7 @@ pub struct RuntimeBuilder {
     registry: Registry,
     queues: BTreeMap<String, QueueConfig>,
     concurrency_max: u32,
+    clock: Option<Arc<TestClock>>,
 }
 
 impl RuntimeBuilder {
@@ -52,6 +56,7 @@ impl RuntimeBuilder {
             registry: Registry::default(),
             queues: BTreeMap::new(),
             concurrency_max: CONCURRENCY_MAX_DEFAULT,
+            clock: None,
         }
     }
 
@@ -89,6 +94,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Runs the runtime on `clock` instead of the system clock: due times are compared with it
+    /// and slept on it, so a test moves time with [`TestClock::advance`]. It must be the clock
+    /// the journal was opened with ([`durably_journal::JournalBuilder::clock`]), so that rows
+    /// and timers agree; [`RuntimeBuilder::start`] refuses another.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<TestClock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Starts the runtime: brings the runtime's tables up to date, then records its queues'
     /// limits and its workflow kinds in one transaction, so other processes can start those
     /// kinds and use those queues.
@@ -98,6 +113,7 @@ impl RuntimeBuilder {
     /// [`crate::Error::InvalidName`] for a bad queue name, [`crate::Error::Journal`] (a file
     /// migrated by a newer runtime, storage). Nothing is written on a configuration error.
     pub async fn start(self) -> Result<Runtime> {
+        let clock = self.checked_clock()?;
         let registry = self.registry.checked()?;
         if self.concurrency_max == 0 {
             return Err(crate::Error::InvalidConfig(
@@ -153,9 +169,25 @@ impl RuntimeBuilder {
                 Ok(())
             })
             .await?;
-        Ok(Runtime::spawn(
-            client,
-            Capacity::new(self.concurrency_max, process_limits),
-        ))
+        let capacity = Capacity::new(self.concurrency_max, process_limits);
+        Ok(Runtime::spawn(client, capacity, clock))
+    }
+
+    /// The runtime's clock: the test clock if one was given and it is the journal's, else the
+    /// system clock.
+    fn checked_clock(&self) -> Result<Arc<dyn Clock>> {
+        let Some(clock) = &self.clock else {
+            return Ok(Arc::new(SystemClock));
+        };
+        let journal_clock = self.journal.locker().judge().clock();
+        // Compares the objects, not the vtables: the same clock seen through two traits.
+        if Arc::as_ptr(clock).cast::<()>() != Arc::as_ptr(journal_clock).cast::<()>() {
+            return Err(crate::Error::InvalidConfig(
+                "the runtime's clock must be the journal's: open the journal with the same \
+                 Arc<TestClock>"
+                    .to_owned(),
+            ));
+        }
+        Ok(Arc::clone(clock) as Arc<dyn Clock>)
     }
 }

@@ -16,12 +16,20 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::client::Client;
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::store;
 use crate::task::{self, Ran};
+use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
-    claimable, record_execution_event, recorded_steps, running_in_queue,
+    Wake, claimable, clear_not_before, due, next_due, record_execution_event, recorded_steps,
+    running_in_queue, wake,
 };
+use rusqlite::Connection;
+
+/// The most due executions one pass moves; the rest wait for the next pass, which comes at
+/// once because they are still due.
+pub(crate) const DUE_BATCH_MAX: u32 = 256;
 
 /// The most queued rows one claim pass reads per queue, served kinds or not.
 pub(crate) const CLAIM_SCAN_MAX: u32 = 256;
@@ -87,6 +95,8 @@ pub(crate) struct Dispatch {
     pub(crate) notify: Notify,
     /// Set to end the dispatcher.
     pub(crate) stop: watch::Sender<bool>,
+    /// The journal's clock, which due times are compared with and slept on.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// Runs passes until stopped.
@@ -99,16 +109,51 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
         }
         // A failed pass (a busy file, a full disk) claimed nothing that commits; the next
         // wake-up, at the latest the safety tick, tries again.
-        if let Err(error) = claim_pass(&dispatch).await {
-            tracing::warn!(%error, "a claim pass failed");
-        }
+        let next_due = match pass(&dispatch).await {
+            Ok(next_due) => next_due,
+            Err(error) => {
+                tracing::warn!(%error, "a dispatcher pass failed");
+                None
+            }
+        };
+        let due = async {
+            match next_due {
+                Some(at) => dispatch.clock.sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = dispatch.notify.notified() => {}
             changed = changes.changed() => changed.map_err(|_| watcher_ended())?,
+            () = due => {}
             () = tokio::time::sleep(SAFETY_TICK) => {}
             _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
         }
     }
+}
+
+/// One pass: the due pass and the claims, in one writer request when a read finds either
+/// has work, so a commit that concerns nothing here costs no write lock. Returns the next
+/// due time to wake at.
+async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
+    let rooms = dispatch.capacity.rooms();
+    let now = dispatch.clock.now();
+    let (work, next) = dispatch.client.journal().read(|conn| {
+        let next = next_due(conn)?;
+        let mut work = next.is_some_and(|at| at <= now);
+        for (queue, _) in &rooms {
+            if work {
+                break;
+            }
+            work = !claimable(conn, queue.as_deref(), 1)?.is_empty();
+        }
+        Ok((work, next))
+    })?;
+    if !work {
+        return Ok(next);
+    }
+    claim_pass(dispatch, rooms, now).await?;
+    Ok(dispatch.client.journal().read(next_due)?)
 }
 
 fn watcher_ended() -> crate::Error {
@@ -119,25 +164,43 @@ fn watcher_ended() -> crate::Error {
 /// lets a checker recount a queue's slots in commit order.
 pub(crate) const EVENT_CLAIMED: &str = "claimed";
 
-/// One claim pass: claims what fits, opens each claim and spawns its task.
-async fn claim_pass(dispatch: &Arc<Dispatch>) -> Result<()> {
-    let rooms = dispatch.capacity.rooms();
-    if rooms.is_empty() {
-        return Ok(());
+/// Moves what is due at `now` (at most [`DUE_BATCH_MAX`]): a waiting execution is woken
+/// (queued again), a queued one whose not-before time has come becomes claimable.
+fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<()> {
+    for (id, status) in due(conn, now, DUE_BATCH_MAX)? {
+        match status {
+            Status::Waiting => {
+                wake(conn, id, now, Wake::Due)?;
+            }
+            Status::Queued => {
+                clear_not_before(conn, id)?;
+            }
+            _ => {}
+        }
     }
+    Ok(())
+}
+
+/// One claim pass after the due pass, in the same transaction: claims what fits, opens each
+/// claim and spawns its task.
+async fn claim_pass(
+    dispatch: &Arc<Dispatch>,
+    rooms: Vec<(QueueKey, u32)>,
+    now: DateTime<Utc>,
+) -> Result<()> {
     let served: Vec<(String, u32)> = dispatch
         .client
         .registry()
         .kinds()
         .map(|(kind, version)| (kind.to_owned(), version))
         .collect();
-    let now = dispatch.client.now();
     let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, u32>::new()));
     let picked = Arc::clone(&versions);
     let claims = dispatch
         .client
         .journal()
         .claim_executions(move |conn, claimer| {
+            due_pass(conn, now)?;
             let mut picked = picked.lock().unwrap_or_else(PoisonError::into_inner);
             for (queue, room) in rooms {
                 let limited = match &queue {

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::builder::RuntimeBuilder;
 use crate::client::Client;
+use crate::clock::Clock;
 use crate::dispatcher::{self, Capacity, Dispatch};
 use crate::error::Result;
 use crate::handle::WorkflowHandle;
@@ -45,10 +46,11 @@ impl Runtime {
         RuntimeBuilder::new(journal)
     }
 
-    pub(crate) fn spawn(client: Client, capacity: Capacity) -> Self {
+    pub(crate) fn spawn(client: Client, capacity: Capacity, clock: Arc<dyn Clock>) -> Self {
         let dispatch = Arc::new(Dispatch {
             client,
             capacity,
+            clock,
             notify: Notify::new(),
             stop: watch::Sender::new(false),
         });
