@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use durably_journal::Journal;
 use serde::Serialize;
@@ -16,8 +17,9 @@ use crate::context::WorkflowContext;
 use crate::dispatcher::Capacity;
 use crate::error::{Result, WorkflowError};
 use crate::names::{self, NameKind};
+use crate::recovery::{RESUME_FAILURES_MAX_DEFAULT, recover};
 use crate::registry::Registry;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, Settings};
 use crate::store;
 
 /// The audit event written to the journal's `events` table when a runtime changes a queue's
@@ -47,7 +49,12 @@ pub struct RuntimeBuilder {
     queues: BTreeMap<String, QueueConfig>,
     concurrency_max: u32,
     clock: Option<Arc<TestClock>>,
+    resume_failures_max: u32,
+    sweep_interval: Duration,
 }
+
+/// The default of [`RuntimeBuilder::sweep_interval`].
+pub const SWEEP_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 
 impl RuntimeBuilder {
     pub(crate) fn new(journal: Journal) -> Self {
@@ -57,6 +64,8 @@ impl RuntimeBuilder {
             queues: BTreeMap::new(),
             concurrency_max: CONCURRENCY_MAX_DEFAULT,
             clock: None,
+            resume_failures_max: RESUME_FAILURES_MAX_DEFAULT,
+            sweep_interval: SWEEP_INTERVAL_DEFAULT,
         }
     }
 
@@ -94,6 +103,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many runs in a row may fail without recording a step before the execution is
+    /// parked `stuck` for an operator (default [`RESUME_FAILURES_MAX_DEFAULT`]).
+    #[must_use]
+    pub fn resume_failures_max(mut self, failures_max: u32) -> Self {
+        self.resume_failures_max = failures_max;
+        self
+    }
+
+    /// How often the runtime sweeps the journal for executions of processes that died and
+    /// recovers them (default [`SWEEP_INTERVAL_DEFAULT`]). Runs that fail in this process are
+    /// recovered at once.
+    #[must_use]
+    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
     /// Runs the runtime on `clock` instead of the system clock: due times are compared with it
     /// and slept on it, so a test moves time with [`TestClock::advance`]. It must be the clock
     /// the journal was opened with ([`durably_journal::JournalBuilder::clock`]), so that rows
@@ -104,9 +130,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Starts the runtime: brings the runtime's tables up to date, then records its queues'
-    /// limits and its workflow kinds in one transaction, so other processes can start those
-    /// kinds and use those queues.
+    /// Starts the runtime: brings the runtime's tables up to date, records its queues' limits
+    /// and its workflow kinds in one transaction (so other processes can start those kinds and
+    /// use those queues), recovers the interrupted executions of its kinds (see
+    /// [`Runtime::recovery_report`]), then starts claiming.
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] naming every registration problem,
@@ -118,6 +145,11 @@ impl RuntimeBuilder {
         if self.concurrency_max == 0 {
             return Err(crate::Error::InvalidConfig(
                 "concurrency_max must be at least 1".to_owned(),
+            ));
+        }
+        if self.resume_failures_max == 0 || self.sweep_interval.is_zero() {
+            return Err(crate::Error::InvalidConfig(
+                "resume_failures_max and sweep_interval must be at least 1".to_owned(),
             ));
         }
         for (queue, config) in &self.queues {
@@ -169,8 +201,15 @@ impl RuntimeBuilder {
                 Ok(())
             })
             .await?;
-        let capacity = Capacity::new(self.concurrency_max, process_limits);
-        Ok(Runtime::spawn(client, capacity, clock))
+        let recovery = recover(&client, self.resume_failures_max).await?;
+        Ok(Runtime::spawn(Settings {
+            client,
+            capacity: Capacity::new(self.concurrency_max, process_limits),
+            clock,
+            resume_failures_max: self.resume_failures_max,
+            sweep_interval: self.sweep_interval,
+            recovery,
+        }))
     }
 
     /// The runtime's clock: the test clock if one was given and it is the journal's, else the

@@ -8,6 +8,7 @@
 //! limit for the queue, and its limit over all queues.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use uuid::Uuid;
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::recovery::recover;
 use crate::store;
 use crate::task::{self, Ran};
 use chrono::{DateTime, Utc};
@@ -97,15 +99,30 @@ pub(crate) struct Dispatch {
     pub(crate) stop: watch::Sender<bool>,
     /// The journal's clock, which due times are compared with and slept on.
     pub(crate) clock: Arc<dyn Clock>,
+    /// Failed runs in a row, without progress, after which an execution is `stuck`.
+    pub(crate) resume_failures_max: u32,
+    /// How often the dispatcher sweeps and recovers even if no run of its own failed, for
+    /// executions of processes that died since.
+    pub(crate) sweep_interval: Duration,
+    /// Set when a run here stopped abnormally, so the next pass recovers it at once.
+    pub(crate) recover_soon: AtomicBool,
 }
 
 /// Runs passes until stopped.
 pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
     let mut changes = dispatch.client.changes()?;
     let mut stop = dispatch.stop.subscribe();
+    let mut sweep = tokio::time::interval(dispatch.sweep_interval);
+    // The runtime's start has just recovered: the first periodic pass waits a full interval.
+    sweep.reset();
     loop {
         if *stop.borrow_and_update() {
             return Ok(());
+        }
+        if dispatch.recover_soon.swap(false, Ordering::SeqCst)
+            && let Err(error) = recover(&dispatch.client, dispatch.resume_failures_max).await
+        {
+            tracing::warn!(%error, "a recovery pass failed");
         }
         // A failed pass (a busy file, a full disk) claimed nothing that commits; the next
         // wake-up, at the latest the safety tick, tries again.
@@ -126,6 +143,7 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
             () = dispatch.notify.notified() => {}
             changed = changes.changed() => changed.map_err(|_| watcher_ended())?,
             () = due => {}
+            _ = sweep.tick() => dispatch.recover_soon.store(true, Ordering::SeqCst),
             () = tokio::time::sleep(SAFETY_TICK) => {}
             _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
         }
@@ -163,6 +181,21 @@ fn watcher_ended() -> crate::Error {
 /// The audit event of a claim into a limited queue: with the events that end a run there, it
 /// lets a checker recount a queue's slots in commit order.
 pub(crate) const EVENT_CLAIMED: &str = "claimed";
+
+/// Records why a run here stopped abnormally and has the next pass recover it: its handle is
+/// gone, so the sweep finds it `interrupted` and the recovery counts the failure.
+async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
+    let failure = serde_json::json!({ "message": reason });
+    let recorded = dispatch
+        .client
+        .journal()
+        .write(move |conn| store::set_last_failure(conn, id, &failure))
+        .await;
+    if let Err(error) = recorded {
+        tracing::warn!(execution_id = %id, %error, "cannot record why a run stopped");
+    }
+    dispatch.recover_soon.store(true, Ordering::SeqCst);
+}
 
 /// Moves what is due at `now` (at most [`DUE_BATCH_MAX`]): a waiting execution is woken
 /// (queued again), a queued one whose not-before time has come becomes claimable.
@@ -256,6 +289,7 @@ async fn claim_pass(
                 match task::run(execution, version, workflow).await {
                     Ok(Ran::Halted(reason)) => {
                         tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
+                        record_halt(&dispatch, row.execution_id, reason).await;
                     }
                     Ok(_) => {}
                     Err(error) => {

@@ -2,6 +2,8 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use durably_journal::Journal;
 use serde::Serialize;
@@ -16,6 +18,7 @@ use crate::dispatcher::{self, Capacity, Dispatch};
 use crate::error::Result;
 use crate::handle::WorkflowHandle;
 use crate::options::StartOptions;
+use crate::recovery::RecoveryReport;
 
 /// A runtime started by [`RuntimeBuilder::start`]: it claims queued executions of the kinds
 /// this process registered, within every queue limit, and runs them. Everything a [`Client`]
@@ -27,6 +30,17 @@ use crate::options::StartOptions;
 pub struct Runtime {
     dispatch: Arc<Dispatch>,
     _stop_on_drop: Arc<StopOnDrop>,
+    recovery: Arc<RecoveryReport>,
+}
+
+/// What [`RuntimeBuilder::start`] hands the runtime it starts.
+pub(crate) struct Settings {
+    pub(crate) client: Client,
+    pub(crate) capacity: Capacity,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) resume_failures_max: u32,
+    pub(crate) sweep_interval: Duration,
+    pub(crate) recovery: RecoveryReport,
 }
 
 /// Stops the dispatcher when the last clone of its runtime is dropped (the dispatcher's own
@@ -46,11 +60,14 @@ impl Runtime {
         RuntimeBuilder::new(journal)
     }
 
-    pub(crate) fn spawn(client: Client, capacity: Capacity, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn spawn(settings: Settings) -> Self {
         let dispatch = Arc::new(Dispatch {
-            client,
-            capacity,
-            clock,
+            client: settings.client,
+            capacity: settings.capacity,
+            clock: settings.clock,
+            resume_failures_max: settings.resume_failures_max,
+            sweep_interval: settings.sweep_interval,
+            recover_soon: AtomicBool::new(false),
             notify: Notify::new(),
             stop: watch::Sender::new(false),
         });
@@ -63,7 +80,14 @@ impl Runtime {
         Self {
             _stop_on_drop: Arc::new(StopOnDrop(Arc::clone(&dispatch))),
             dispatch,
+            recovery: Arc::new(settings.recovery),
         }
+    }
+
+    /// What recovery did when this runtime started: executions requeued, parked `stuck`, and
+    /// interrupted executions of kinds it does not serve, left alone.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
     }
 
     /// As [`Client::start`], and wakes this runtime's dispatcher at once, so an execution of a
