@@ -193,6 +193,18 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A resume found the execution in a status it does not move (only `stuck` and
+    /// `cancelled` go back to their queue); nothing was written.
+    #[error(
+        "execution {execution_id} is {status}; only a stuck or cancelled execution can be resumed"
+    )]
+    NotResumable {
+        /// The execution.
+        execution_id: Uuid,
+        /// Its status.
+        status: Status,
+    },
+
     /// A step was called on a context whose workflow had already returned (from a future the
     /// workflow spawned and left running); nothing was written.
     #[error("execution {execution_id} has ended: a step was called after its workflow returned")]

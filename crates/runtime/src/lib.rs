@@ -59,6 +59,7 @@ mod options;
 mod payload;
 mod recovery;
 mod registry;
+mod resume;
 mod runtime;
 mod start;
 mod store;

@@ -13,7 +13,9 @@ mod support;
 use std::time::Duration;
 
 use durably_journal::Status;
-use durably_runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError, WorkflowHandle};
+use durably_runtime::{
+    Error, Runtime, StartOptions, WorkflowContext, WorkflowError, WorkflowHandle,
+};
 use support::{PAYLOAD_BYTES_MAX, Scratch};
 
 async fn approve(_context: WorkflowContext, _input: ()) -> Result<String, WorkflowError> {
@@ -37,7 +39,9 @@ async fn wait_for_status<O>(handle: &WorkflowHandle<O>, status: Status) {
 #[tokio::test]
 async fn abandoned_executions_resume_and_strangers_are_reported() {
     let scratch = Scratch::new();
-    let _tables = durably_runtime::Client::new(scratch.journal.clone()).await.unwrap();
+    let _tables = durably_runtime::Client::new(scratch.journal.clone())
+        .await
+        .unwrap();
     let (id, execution) = scratch.runtime_execution().await;
     drop(execution);
     let runtime = Runtime::builder(scratch.journal.clone())
@@ -100,4 +104,53 @@ async fn a_crash_loop_ends_stuck() {
     assert_eq!(detail["failures"], 3, "{detail}");
     let last = detail["last"]["message"].as_str().unwrap();
     assert!(last.contains("byte cap"), "{last}");
+
+    // Resumed, it is claimed again and, still failing, stuck again after three more runs:
+    // its count started over.
+    runtime.resume(id).await.unwrap();
+    wait_for_status(&handle, Status::Stuck).await;
+    assert_eq!(scratch.journal.get(id).unwrap().unwrap().opens, 6);
+}
+
+/// Resuming an execution that is not stuck or cancelled, an unknown one or a hand-driven one
+/// is refused, and changes nothing.
+#[tokio::test]
+async fn resumes_of_other_executions_are_refused() {
+    let scratch = Scratch::new();
+    let client = durably_runtime::Client::new(scratch.journal.clone())
+        .await
+        .unwrap();
+    let (running, _execution) = scratch.runtime_execution().await;
+    scratch
+        .refused(client.resume(running), |error| {
+            matches!(
+                error,
+                Error::NotResumable {
+                    status: Status::Running,
+                    ..
+                }
+            )
+        })
+        .await;
+    let nobody = durably_journal::new_execution_id();
+    scratch
+        .refused(
+            client.resume(nobody),
+            |error| matches!(error, Error::NotFound(id) if *id == nobody),
+        )
+        .await;
+    let hand = durably_journal::new_execution_id();
+    let durably_journal::Opened::Running(_hand) = scratch
+        .journal
+        .open_execution(hand, "report", "", &())
+        .await
+        .unwrap()
+    else {
+        unreachable!("a new execution is never finished");
+    };
+    scratch
+        .refused(client.resume(hand), |error| {
+            matches!(error, Error::NotRuntimeExecution { .. })
+        })
+        .await;
 }

@@ -40,3 +40,13 @@ pub(crate) fn count_failed_run(
         })
         .optional()?)
 }
+
+/// Clears execution `execution_id`'s failure count and last failure: an operator resumed it.
+pub(crate) fn reset_failures(conn: &Connection, execution_id: Uuid) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE runtime_executions SET resume_failures = 0, last_failure = NULL
+         WHERE execution_id = ?1",
+    )?
+    .execute(params![execution_id.to_string()])?;
+    Ok(())
+}
