@@ -20,36 +20,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use durably_lock::{Acquire, DeathReason, Judgement, Locker, LockerConfig, read};
-use support::lock::{TestClock, immediate, process_state, spawn_holder};
-use support::{Driven, Scratch, wait_until};
+use support::Scratch;
+use support::lock::{TestClock, immediate, resume, spawn_holder, stop};
 
 const LEASE_MS: i64 = 60_000;
-
-fn signal(child: &Driven, signal: libc::c_int) {
-    let pid = libc::pid_t::try_from(child.pid()).unwrap();
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped child.
-    let result = unsafe { libc::kill(pid, signal) };
-    assert_eq!(
-        result,
-        0,
-        "kill({pid}, {signal}): {}",
-        std::io::Error::last_os_error()
-    );
-}
-
-fn stop(child: &Driven) {
-    signal(child, libc::SIGSTOP);
-    wait_until("the child is stopped", || {
-        process_state(child.pid()) == Some('T')
-    });
-}
-
-fn resume(child: &Driven) {
-    signal(child, libc::SIGCONT);
-    wait_until("the child runs again", || {
-        process_state(child.pid()) != Some('T')
-    });
-}
 
 fn fenced_write_count(scratch: &Scratch, epoch: i64) -> i64 {
     scratch
@@ -68,7 +42,7 @@ fn a_stopped_holder_without_a_lease_is_never_taken_over() {
     let (mut child, _) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
     assert_eq!(child.expect("acquired"), ["1", "none"]);
-    stop(&child);
+    stop(child.pid());
 
     let clock = TestClock::at(Utc::now() + chrono::Duration::days(365));
     let mut config = LockerConfig::new(scratch.liveness());
@@ -89,7 +63,7 @@ fn a_stopped_holder_without_a_lease_is_never_taken_over() {
     );
     assert!(contender.dead_holders(&conn).unwrap().is_empty());
 
-    resume(&child);
+    resume(child.pid());
     child.send("fence 1");
     assert_eq!(child.expect("fenced"), ["1"]);
     child.finish();
@@ -109,7 +83,7 @@ fn an_expired_lease_is_taken_over_and_the_returning_holder_is_fenced_off() {
         .holder
         .unwrap()
         .heartbeat_at;
-    stop(&child);
+    stop(child.pid());
 
     let clock = TestClock::at(Utc::now());
     let mut config = LockerConfig::new(scratch.liveness());
@@ -141,7 +115,7 @@ fn an_expired_lease_is_taken_over_and_the_returning_holder_is_fenced_off() {
         }
     );
 
-    resume(&child);
+    resume(child.pid());
     child.send("fence 1");
     let lost = child.expect("lost").join(" ");
     assert!(

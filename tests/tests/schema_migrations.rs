@@ -24,7 +24,7 @@ use std::path::Path;
 use durably_journal::{APPLICATION_ID, Error as JournalError, Journal, SCHEMA_VERSION};
 use durably_scheduler::{Error, Scheduler};
 use rusqlite::{Connection, params};
-use support::{Scratch, runtime};
+use support::{Scratch, query_pairs, runtime};
 
 /// The journal migrations of the builds that wrote schema version 5, as they applied them:
 /// migration 5 ran `0004_views.sql` again after its own file, in the same transaction.
@@ -93,15 +93,10 @@ fn count(path: &Path, table: &str) -> i64 {
 }
 
 fn schema_versions(path: &Path) -> Vec<(String, i64)> {
-    let conn = Connection::open(path).unwrap();
-    let mut statement = conn
-        .prepare("SELECT owner, version FROM schema_versions ORDER BY owner")
-        .unwrap();
-    statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
+    query_pairs(
+        path,
+        "SELECT owner, version FROM schema_versions ORDER BY owner",
+    )
 }
 
 /// The tables an old file at `version` holds, with the rows written into each.

@@ -43,6 +43,10 @@ pub struct Args {
     /// `replay`: committed steps to replay.
     #[arg(long, default_value_t = 10_000)]
     pub replay_steps: u32,
+    /// `resume-memory`: committed steps of the execution a fresh process resumes (default
+    /// 1,000,000, or 100,000 with `--quick`).
+    #[arg(long)]
+    pub resume_steps: Option<u32>,
     /// `scale`: finalized executions in the pre-filled journal (default 1,000,000, or 20,000
     /// with `--quick`).
     #[arg(long)]
@@ -71,6 +75,23 @@ pub enum Command {
     /// One scheduler process of the `scheduler` scenario.
     #[command(hide = true)]
     SchedulerWorker(WorkerArgs),
+    /// The resuming process of the `resume-memory` scenario.
+    #[command(hide = true, name = "resume-worker")]
+    Resumer(ResumeWorkerArgs),
+}
+
+/// Arguments of the `resume-memory` scenario's resuming process.
+#[derive(Debug, clap::Args)]
+pub struct ResumeWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// The execution to resume.
+    #[arg(long)]
+    pub execution_id: uuid::Uuid,
+    /// How many committed steps it has, all replayed.
+    #[arg(long)]
+    pub steps: u32,
 }
 
 /// Arguments of a worker process.
@@ -156,6 +177,8 @@ pub enum ScenarioName {
     Workflows,
     /// Reopen an execution with many committed steps and replay them.
     Replay,
+    /// The peak RSS of a fresh process resuming an execution of 1,000,000 steps.
+    ResumeMemory,
     /// Latencies on a large journal against an empty one, and a retention sweep.
     Scale,
     /// Several processes writing one file at once.
@@ -173,6 +196,7 @@ impl ScenarioName {
             Self::Concurrent,
             Self::Workflows,
             Self::Replay,
+            Self::ResumeMemory,
             Self::Multiprocess,
             Self::Scheduler,
             Self::Scale,
@@ -187,6 +211,7 @@ impl ScenarioName {
             Self::Concurrent => "concurrent",
             Self::Workflows => "workflows",
             Self::Replay => "replay",
+            Self::ResumeMemory => "resume-memory",
             Self::Scale => "scale",
             Self::Multiprocess => "multiprocess",
             Self::Scheduler => "scheduler",

@@ -36,6 +36,8 @@ pub struct Context {
     pub workflow_effect: EffectArg,
     /// `replay`: steps to replay.
     pub replay_steps: u32,
+    /// `resume-memory`: steps of the resumed execution.
+    pub resume_steps: u32,
     /// `scale`: executions to pre-fill.
     pub scale_executions: u64,
     /// `scale`: steps per pre-filled execution.
@@ -71,6 +73,10 @@ impl Context {
             workflow_steps: args.steps,
             workflow_effect: args.effect,
             replay_steps: args.replay_steps,
+            resume_steps: args
+                .resume_steps
+                .unwrap_or(if quick { 100_000 } else { 1_000_000 })
+                .max(1),
             scale_executions: args
                 .scale_executions
                 .unwrap_or(if quick { 20_000 } else { 1_000_000 })
@@ -146,6 +152,7 @@ impl Context {
             ScenarioName::Concurrent => scenarios::concurrent::run(self, dir).await,
             ScenarioName::Workflows => scenarios::workflows::run(self, dir).await,
             ScenarioName::Replay => scenarios::replay::run(self, dir).await,
+            ScenarioName::ResumeMemory => scenarios::resume_memory::run(self, dir).await,
             ScenarioName::Scale => scenarios::scale::run(self, dir).await,
             ScenarioName::Multiprocess => scenarios::multiprocess::run(self, dir).await,
             ScenarioName::Scheduler => scenarios::scheduler::run(self, dir).await,

@@ -44,6 +44,9 @@ async fn run(args: Args) -> Result<()> {
         Some(Command::SchedulerWorker(worker)) => {
             return scenarios::scheduler::worker(worker, args.durability.into()).await;
         }
+        Some(Command::Resumer(worker)) => {
+            return scenarios::resume_memory::worker(worker, args.durability.into()).await;
+        }
         None => {}
     }
     let context = Context::new(&args)?;

@@ -84,7 +84,7 @@ impl Row<'_> {
         }
         println!(
             "bench {} ops_per_s={ops_per_s:.1} ratio_vs_sqlite={ratio:.3} p50_us={p50:.1} \
-             p99_us={p99:.1} durability={}",
+             p99_us={p99:.1} durability={} peak_rss_mib={peak_text}",
             self.scenario,
             self.durability.as_str()
         );

@@ -61,24 +61,25 @@ impl Samples {
         self.nanos.iter().filter(|&&nanos| nanos > limit).count()
     }
 
-    /// The samples in whole microseconds, for a worker to print to its parent.
-    pub fn to_micros_line(&self) -> String {
-        let mut line = String::with_capacity(self.nanos.len() * 6);
+    /// The samples in nanoseconds, for a worker to print to its parent. Nanoseconds, because a
+    /// replayed step takes well under a microsecond.
+    pub fn to_nanos_line(&self) -> String {
+        let mut line = String::with_capacity(self.nanos.len() * 8);
         for nanos in &self.nanos {
             if !line.is_empty() {
                 line.push(' ');
             }
-            line.push_str(&(nanos / 1_000).to_string());
+            line.push_str(&nanos.to_string());
         }
         line
     }
 
-    /// Parses a line written by [`Samples::to_micros_line`].
-    pub fn from_micros_line(line: &str) -> Option<Self> {
+    /// Parses a line written by [`Samples::to_nanos_line`].
+    pub fn from_nanos_line(line: &str) -> Option<Self> {
         let mut samples = Self::default();
         for word in line.split_whitespace() {
-            let micros: u64 = word.parse().ok()?;
-            samples.record(Duration::from_micros(micros));
+            let nanos: u64 = word.parse().ok()?;
+            samples.record(Duration::from_nanos(nanos));
         }
         Some(samples)
     }

@@ -51,12 +51,8 @@ pub struct Cli {
 pub enum Command {
     /// List executions, newest first.
     Ls(LsArgs),
-    /// Show one execution: its row, its steps and its audit events.
-    Show {
-        /// The execution id (a UUID; `durably ls` lists them).
-        #[arg(value_parser = parse_execution_id)]
-        id: Uuid,
-    },
+    /// Show one execution: its row, a page of its steps and a page of its audit events.
+    Show(ShowArgs),
     /// List held locks, their holders, and whether each holder is alive.
     Locks,
     /// Run the crash-orphan sweep: reclaim executions whose process died.
@@ -132,6 +128,27 @@ pub struct LsArgs {
     /// At most this many rows (1 to 10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
     pub limit: u32,
+}
+
+/// How many steps, and how many audit events, `show` prints when not told.
+pub const SHOW_LIMIT_DEFAULT: u32 = 100;
+
+/// Arguments of `show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The execution id (a UUID; `durably ls` lists them).
+    #[arg(value_parser = parse_execution_id)]
+    pub id: Uuid,
+    /// At most this many steps, and this many audit events (1 to 10000).
+    #[arg(long, default_value_t = SHOW_LIMIT_DEFAULT, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
+    pub limit: u32,
+    /// Show the steps after this seq (`show` prints the one that starts the next page).
+    #[arg(long, value_name = "SEQ")]
+    pub after: Option<u32>,
+    /// Show the audit events after this event id (`show` prints the one that starts the next
+    /// page).
+    #[arg(long, value_name = "ID")]
+    pub events_after: Option<i64>,
 }
 
 /// An execution status, as `ls --status` takes it.

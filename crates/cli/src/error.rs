@@ -125,6 +125,13 @@ fn hint(error: &durably::Error) -> Option<String> {
             "process {pid} is driving it; run this again once it has stopped (`durably locks` \
              shows every holder and whether it is alive)"
         ),
+        E::LeaseExpiredHolderAlive {
+            execution_id, pid, ..
+        } => format!(
+            "make sure process {pid} has stopped (its lease expired, but it may still perform \
+             the effect), then run this again: `durably show {execution_id}` then gives the \
+             token to check against"
+        ),
         E::Ambiguous {
             execution_id, seq, ..
         }
@@ -255,6 +262,13 @@ mod tests {
                 execution_id: id,
                 pid: 7,
                 since: text("then"),
+            },
+            Error::LeaseExpiredHolderAlive {
+                execution_id: id,
+                seq: 2,
+                pid: 7,
+                heartbeat_at: text("then"),
+                evidence: text("pid 7 runs"),
             },
             Error::Ambiguous {
                 execution_id: id,

@@ -3,12 +3,9 @@
 //! reorder text with bidirectional overrides), so every string read from a journal goes through
 //! [`escape`] before it is printed, in tables and in `--json` output alike.
 
-use durably::Payload;
+use durably::PayloadPreview;
 
 use std::fmt::Write as _;
-
-/// The most characters of a payload that `show` prints; the rest is cut and marked.
-pub const PREVIEW_CHARS_MAX: usize = 96;
 
 /// Returns `text` with every control character (C0, DEL, C1) and every bidirectional formatting
 /// character replaced by a visible escape: `\n`, `\r`, `\t`, `\e` for ESC, `\xNN` for the other
@@ -41,20 +38,23 @@ fn is_bidi_control(character: char) -> bool {
     )
 }
 
-/// A bounded, escaped preview of a stored payload: at most [`PREVIEW_CHARS_MAX`] characters
-/// of the stored text (before escaping), with `…` and the full size when it was cut.
-pub fn preview(text: &str) -> String {
-    let total_chars = text.chars().count();
-    if total_chars <= PREVIEW_CHARS_MAX {
-        return escape(text);
+/// A bounded, escaped preview of a stored payload, as the journal read it: its head (at most
+/// [`durably::PREVIEW_CHARS_MAX`] characters), with `…` and the full size when that is not all
+/// of it. A payload over the journal's cap was not read, and says so.
+pub fn preview(payload: &PayloadPreview) -> String {
+    match &payload.head {
+        Some(head) if payload.is_whole() => escape(head),
+        Some(head) => format!("{}… ({} bytes)", escape(head), payload.bytes),
+        None => format!(
+            "… ({} bytes, over the journal's payload cap: not read)",
+            payload.bytes
+        ),
     }
-    let head: String = text.chars().take(PREVIEW_CHARS_MAX).collect();
-    format!("{}… ({} bytes)", escape(&head), text.len())
 }
 
 /// [`preview`] of an optional payload.
-pub fn preview_opt(payload: Option<&Payload>) -> Option<String> {
-    payload.map(|payload| preview(payload.as_json()))
+pub fn preview_opt(payload: Option<&PayloadPreview>) -> Option<String> {
+    payload.map(preview)
 }
 
 #[cfg(test)]
@@ -85,13 +85,26 @@ mod tests {
         assert_eq!(escape(text), text);
     }
 
+    fn head(text: &str, bytes: u64) -> PayloadPreview {
+        PayloadPreview {
+            head: Some(text.to_owned()),
+            bytes,
+        }
+    }
+
     #[test]
-    fn previews_are_bounded_and_escaped() {
-        let long = "\u{1b}".repeat(10_000);
-        let shown = preview(&long);
+    fn previews_are_escaped_and_say_when_they_are_cut() {
+        let shown = preview(&head(&"\u{1b}".repeat(96), 10_000));
         assert!(!shown.contains('\u{1b}'));
-        assert!(shown.chars().count() < PREVIEW_CHARS_MAX * 2 + 20);
-        assert!(shown.ends_with("(10000 bytes)"));
-        assert_eq!(preview("\"short\""), "\"short\"");
+        assert!(shown.ends_with("… (10000 bytes)"));
+        assert_eq!(preview(&head("\"short\"", 7)), "\"short\"");
+        let unread = PayloadPreview {
+            head: None,
+            bytes: 104_857_602,
+        };
+        assert_eq!(
+            preview(&unread),
+            "… (104857602 bytes, over the journal's payload cap: not read)"
+        );
     }
 }

@@ -60,7 +60,7 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     let target = || Target::chosen(cli.db.as_deref(), cli.read_timeout.into());
     match &cli.command {
         Command::Ls(args) => commands::ls::run(&target()?, args, json)?,
-        Command::Show { id } => commands::show::run(&target()?, *id, json)?,
+        Command::Show(args) => commands::show::run(&target()?, args, json)?,
         Command::Locks => commands::locks::run(&target()?, json)?,
         Command::Sweep { dry_run, force } => {
             commands::sweep::run(&target()?, *dry_run, *force, json)?;

@@ -1,7 +1,8 @@
 //! What these prove: every subcommand of the `durably` binary works on a real journal in both
 //! output forms (tables for people, `--json` parsed with serde_json), prints stored text with
 //! its control characters escaped, and refuses what it must (a step that is not ambiguous, an
-//! execution a live process holds). Method: journals are built through the library, the built
+//! execution a live process holds, a token for a step a process whose lease expired may still
+//! run). Method: journals are built through the library, the built
 //! binary is run as a child process, and its exit code and output are checked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -136,6 +137,53 @@ fn show_prints_steps_events_and_bounded_escaped_previews() {
     assert_stderr_says(&unknown, 1, "durably ls");
     let bad = durably(&["--db", db, "show", "not-a-uuid"]);
     assert_stderr_says(&bad, 2, "not an execution id");
+}
+
+#[test]
+fn show_gives_no_token_while_a_holder_whose_lease_expired_may_still_run() {
+    let fixture = fixture();
+    let db = fixture.db_arg();
+    let ambiguous = fixture.ambiguous.to_string();
+    // A holder on another host, which no process test here can judge, whose lease expired long
+    // ago: dead to the lock, but nothing says its process has stopped.
+    runtime().block_on(async {
+        let journal = durably::Journal::builder(&fixture.db)
+            .sweep_on_open(false)
+            .open()
+            .unwrap();
+        let resource = ambiguous.clone();
+        journal
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE locks SET instance_id = ?2, pid = 4242, start_time = 1, boot_id = ?3,
+                         pid_ns = 1, hostname = 'another-host',
+                         acquired_at = '2026-01-01T00:00:00.000Z',
+                         heartbeat_at = '2026-01-01T00:00:00.000Z', lease_ms = 1,
+                         released_at = NULL
+                     WHERE resource = ?1",
+                    durably::sqlite::rusqlite::params![
+                        resource,
+                        uuid::Uuid::new_v4().to_string(),
+                        uuid::Uuid::new_v4().to_string()
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    });
+
+    let table = durably(&["--db", db, "show", &ambiguous]);
+    assert_code(&table, 0);
+    let text = stdout(&table);
+    assert!(
+        text.contains("pid 4242 lost the execution when its lease expired"),
+        "{text}"
+    );
+    assert!(!text.contains("--seen"), "{text}");
+    let shown = json(&durably(&["--db", db, "show", &ambiguous, "--json"]));
+    assert_eq!(shown["steps"][1]["state"], "intent");
+    assert!(shown["steps"][1]["seen"].is_null(), "{shown}");
 }
 
 #[test]

@@ -85,9 +85,10 @@
 pub use durably_journal::{
     AmbiguityReason, AwaitingOperatorStep, Durability, Effect, Error, EventRecord, Execution,
     ExecutionRecord, FencingToken, Finished, Guarded, IdempotencyKey, Inspector, Journal,
-    JournalBuilder, ListFilter, Opened, Payload, Policy, PolicyKind, ReconcileFuture,
-    ReconcileProbe, Result, RetryPolicy, Skipped, Status, StepError, StepKey, StepRecord,
-    StepState, UnknownWord, UnsafeFileReason, event_kind, new_execution_id,
+    JournalBuilder, ListFilter, Opened, PREVIEW_CHARS_MAX, Payload, PayloadPreview, Policy,
+    PolicyKind, Previews, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status,
+    StepError, StepKey, StepRecord, StepState, UnknownWord, UnsafeFileReason, event_kind,
+    new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.

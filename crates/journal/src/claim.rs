@@ -193,8 +193,7 @@ impl Journal {
     /// A storage error reading its steps; the claim's lock is then released.
     pub fn open_claim(&self, mut claim: Claim) -> Result<Execution> {
         let id = claim.row.execution_id;
-        let cap = self.payload_bytes_max();
-        let replay = self.read(|conn| Replay::load(conn, &id.to_string(), cap))?;
+        let replay = Replay::open(self, id)?;
         let (Some(fence), Some(handle)) = (claim.fence.take(), claim.handle.take()) else {
             return Err(crate::Error::Inconsistent(format!(
                 "the claim of execution {id} was already opened"

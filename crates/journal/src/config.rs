@@ -205,6 +205,12 @@ impl JournalBuilder {
 
     /// Opt-in lease: locks taken by this journal may be taken over once their heartbeat
     /// ([`crate::Execution::heartbeat`]) is older than this, even if this process is alive.
+    ///
+    /// The journal stays right: a process that lost its lock this way writes nothing more. Its
+    /// effects do not: frozen inside a guarded step's closure, it may still perform the effect
+    /// when it goes on, after its successor or an operator has dealt with the step. So under a
+    /// lease every [`crate::Policy`] is at-least-once for an effect that does not check the
+    /// [`crate::FencingToken`] its closure gets in its [`crate::StepKey`].
     #[must_use]
     pub fn lease_ms(mut self, lease_ms: u64) -> Self {
         self.lease_ms = Some(lease_ms);
@@ -255,8 +261,8 @@ impl JournalBuilder {
     }
 
     /// Opens the journal only to read it: an [`Inspector`], which never writes, never migrates
-    /// and creates no file. Of these settings the busy and read timeouts, the clock and the
-    /// process table apply; the others are a writer's.
+    /// and creates no file. Of these settings the busy and read timeouts, the payload cap, the
+    /// clock and the process table apply; the others are a writer's.
     ///
     /// # Errors
     /// [`crate::Error::Io`] when the file cannot be found, [`crate::Error::PathTooLong`],

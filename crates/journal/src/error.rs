@@ -21,6 +21,27 @@ pub enum Error {
         /// When the holder took it (RFC 3339 UTC).
         since: String,
     },
+    /// A step cannot be looked at yet: a process that held the execution lost its lock only
+    /// because its lease expired, and it may still be running, so it may still perform the
+    /// step's effect after any check of the outside world. Its lock protects the journal, not
+    /// the effect.
+    #[error(
+        "step {seq} of execution {execution_id} may still be run by pid {pid}: that process lost \
+         the execution when its lease expired (last heartbeat {heartbeat_at}), and nothing says it \
+         has stopped ({evidence}), so the step's effect can still happen after any check"
+    )]
+    LeaseExpiredHolderAlive {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step.
+        seq: u32,
+        /// The pid of the process whose lease expired.
+        pid: i64,
+        /// Its last heartbeat (RFC 3339 UTC).
+        heartbeat_at: String,
+        /// Why it may still be running: the judge's verdict on the evidence alone.
+        evidence: String,
+    },
     /// This handle's lock was taken over; nothing was written.
     #[error("{0}")]
     LockLost(durably_lock::Error),
@@ -430,6 +451,7 @@ impl Error {
         matches!(
             self,
             Self::Locked { .. }
+                | Self::LeaseExpiredHolderAlive { .. }
                 | Self::Busy { .. }
                 | Self::AckTimeout { .. }
                 | Self::Pool(_)

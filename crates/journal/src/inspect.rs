@@ -1,16 +1,23 @@
 //! Reading what the journal holds: executions, steps, events, lock holders, and the
 //! executions a program should resume. Nothing here writes. Each query is a function of a
-//! connection, so that [`Journal`] and [`crate::Inspector`] read with the same SQL.
+//! connection, so that [`Journal`] and [`Inspector`] read with the same SQL.
+//!
+//! Every query that returns payloads reads them through [`PayloadColumn`]: a payload over the
+//! reader's cap is refused (whole) or left out (previews) in SQL, before it is loaded. Steps
+//! and events are read a page at a time, in key order, with one indexed range read per page,
+//! so no reading call has to hold a whole long execution.
 
 use durably_lock::{Judge, Judgement, LockRow};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, Params, Row, params};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::inspector::Inspector;
 use crate::journal::Journal;
+use crate::payload::{PayloadColumn, PayloadPreview};
 use crate::records::{
-    AWAITING_OPERATOR_QUERY, AwaitingOperatorStep, EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord,
-    ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, STEP_COLUMNS, StepRecord, execution_columns,
+    self, AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter,
+    StepRecord,
 };
 use crate::states::Status;
 
@@ -19,15 +26,19 @@ impl Journal {
     /// whose lock is free or whose holder is dead. Oldest first.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// A storage error, [`crate::Error::PayloadTooLarge`] for a stored payload over the cap,
+    /// or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn recoverable(&self) -> Result<Vec<ExecutionRecord>> {
+        let bytes_max = self.payload_bytes_max();
         let candidates = self.read(|conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM executions
-                 WHERE status IN ('running', 'interrupted') ORDER BY created_at"
-            ))?;
-            let rows = statement.query_map([], ExecutionRecord::from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let sql = format!(
+                "SELECT {} FROM executions
+                 WHERE status IN ('running', 'interrupted') ORDER BY created_at",
+                records::execution_columns::<crate::Payload>(conn, bytes_max)?
+            );
+            collect(conn, &sql, [], |row| {
+                records::read_execution(row, bytes_max)
+            })
         })?;
         let mut recoverable = Vec::with_capacity(candidates.len());
         for record in candidates {
@@ -53,7 +64,7 @@ impl Journal {
     /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn awaiting_operator(&self) -> Result<Vec<AwaitingOperatorStep>> {
         self.read(|conn| {
-            let mut statement = conn.prepare_cached(AWAITING_OPERATOR_QUERY)?;
+            let mut statement = conn.prepare_cached(records::AWAITING_OPERATOR_QUERY)?;
             let rows = statement.query_map([], AwaitingOperatorStep::from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
@@ -62,33 +73,71 @@ impl Journal {
     /// One execution's row.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// A storage error, [`crate::Error::PayloadTooLarge`] for a stored payload over the cap,
+    /// or [`crate::Error::Inconsistent`] for a damaged row.
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
-        self.read(|conn| get(conn, id))
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| get(conn, id, bytes_max))
     }
 
     /// Executions, newest first, filtered.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// As [`Journal::get`].
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-        self.read(|conn| list(conn, filter))
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| list(conn, filter, bytes_max))
     }
 
-    /// One execution's steps, in order.
+    /// All of one execution's steps, in order. An execution can have any number of steps:
+    /// [`Journal::steps_page`] reads them a page at a time.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// As [`Journal::get`].
     pub fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>> {
-        self.read(|conn| steps(conn, id))
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| steps_page(conn, id, None, None, bytes_max))
     }
 
-    /// One execution's audit events, in order.
+    /// At most `limit` of one execution's steps, in order, starting after step `after` (from
+    /// the first step when `None`). The next page starts after the last step of this one.
     ///
     /// # Errors
-    /// A storage error, or [`crate::Error::Inconsistent`] for a damaged row.
+    /// As [`Journal::get`].
+    pub fn steps_page(&self, id: Uuid, after: Option<u32>, limit: u32) -> Result<Vec<StepRecord>> {
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| steps_page(conn, id, after, Some(limit), bytes_max))
+    }
+
+    /// All of one execution's audit events, in order. [`Journal::events_page`] reads them a
+    /// page at a time.
+    ///
+    /// # Errors
+    /// As [`Journal::get`].
     pub fn events(&self, id: Uuid) -> Result<Vec<EventRecord>> {
-        self.read(|conn| events(conn, id))
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| events_page(conn, id, None, None, bytes_max))
+    }
+
+    /// At most `limit` of one execution's audit events, in order, starting after the event
+    /// with id `after` (from the first when `None`).
+    ///
+    /// # Errors
+    /// As [`Journal::get`].
+    pub fn events_page(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>> {
+        let bytes_max = self.payload_bytes_max();
+        self.read(|conn| events_page(conn, id, after, Some(limit), bytes_max))
+    }
+
+    /// The same readings with payloads as previews ([`PayloadPreview`]), for listings that
+    /// show payloads to people: a payload of any size costs them at most the payload cap.
+    pub fn previews(&self) -> Previews<'_> {
+        Previews::of(Reader::Journal(self))
     }
 
     /// Every held lock with this instance's judgement of its holder.
@@ -101,56 +150,180 @@ impl Journal {
     }
 }
 
-/// One execution's row.
-pub(crate) fn get(conn: &Connection, id: Uuid) -> Result<Option<ExecutionRecord>> {
-    let columns = execution_columns(conn)?;
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {columns} FROM executions WHERE execution_id = ?1"
-    ))?;
-    Ok(statement
-        .query_row(params![id.to_string()], ExecutionRecord::from_row)
-        .optional()?)
+/// A journal's readings with payloads as [`PayloadPreview`]s: `journal.previews()` or
+/// `inspector.previews()`. A payload over the reader's cap has no head and is not read at all;
+/// it is never an error.
+#[derive(Debug, Clone, Copy)]
+pub struct Previews<'reader> {
+    reader: Reader<'reader>,
 }
 
-/// Executions, newest first, filtered.
-pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-    let created_since = filter.created_since.map(durably_lock::format_timestamp);
-    let columns = execution_columns(conn)?;
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {columns} FROM executions
+/// Who reads for [`Previews`]: the connection and the payload cap come from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reader<'reader> {
+    Journal(&'reader Journal),
+    Inspector(&'reader Inspector),
+}
+
+impl Reader<'_> {
+    /// Runs `work` in one read transaction of the reader, with the reader's payload cap.
+    fn read<T>(self, work: impl Fn(&Connection, usize) -> Result<T>) -> Result<T> {
+        match self {
+            Self::Journal(journal) => {
+                let bytes_max = journal.payload_bytes_max();
+                journal.read(|conn| work(conn, bytes_max))
+            }
+            Self::Inspector(inspector) => {
+                let bytes_max = inspector.payload_bytes_max();
+                inspector.read(|conn| work(conn, bytes_max))
+            }
+        }
+    }
+}
+
+impl<'reader> Previews<'reader> {
+    pub(crate) fn of(reader: Reader<'reader>) -> Self {
+        Self { reader }
+    }
+
+    /// As [`Journal::get`], with previews.
+    ///
+    /// # Errors
+    /// A storage error, [`crate::Error::Inconsistent`] for a damaged row, or what the reader's
+    /// read gives ([`Inspector::read`]).
+    pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord<PayloadPreview>>> {
+        self.reader.read(|conn, bytes_max| get(conn, id, bytes_max))
+    }
+
+    /// As [`Journal::list`], with previews.
+    ///
+    /// # Errors
+    /// As [`Previews::get`].
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord<PayloadPreview>>> {
+        self.reader
+            .read(|conn, bytes_max| list(conn, filter, bytes_max))
+    }
+
+    /// As [`Journal::steps_page`], with previews.
+    ///
+    /// # Errors
+    /// As [`Previews::get`].
+    pub fn steps_page(
+        &self,
+        id: Uuid,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<StepRecord<PayloadPreview>>> {
+        self.reader
+            .read(|conn, bytes_max| steps_page(conn, id, after, Some(limit), bytes_max))
+    }
+
+    /// As [`Journal::events_page`], with previews.
+    ///
+    /// # Errors
+    /// As [`Previews::get`].
+    pub fn events_page(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord<PayloadPreview>>> {
+        self.reader
+            .read(|conn, bytes_max| events_page(conn, id, after, Some(limit), bytes_max))
+    }
+}
+
+/// Execution `id`'s row, payloads read as `P`.
+pub(crate) fn get<P: PayloadColumn>(
+    conn: &Connection,
+    id: Uuid,
+    bytes_max: usize,
+) -> Result<Option<ExecutionRecord<P>>> {
+    let sql = format!(
+        "SELECT {} FROM executions WHERE execution_id = ?1",
+        records::execution_columns::<P>(conn, bytes_max)?
+    );
+    let mut rows = collect(conn, &sql, params![id.to_string()], |row| {
+        records::read_execution(row, bytes_max)
+    })?;
+    Ok(rows.pop())
+}
+
+/// The executions `filter` picks, newest first, payloads read as `P`.
+pub(crate) fn list<P: PayloadColumn>(
+    conn: &Connection,
+    filter: &ListFilter,
+    bytes_max: usize,
+) -> Result<Vec<ExecutionRecord<P>>> {
+    let sql = format!(
+        "SELECT {} FROM executions
          WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
            AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
-         ORDER BY created_at DESC, execution_id LIMIT ?5"
-    ))?;
-    let rows = statement.query_map(
-        params![
-            filter.status.map(Status::as_str),
-            filter.kind,
-            filter.name_contains,
-            created_since,
-            filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
-        ],
-        ExecutionRecord::from_row,
-    )?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+         ORDER BY created_at DESC, execution_id LIMIT ?5",
+        records::execution_columns::<P>(conn, bytes_max)?
+    );
+    let parameters = params![
+        filter.status.map(Status::as_str),
+        filter.kind,
+        filter.name_contains,
+        filter.created_since.map(durably_lock::format_timestamp),
+        filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
+    ];
+    collect(conn, &sql, parameters, |row| {
+        records::read_execution(row, bytes_max)
+    })
 }
 
-/// One execution's steps, in order.
-pub(crate) fn steps(conn: &Connection, id: Uuid) -> Result<Vec<StepRecord>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {STEP_COLUMNS} FROM steps WHERE execution_id = ?1 ORDER BY seq"
-    ))?;
-    let rows = statement.query_map(params![id.to_string()], StepRecord::from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+/// The rows of a page of steps: those of `?1` after seq `?2`, at most `?3`.
+const STEPS_PAGE: &str = "WHERE execution_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
+/// The rows of a page of events: those of `?1` after id `?2`, at most `?3`.
+const EVENTS_PAGE: &str = "WHERE execution_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+
+/// At most `limit` steps of execution `id` after step `after` (every one when `None`), in
+/// order, payloads read as `P`. One range read of `steps_by_execution`.
+pub(crate) fn steps_page<P: PayloadColumn>(
+    conn: &Connection,
+    id: Uuid,
+    after: Option<u32>,
+    limit: Option<u32>,
+    bytes_max: usize,
+) -> Result<Vec<StepRecord<P>>> {
+    let sql = format!(
+        "SELECT {} FROM steps {STEPS_PAGE}",
+        records::step_columns::<P>(bytes_max)
+    );
+    let parameters = params![
+        id.to_string(),
+        after.map_or(-1, i64::from),
+        limit.map_or(-1, i64::from)
+    ];
+    collect(conn, &sql, parameters, |row| {
+        records::read_step(row, id, bytes_max)
+    })
 }
 
-/// One execution's audit events, in order.
-pub(crate) fn events(conn: &Connection, id: Uuid) -> Result<Vec<EventRecord>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE execution_id = ?1 ORDER BY id"
-    ))?;
-    let rows = statement.query_map(params![id.to_string()], EventRecord::from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+/// At most `limit` audit events of execution `id` after event `after` (every one when
+/// `None`), in order, details read as `P`. One range read of `events_by_execution`.
+pub(crate) fn events_page<P: PayloadColumn>(
+    conn: &Connection,
+    id: Uuid,
+    after: Option<i64>,
+    limit: Option<u32>,
+    bytes_max: usize,
+) -> Result<Vec<EventRecord<P>>> {
+    let sql = format!(
+        "SELECT {} FROM events {EVENTS_PAGE}",
+        records::event_columns::<P>(bytes_max)
+    );
+    let parameters = params![
+        id.to_string(),
+        after.unwrap_or(i64::MIN),
+        limit.map_or(-1, i64::from)
+    ];
+    collect(conn, &sql, parameters, |row| {
+        records::read_event(row, bytes_max)
+    })
 }
 
 /// The held locks among `rows`, each with `judge`'s judgement of its holder.
@@ -161,4 +334,64 @@ pub(crate) fn judged(rows: Vec<LockRow>, judge: &Judge) -> Vec<(LockRow, Judgeme
             Some((row, judgement))
         })
         .collect()
+}
+
+/// Runs the cached statement `sql` and reads every row it returns with `read`.
+fn collect<T>(
+    conn: &Connection,
+    sql: &str,
+    parameters: impl Params,
+    mut read: impl FnMut(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    let mut rows = statement.query(parameters)?;
+    let mut records = Vec::new();
+    while let Some(row) = rows.next()? {
+        records.push(read(row)?);
+    }
+    Ok(records)
+}
+
+/// The query plan of `sql` with `parameters` on a new journal, one line per step: for the
+/// tests that pin a query to its index.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn query_plan(sql: &str, parameters: impl Params) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let conn = crate::storage::open_writer(&path, crate::config::Durability::Full, 1_000).unwrap();
+    crate::storage::migrate(&conn, &path).unwrap();
+    let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let rows = statement.query_map(parameters, |row| row.get(3)).unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::params;
+
+    use super::{EVENTS_PAGE, STEPS_PAGE, query_plan};
+
+    /// A page is one range read of an index, wherever it starts in however long an execution.
+    #[test]
+    fn a_page_of_steps_or_events_is_one_index_range_read() {
+        for (table, page, index) in [
+            (
+                "steps",
+                STEPS_PAGE,
+                "steps_by_execution (execution_id=? AND seq>?)",
+            ),
+            (
+                "events",
+                EVENTS_PAGE,
+                "events_by_execution (execution_id=? AND id>?)",
+            ),
+        ] {
+            let sql = format!("SELECT * FROM {table} {page}");
+            assert_eq!(
+                query_plan(&sql, params!["an execution", 7, 100]),
+                [format!("SEARCH {table} USING INDEX {index}")]
+            );
+        }
+    }
 }

@@ -36,7 +36,7 @@ use uuid::Uuid;
 use crate::config::JournalBuilder;
 use crate::error::{Error, Result};
 use crate::files::{self, Siblings};
-use crate::inspect;
+use crate::inspect::{self, Previews, Reader};
 use crate::journal::Journal;
 use crate::records::{EventRecord, ExecutionRecord, ListFilter, StepRecord};
 use crate::seen_intent::{self, SeenIntent};
@@ -82,6 +82,9 @@ pub struct Inspector {
     deadline: Arc<Deadline>,
     read_timeout_ms: u64,
     busy_timeout_ms: u64,
+    /// The payload cap of every read ([`JournalBuilder::payload_bytes_max`]): a payload over it
+    /// is refused or left out in SQL, before it is loaded.
+    payload_bytes_max: usize,
 }
 
 impl Journal {
@@ -97,8 +100,8 @@ impl Journal {
 
 impl Inspector {
     /// Opens the journal `config` names only to read it, and checks that it is one this
-    /// durably reads. Of the settings, the busy and read timeouts, the clock and the process
-    /// table apply; a writer's settings do not.
+    /// durably reads. Of the settings, the busy and read timeouts, the payload cap, the clock
+    /// and the process table apply; a writer's settings do not.
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
         let path = resolve(&config.path)?;
         files::check_path_length(&path)?;
@@ -116,6 +119,7 @@ impl Inspector {
             deadline,
             read_timeout_ms: config.read_timeout_ms,
             busy_timeout_ms: config.busy_timeout_ms,
+            payload_bytes_max: config.payload_bytes_max,
         };
         // The first read checks the file before anything else is read from it.
         inspector.read(|_| Ok(()))?;
@@ -130,6 +134,11 @@ impl Inspector {
     /// The judge of lock holders, as this process sees them.
     pub fn judge(&self) -> &Judge {
         &self.judge
+    }
+
+    /// The largest payload a read returns, in bytes ([`JournalBuilder::payload_bytes_max`]).
+    pub fn payload_bytes_max(&self) -> usize {
+        self.payload_bytes_max
     }
 
     /// Runs `work` in one read transaction, under the read timeout. Without a WAL beside the
@@ -160,33 +169,67 @@ impl Inspector {
     /// One execution's row.
     ///
     /// # Errors
-    /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
+    /// As [`Inspector::read`]; [`Error::PayloadTooLarge`] for a stored payload over the cap,
+    /// [`Error::Inconsistent`] for a damaged row.
     pub fn get(&self, id: Uuid) -> Result<Option<ExecutionRecord>> {
-        self.read(|conn| inspect::get(conn, id))
+        self.read(|conn| inspect::get(conn, id, self.payload_bytes_max))
     }
 
     /// Executions, newest first, filtered.
     ///
     /// # Errors
-    /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
+    /// As [`Inspector::get`].
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionRecord>> {
-        self.read(|conn| inspect::list(conn, filter))
+        self.read(|conn| inspect::list(conn, filter, self.payload_bytes_max))
     }
 
-    /// One execution's steps, in order.
+    /// All of one execution's steps, in order. An execution can have any number of steps:
+    /// [`Inspector::steps_page`] reads them a page at a time.
     ///
     /// # Errors
-    /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
+    /// As [`Inspector::get`].
     pub fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>> {
-        self.read(|conn| inspect::steps(conn, id))
+        self.read(|conn| inspect::steps_page(conn, id, None, None, self.payload_bytes_max))
     }
 
-    /// One execution's audit events, in order.
+    /// At most `limit` of one execution's steps, in order, starting after step `after` (from
+    /// the first step when `None`), as [`Journal::steps_page`].
     ///
     /// # Errors
-    /// As [`Inspector::read`]; [`Error::Inconsistent`] for a damaged row.
+    /// As [`Inspector::get`].
+    pub fn steps_page(&self, id: Uuid, after: Option<u32>, limit: u32) -> Result<Vec<StepRecord>> {
+        let bytes_max = self.payload_bytes_max;
+        self.read(|conn| inspect::steps_page(conn, id, after, Some(limit), bytes_max))
+    }
+
+    /// All of one execution's audit events, in order. [`Inspector::events_page`] reads them a
+    /// page at a time.
+    ///
+    /// # Errors
+    /// As [`Inspector::get`].
     pub fn events(&self, id: Uuid) -> Result<Vec<EventRecord>> {
-        self.read(|conn| inspect::events(conn, id))
+        self.read(|conn| inspect::events_page(conn, id, None, None, self.payload_bytes_max))
+    }
+
+    /// At most `limit` of one execution's audit events, in order, starting after the event
+    /// with id `after` (from the first when `None`), as [`Journal::events_page`].
+    ///
+    /// # Errors
+    /// As [`Inspector::get`].
+    pub fn events_page(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>> {
+        let bytes_max = self.payload_bytes_max;
+        self.read(|conn| inspect::events_page(conn, id, after, Some(limit), bytes_max))
+    }
+
+    /// The same readings with payloads as previews ([`crate::PayloadPreview`]), for listings
+    /// that show payloads to people: a payload of any size costs them at most the payload cap.
+    pub fn previews(&self) -> Previews<'_> {
+        Previews::of(Reader::Inspector(self))
     }
 
     /// Every held lock with this process's judgement of its holder.
@@ -202,11 +245,13 @@ impl Inspector {
     /// [`crate::Operator::seen_intent`] answers it.
     ///
     /// # Errors
-    /// [`Error::Locked`] while a live process holds the execution; as [`Inspector::read`].
+    /// [`Error::Locked`] while a live process holds the execution,
+    /// [`Error::LeaseExpiredHolderAlive`] while one whose lease expired may still run; as
+    /// [`Inspector::read`].
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
-        let found = self.read(|conn| seen_intent::with_holder(conn, id, seq))?;
+        let found = self.read(|conn| seen_intent::with_holders(conn, id, seq))?;
         // An inspector holds no lock, so no lock is a leak of its own.
-        seen_intent::unless_held(found, id, &self.judge, |_| false)
+        seen_intent::unless_held(found, id, seq, &self.judge, |_| false)
     }
 
     /// What the crash-orphan sweep would do now: a dry run of [`crate::Operator::sweep`].

@@ -146,8 +146,7 @@ impl Journal {
         value: &impl serde::Serialize,
         what: &str,
     ) -> Result<crate::payload::Payload> {
-        let text = crate::payload::encode(value, what, self.payload_bytes_max())?;
-        Ok(crate::payload::Payload::from_stored(text))
+        crate::payload::Payload::encoded(value, what, self.payload_bytes_max())
     }
 
     /// The largest payload, in bytes of JSON, this journal writes or reads.

@@ -84,11 +84,12 @@ pub use execution_id::new_execution_id;
 pub use extension::{
     ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,
 };
+pub use inspect::Previews;
 pub use inspector::Inspector;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
 pub use operator::{Operator, Resolution};
-pub use payload::Payload;
+pub use payload::{PREVIEW_CHARS_MAX, Payload, PayloadPreview};
 pub use records::{
     AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord,
     event_kind,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use durably_lock::Locker;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -12,7 +12,7 @@ use crate::execution::{Execution, Fence, Opening};
 use crate::handles::HandleClaim;
 use crate::journal::Journal;
 use crate::ownership::{OwnLocks, acquire_or_locked};
-use crate::payload::{self, Payload};
+use crate::payload::{self, Payload, PayloadColumn};
 use crate::replay::Replay;
 use crate::states::Status;
 
@@ -53,9 +53,9 @@ enum OpenFound {
 /// The row of an execution that exists, as an open needs it.
 struct ExistingRow {
     status: Status,
-    input: String,
-    output: Option<String>,
-    error: Option<String>,
+    input: Payload,
+    output: Option<Payload>,
+    error: Option<Payload>,
     /// The step an `awaiting_operator` execution waits on (`status_detail.seq`).
     awaited_seq: Option<u32>,
 }
@@ -88,6 +88,7 @@ impl Journal {
         let span = tracing::info_span!("durably.open", execution_id = %id, kind, resumed = tracing::field::Empty);
         let (locker, now) = (Arc::clone(&self.inner.locker), self.now());
         let (kind, name) = (kind.to_owned(), name.to_owned());
+        let bytes_max = self.payload_bytes_max();
         let found = self
             .inner
             .writer
@@ -99,7 +100,7 @@ impl Journal {
                     name: &name,
                     input: &input,
                 };
-                open_in_transaction(conn, &locker, &row, &now)
+                open_in_transaction(conn, &locker, &row, bytes_max, &now)
             })
             .await?;
         fail::fail_point!("journal::after-lock-commit", |_| std::process::abort());
@@ -109,15 +110,14 @@ impl Journal {
         };
         span.record("resumed", outcome.is_resume);
         let fence = Arc::new(Fence::new(self, Arc::from(id.to_string()), outcome.epoch));
-        let cap = self.payload_bytes_max();
-        let replay = match self.read(|conn| Replay::load(conn, &id.to_string(), cap)) {
+        let replay = match Replay::open(self, id) {
             Ok(replay) => replay,
             Err(error) => {
                 fence.release_detached();
                 return Err(error);
             }
         };
-        tracing::debug!(parent: &span, steps = replay.len(), "opened");
+        tracing::debug!(parent: &span, "opened");
         Ok(Opened::Running(Execution::new(Opening {
             fence,
             settings: self.inner.settings,
@@ -157,18 +157,19 @@ fn open_in_transaction(
     conn: &Connection,
     locker: &Locker,
     row: &NewRow<'_>,
+    bytes_max: usize,
     now: &str,
 ) -> Result<OpenFound> {
     let resource = row.id.to_string();
-    let existing = read_existing(conn, row.id)?;
+    let existing = read_existing(conn, row.id, bytes_max)?;
     if let Some(existing) = &existing {
         match existing.status {
             Status::Completed | Status::Failed => {
                 return Ok(OpenFound::Finished(Finished {
                     execution_id: row.id,
                     status: existing.status,
-                    output: existing.output.clone().map(Payload::from_stored),
-                    error: existing.error.clone().map(Payload::from_stored),
+                    output: existing.output.clone(),
+                    error: existing.error.clone(),
                 }));
             }
             Status::Cancelled => return Err(Error::Cancelled(row.id)),
@@ -205,7 +206,7 @@ fn open_in_transaction(
         return Ok(OpenFound::Opened(OpenOutcome {
             epoch,
             is_resume: true,
-            input: existing.input,
+            input: existing.input.into_json(),
         }));
     }
     conn.prepare_cached(
@@ -221,21 +222,31 @@ fn open_in_transaction(
     }))
 }
 
-fn read_existing(conn: &Connection, id: Uuid) -> Result<Option<ExistingRow>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT status, input, output, error, json_extract(status_detail, '$.seq')
-             FROM executions WHERE execution_id = ?1",
-        )?
-        .query_row(params![id.to_string()], |row| {
-            Ok(ExistingRow {
-                status: crate::records::word(row, 0)?,
-                input: row.get(1)?,
-                output: row.get(2)?,
-                error: row.get(3)?,
-                awaited_seq: row.get(4)?,
-            })
+/// Reads execution `id`'s status and payloads, each refused over `bytes_max` before it is read.
+fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option<ExistingRow>> {
+    let sql = format!(
+        "SELECT status, {}, {}, {}, json_extract(status_detail, '$.seq')
+         FROM executions WHERE execution_id = ?1",
+        Payload::select("input", bytes_max),
+        Payload::select("output", bytes_max),
+        Payload::select("error", bytes_max),
+    );
+    let mut statement = conn.prepare_cached(&sql)?;
+    let mut rows = statement.query(params![id.to_string()])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let payload = |index, column: &'static str| {
+        Payload::read(row, index, bytes_max, || {
+            format!("the stored {column} of execution {id}")
         })
-        .optional()?;
-    Ok(row)
+    };
+    Ok(Some(ExistingRow {
+        status: crate::records::word(row, 0)?,
+        input: payload(1, "input")?
+            .ok_or_else(|| Error::Inconsistent(format!("execution {id} has no input")))?,
+        output: payload(3, "output")?,
+        error: payload(5, "error")?,
+        awaited_seq: row.get(7)?,
+    }))
 }

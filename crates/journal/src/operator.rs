@@ -100,18 +100,22 @@ impl Operator<'_> {
     ///
     /// Refused while a live process holds the execution: it may be running that very attempt,
     /// so the outside world can still change without the step changing, and a check made now
-    /// could miss an effect that happens next. Not refused while the execution is
-    /// `awaiting_operator`: its holder, if any, halted before running anything.
+    /// could miss an effect that happens next. Refused, too, while a process that lost the
+    /// execution only because its lease expired may still be running, whether it still holds
+    /// the lock or was taken over since: its lock was forfeited, but it may be inside the
+    /// step's closure, frozen or slow, and perform the effect when it goes on.
     ///
     /// # Errors
-    /// [`Error::Locked`] while a live process holds the execution; a storage error.
+    /// [`Error::Locked`] while a live process holds the execution,
+    /// [`Error::LeaseExpiredHolderAlive`] while one whose lease expired may still run; a
+    /// storage error.
     pub fn seen_intent(&self, id: Uuid, seq: u32) -> Result<Option<SeenIntent>> {
         let journal = self.journal;
         let locker = &journal.inner.locker;
-        let found = journal.read(|conn| seen_intent::with_holder(conn, id, seq))?;
+        let found = journal.read(|conn| seen_intent::with_holders(conn, id, seq))?;
         // As for an operator action: a lock of this instance with no open handle is a leak,
-        // and nobody is running the step under it.
-        seen_intent::unless_held(found, id, locker.judge(), |holder| {
+        // and nobody in this process is running the execution's steps under it.
+        seen_intent::unless_held(found, id, seq, locker.judge(), |holder| {
             holder.instance_id == locker.instance_id().to_string()
                 && !journal.inner.handles.contains(id)
         })

@@ -1,9 +1,9 @@
 //! Taking an execution's lock inside a write transaction: by an open, or by an operator
 //! action that holds it for the length of its transaction.
 
-use durably_lock::{Acquire, Locker};
+use durably_lock::{Acquire, DeathReason, HolderRecord, Locker};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -35,42 +35,47 @@ pub(crate) fn acquire_or_locked(
         pid,
         since,
     };
-    let (epoch, from_pid, from_epoch, reason) = match locker.try_acquire(conn, &resource)? {
-        Acquire::Acquired {
-            epoch,
-            took_over: None,
-        } => return Ok(epoch),
-        Acquire::Acquired {
-            epoch,
-            took_over: Some(takeover),
-        } => (
-            epoch,
-            takeover.from.pid,
-            takeover.from_epoch,
-            takeover.reason.to_string(),
-        ),
-        Acquire::Held { holder, epoch, .. }
-            if ours == OwnLocks::Reclaim
-                && holder.instance_id == locker.instance_id().to_string() =>
-        {
-            let Some(new_epoch) = locker.take_over(conn, &resource, epoch)? else {
-                return Err(locked(holder.pid, holder.acquired_at));
-            };
-            let reason = "this process leaked it: its handle went away before the release \
-                          committed";
-            (new_epoch, holder.pid, epoch, reason.to_owned())
-        }
-        Acquire::Held { holder, .. } => return Err(locked(holder.pid, holder.acquired_at)),
-    };
+    let (epoch, from_pid, from_epoch, reason, takeover) =
+        match locker.try_acquire(conn, &resource)? {
+            Acquire::Acquired {
+                epoch,
+                took_over: None,
+            } => return Ok(epoch),
+            Acquire::Acquired {
+                epoch,
+                took_over: Some(takeover),
+            } => (
+                epoch,
+                takeover.from.pid,
+                takeover.from_epoch,
+                takeover.reason.to_string(),
+                Some(takeover),
+            ),
+            Acquire::Held { holder, epoch, .. }
+                if ours == OwnLocks::Reclaim
+                    && holder.instance_id == locker.instance_id().to_string() =>
+            {
+                let Some(new_epoch) = locker.take_over(conn, &resource, epoch)? else {
+                    return Err(locked(holder.pid, holder.acquired_at));
+                };
+                let reason = "this process leaked it: its handle went away before the release \
+                              committed";
+                (new_epoch, holder.pid, epoch, reason.to_owned(), None)
+            }
+            Acquire::Held { holder, .. } => return Err(locked(holder.pid, holder.acquired_at)),
+        };
     let is_execution = conn
         .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
         .exists(params![resource])?;
-    let detail = json!({
+    let mut detail = json!({
         "resource": resource,
         "from_pid": from_pid,
         "from_epoch": from_epoch,
         "reason": reason,
     });
+    if let Some(takeover) = takeover {
+        note_lease_expired_holder(&mut detail, &takeover.from, &takeover.reason);
+    }
     events::record(
         conn,
         now,
@@ -94,4 +99,91 @@ pub(crate) fn status_of(conn: &Connection, id: Uuid) -> Result<Status> {
     let word = word.ok_or(Error::NotFound(id))?;
     word.parse()
         .map_err(|error| Error::Inconsistent(format!("execution {id}: {error}")))
+}
+
+/// The key, in the detail of a `takeover` or `orphan_reclaimed` event, of the holder whose lock
+/// was taken only because its lease expired. That process may still be running, and so may
+/// still perform the effect of a step it was inside; the event keeps its identity so that
+/// `seen_intent` ([`crate::Operator::seen_intent`], [`crate::Inspector::seen_intent`]) can ask,
+/// later, whether it has stopped.
+const LEASE_EXPIRED_HOLDER: &str = "lease_expired_holder";
+
+/// How many such holders of one execution `seen_intent` judges, newest first. Each still
+/// running after this many later lease expiries of the same execution would be a process frozen
+/// through all of them.
+const LEASE_EXPIRED_HOLDERS_JUDGED_MAX: u32 = 64;
+
+/// Adds `holder` to an event's `detail` under [`LEASE_EXPIRED_HOLDER`] when `reason` is an
+/// expired lease. Any other death was proved by the evidence, and needs no second look.
+pub(crate) fn note_lease_expired_holder(
+    detail: &mut Value,
+    holder: &HolderRecord,
+    reason: &DeathReason,
+) {
+    if !matches!(reason, DeathReason::LeaseExpired { .. }) {
+        return;
+    }
+    if let Some(fields) = detail.as_object_mut() {
+        let recorded = json!({
+            "instance_id": holder.instance_id,
+            "pid": holder.pid,
+            "start_time": holder.start_time,
+            "boot_id": holder.boot_id,
+            "pid_ns": holder.pid_ns,
+            "hostname": holder.hostname,
+            "acquired_at": holder.acquired_at,
+            "heartbeat_at": holder.heartbeat_at,
+            "lease_ms": holder.lease_ms,
+        });
+        fields.insert(LEASE_EXPIRED_HOLDER.to_owned(), recorded);
+    }
+}
+
+/// The holders of execution `resource` whose locks were taken because their leases expired,
+/// newest first, at most [`LEASE_EXPIRED_HOLDERS_JUDGED_MAX`]. A recorded holder that does not
+/// read back (a damaged or foreign event) is an error, never skipped: it may name a process
+/// that still runs.
+pub(crate) fn lease_expired_holders(
+    conn: &Connection,
+    resource: &str,
+) -> Result<Vec<HolderRecord>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, json_extract(detail, '$.lease_expired_holder') FROM events
+         WHERE execution_id = ?1 AND kind IN ('takeover', 'orphan_reclaimed')
+           AND json_type(detail, '$.lease_expired_holder') = 'object'
+         ORDER BY id DESC LIMIT ?2",
+    )?;
+    let mut rows = statement.query(params![resource, LEASE_EXPIRED_HOLDERS_JUDGED_MAX])?;
+    let mut holders = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (id, text): (i64, String) = (row.get(0)?, row.get(1)?);
+        let holder = serde_json::from_str(&text)
+            .ok()
+            .as_ref()
+            .and_then(holder_from_json)
+            .ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "event {id} of execution {resource} records a lease-expired holder that \
+                     does not read back"
+                ))
+            })?;
+        holders.push(holder);
+    }
+    Ok(holders)
+}
+
+fn holder_from_json(value: &Value) -> Option<HolderRecord> {
+    let text = |key: &str| value.get(key)?.as_str().map(str::to_owned);
+    let number = |key: &str| value.get(key)?.as_i64();
+    Some(HolderRecord {
+        instance_id: text("instance_id")?,
+        pid: number("pid")?,
+        start_time: number("start_time")?,
+        boot_id: text("boot_id")?,
+        pid_ns: number("pid_ns")?,
+        hostname: text("hostname")?,
+        acquired_at: text("acquired_at")?,
+        heartbeat_at: text("heartbeat_at")?,
+        lease_ms: number("lease_ms"),
+    })
 }

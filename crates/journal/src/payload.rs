@@ -1,6 +1,13 @@
 //! Payloads are JSON text, capped in size on write and on read. Over the cap is a typed error
 //! and nothing is written.
+//!
+//! Invariant: a query that reads payloads decides in SQL, from `octet_length`, whether a payload
+//! is under the cap before it reads it. SQLite answers `octet_length` of a stored text from the
+//! record's header, without reading the value (its `OPFLAG_BYTELENARG`), so a payload over the
+//! cap is never loaded, by SQLite or by this crate, whatever its size: reading one costs what
+//! refusing it costs.
 
+use rusqlite::Row;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -50,14 +57,19 @@ fn check(text: &str, what: &str, bytes_max: usize) -> Result<()> {
 pub struct Payload(String);
 
 impl Payload {
-    /// Wraps JSON text read from the journal.
-    pub(crate) fn from_stored(text: String) -> Self {
-        Self(text)
-    }
-
     /// The JSON text.
     pub fn as_json(&self) -> &str {
         &self.0
+    }
+
+    /// `value` encoded as a payload, refused over `bytes_max` ([`encode`]).
+    pub(crate) fn encoded(value: &impl Serialize, what: &str, bytes_max: usize) -> Result<Self> {
+        encode(value, what, bytes_max).map(Self)
+    }
+
+    /// The JSON text, moved out.
+    pub(crate) fn into_json(self) -> String {
+        self.0
     }
 
     /// Decodes the payload into `T`.
@@ -83,5 +95,106 @@ impl Payload {
 impl std::fmt::Display for Payload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// How many characters of a payload a preview holds at most ([`PayloadPreview::head`]).
+pub const PREVIEW_CHARS_MAX: u32 = 96;
+
+/// A journaled payload as a listing shows it: its first characters and its size, read in SQL
+/// with `substr` and `octet_length`, so that listing a payload of any size costs at most the
+/// journal's payload cap, and a payload over the cap costs nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PayloadPreview {
+    /// The first [`PREVIEW_CHARS_MAX`] characters of the JSON text; `None` when the payload is
+    /// over the journal's payload cap, and so was not read at all.
+    pub head: Option<String>,
+    /// The size of the whole payload, in bytes.
+    pub bytes: u64,
+}
+
+impl PayloadPreview {
+    /// Whether [`PayloadPreview::head`] is the whole payload.
+    pub fn is_whole(&self) -> bool {
+        self.head
+            .as_ref()
+            .is_some_and(|head| head.len() as u64 == self.bytes)
+    }
+}
+
+/// How a reading query reads a payload column: whole ([`Payload`]) or as a preview
+/// ([`PayloadPreview`]). Either way the payload's size is read first, and a payload over
+/// `bytes_max` is not read at all.
+pub(crate) trait PayloadColumn: Sized {
+    /// SQL selecting payload `column` as two result columns: what is read of it (NULL when
+    /// nothing is) and its size in bytes. `bytes_max` is the journal's own cap, an integer, so
+    /// it is written into the statement, which is cached per text.
+    fn select(column: &str, bytes_max: usize) -> String;
+
+    /// The payload read by [`PayloadColumn::select`] at `index` and `index + 1`, or `None` for
+    /// a NULL column. `what` names the payload in an error.
+    ///
+    /// # Errors
+    /// [`Error::PayloadTooLarge`] for a whole payload over `bytes_max`; a storage error.
+    fn read(
+        row: &Row<'_>,
+        index: usize,
+        bytes_max: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<Self>>;
+}
+
+impl PayloadColumn for Payload {
+    fn select(column: &str, bytes_max: usize) -> String {
+        format!(
+            "CASE WHEN octet_length({column}) <= {bytes_max} THEN {column} END, \
+             octet_length({column})"
+        )
+    }
+
+    fn read(
+        row: &Row<'_>,
+        index: usize,
+        bytes_max: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<Self>> {
+        let Some(bytes) = row.get::<_, Option<i64>>(index + 1)? else {
+            return Ok(None);
+        };
+        match row.get::<_, Option<String>>(index)? {
+            Some(text) => Ok(Some(Self(text))),
+            None => Err(Error::PayloadTooLarge {
+                what: what(),
+                bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                max: bytes_max,
+            }),
+        }
+    }
+}
+
+impl PayloadColumn for PayloadPreview {
+    /// `substr` reads the whole value before it cuts it, so it runs only on a payload under
+    /// the cap.
+    fn select(column: &str, bytes_max: usize) -> String {
+        format!(
+            "CASE WHEN octet_length({column}) <= {bytes_max} \
+                  THEN substr({column}, 1, {PREVIEW_CHARS_MAX}) END, \
+             octet_length({column})"
+        )
+    }
+
+    fn read(
+        row: &Row<'_>,
+        index: usize,
+        _bytes_max: usize,
+        _what: impl FnOnce() -> String,
+    ) -> Result<Option<Self>> {
+        let Some(bytes) = row.get::<_, Option<i64>>(index + 1)? else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            head: row.get(index)?,
+            bytes: u64::try_from(bytes).unwrap_or(0),
+        }))
     }
 }

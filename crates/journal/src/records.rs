@@ -1,7 +1,11 @@
 //! Records of what the journal holds, for inspection (`durably ls`, `show`, tests). Every
 //! column is parsed once, here, at the row boundary: ids into [`Uuid`], times into
-//! [`DateTime<Utc>`], closed vocabularies into their enums, payloads into [`Payload`]. A value
-//! that does not parse means a damaged or foreign row and is an error, never a guess.
+//! [`DateTime<Utc>`], closed vocabularies into their enums, payloads into [`Payload`] (or
+//! [`PayloadPreview`], for listings). A value that does not parse means a damaged or foreign
+//! row and is an error, never a guess.
+//!
+//! The payload columns come last in each column list: each is two result columns (see
+//! [`PayloadColumn`]), chosen by the record's payload type.
 
 use std::str::FromStr;
 
@@ -11,14 +15,17 @@ use rusqlite::types::Type;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
-use crate::error::AmbiguityReason;
-use crate::payload::Payload;
+use crate::error::{AmbiguityReason, Result as JournalResult};
+#[cfg(doc)]
+use crate::payload::PayloadPreview;
+use crate::payload::{Payload, PayloadColumn};
 use crate::states::{PolicyKind, Status, StepState};
 use crate::step::{Effect, IdempotencyKey};
 
-/// One row of `executions`.
+/// One row of `executions`, with its payloads whole ([`Payload`]) or as previews
+/// ([`PayloadPreview`], from [`crate::Journal::previews`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExecutionRecord {
+pub struct ExecutionRecord<P = Payload> {
     /// The execution id.
     pub execution_id: Uuid,
     /// What kind of work it is.
@@ -28,11 +35,11 @@ pub struct ExecutionRecord {
     /// Its status.
     pub status: Status,
     /// The input.
-    pub input: Payload,
+    pub input: P,
     /// The output, once completed.
-    pub output: Option<Payload>,
+    pub output: Option<P>,
     /// The error, once failed or cancelled.
-    pub error: Option<Payload>,
+    pub error: Option<P>,
     /// How many times it was opened.
     pub opens: u32,
     /// When it was created.
@@ -58,112 +65,74 @@ pub struct ExecutionRecord {
     pub cancel_requested_at: Option<DateTime<Utc>>,
     /// Why the cancel was requested.
     pub cancel_reason: Option<String>,
-    /// Why it is in its status (JSON of names, seqs and reasons, never payloads).
-    pub status_detail: Option<Payload>,
+    /// Why it is in its status: names, seqs and reasons, never payloads (at most 2 KiB).
+    pub status_detail: Option<serde_json::Value>,
 }
-
-pub(crate) const EXECUTION_COLUMNS: &str = "execution_id, kind, name, status, input, output, \
-                                            error, opens, created_at, updated_at, finalized_at, \
-                                            queue, priority, due_at, wait_topic, \
-                                            cancel_requested_at, cancel_reason, status_detail";
-
-/// [`EXECUTION_COLUMNS`] of a journal older than migration 7, which added the runtime's
-/// columns: each reads as unset. Only a reader meets such a journal (a writer migrates it
-/// first): the reading commands read old journals without migrating them.
-const EXECUTION_COLUMNS_BEFORE_RUNTIME: &str = "execution_id, kind, name, status, input, output, \
-                                                error, opens, created_at, updated_at, \
-                                                finalized_at, NULL, 0, NULL, NULL, NULL, NULL, \
-                                                NULL";
 
 /// The schema version whose migration added the runtime's columns to `executions`.
 const RUNTIME_COLUMNS_SINCE: i64 = 7;
 
-/// The columns [`ExecutionRecord::from_row`] reads, as this journal's schema has them.
+/// The columns [`read_execution`] reads, payloads read as `P`. A journal older than migration
+/// 7 has no runtime columns, and they read as unset: only a reader meets one (a writer
+/// migrates it first), and the reading commands read old journals without migrating them.
 ///
 /// # Errors
 /// A storage error reading the schema version.
-pub(crate) fn execution_columns(conn: &rusqlite::Connection) -> rusqlite::Result<&'static str> {
+pub(crate) fn execution_columns<P: PayloadColumn>(
+    conn: &rusqlite::Connection,
+    bytes_max: usize,
+) -> rusqlite::Result<String> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    Ok(if version >= RUNTIME_COLUMNS_SINCE {
-        EXECUTION_COLUMNS
+    let runtime = if version >= RUNTIME_COLUMNS_SINCE {
+        "queue, priority, due_at, wait_topic, cancel_requested_at, cancel_reason, status_detail"
     } else {
-        EXECUTION_COLUMNS_BEFORE_RUNTIME
+        "NULL, 0, NULL, NULL, NULL, NULL, NULL"
+    };
+    Ok(format!(
+        "execution_id, kind, name, status, opens, created_at, updated_at, finalized_at, \
+         {runtime}, {}, {}, {}",
+        P::select("input", bytes_max),
+        P::select("output", bytes_max),
+        P::select("error", bytes_max),
+    ))
+}
+
+/// An execution from a row of [`execution_columns`].
+pub(crate) fn read_execution<P: PayloadColumn>(
+    row: &Row<'_>,
+    bytes_max: usize,
+) -> JournalResult<ExecutionRecord<P>> {
+    let execution_id = uuid(row, 0)?;
+    let payload = |index, column: &'static str| {
+        P::read(row, index, bytes_max, || {
+            format!("the stored {column} of execution {execution_id}")
+        })
+    };
+    Ok(ExecutionRecord {
+        execution_id,
+        kind: row.get(1)?,
+        name: row.get(2)?,
+        status: word(row, 3)?,
+        opens: row.get(4)?,
+        created_at: time(row, 5)?,
+        updated_at: time(row, 6)?,
+        finalized_at: optional_time(row, 7)?,
+        queue: row.get(8)?,
+        priority: row.get(9)?,
+        due_at: optional_time(row, 10)?,
+        wait_topic: row.get(11)?,
+        cancel_requested_at: optional_time(row, 12)?,
+        cancel_reason: row.get(13)?,
+        status_detail: row
+            .get::<_, Option<String>>(14)?
+            .map(|text| parse_column(14, &text, |text| serde_json::from_str(text)))
+            .transpose()?,
+        input: payload(15, "input")?.ok_or_else(|| {
+            crate::Error::Inconsistent(format!("execution {execution_id} has no input"))
+        })?,
+        output: payload(17, "output")?,
+        error: payload(19, "error")?,
     })
-}
-
-impl ExecutionRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            execution_id: uuid(row, 0)?,
-            kind: row.get(1)?,
-            name: row.get(2)?,
-            status: word(row, 3)?,
-            input: Payload::from_stored(row.get(4)?),
-            output: row.get::<_, Option<String>>(5)?.map(Payload::from_stored),
-            error: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
-            opens: row.get(7)?,
-            created_at: time(row, 8)?,
-            updated_at: time(row, 9)?,
-            finalized_at: optional_time(row, 10)?,
-            queue: row.get(11)?,
-            priority: row.get(12)?,
-            due_at: optional_time(row, 13)?,
-            wait_topic: row.get(14)?,
-            cancel_requested_at: optional_time(row, 15)?,
-            cancel_reason: row.get(16)?,
-            status_detail: row.get::<_, Option<String>>(17)?.map(Payload::from_stored),
-        })
-    }
-}
-
-/// One row of `steps`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StepRecord {
-    /// Call order within the execution.
-    pub seq: u32,
-    /// The step's name.
-    pub name: String,
-    /// What the step does to the outside world.
-    pub effect: Effect,
-    /// The ambiguity policy of a guarded step.
-    pub policy: Option<PolicyKind>,
-    /// Where the step is in its protocol.
-    pub state: StepState,
-    /// The idempotency key handed to the closure.
-    pub idempotency_key: IdempotencyKey,
-    /// The result, once completed.
-    pub result: Option<Payload>,
-    /// The error, once failed.
-    pub error: Option<Payload>,
-    /// Times the closure was started.
-    pub attempts: u32,
-    /// When the intent committed (guarded steps).
-    #[serde(serialize_with = "optional_timestamp")]
-    pub intent_at: Option<DateTime<Utc>>,
-    /// When the result committed.
-    #[serde(serialize_with = "optional_timestamp")]
-    pub result_at: Option<DateTime<Utc>>,
-}
-
-pub(crate) const STEP_COLUMNS: &str = "seq, name, effect, policy, state, idempotency_key, result, \
-                                       error, attempts, intent_at, result_at";
-
-impl StepRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            seq: row.get(0)?,
-            name: row.get(1)?,
-            effect: word(row, 2)?,
-            policy: optional_word(row, 3)?,
-            state: word(row, 4)?,
-            idempotency_key: IdempotencyKey(uuid(row, 5)?),
-            result: row.get::<_, Option<String>>(6)?.map(Payload::from_stored),
-            error: row.get::<_, Option<String>>(7)?.map(Payload::from_stored),
-            attempts: row.get(8)?,
-            intent_at: optional_time(row, 9)?,
-            result_at: optional_time(row, 10)?,
-        })
-    }
 }
 
 /// A step an operator must answer before its execution runs again: the step in the ambiguous
@@ -208,9 +177,77 @@ impl AwaitingOperatorStep {
     }
 }
 
-/// One row of `events`, the audit trail.
+/// One row of `steps`, with its payloads whole ([`Payload`]) or as previews
+/// ([`PayloadPreview`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EventRecord {
+pub struct StepRecord<P = Payload> {
+    /// Call order within the execution.
+    pub seq: u32,
+    /// The step's name.
+    pub name: String,
+    /// What the step does to the outside world.
+    pub effect: Effect,
+    /// The ambiguity policy of a guarded step.
+    pub policy: Option<PolicyKind>,
+    /// Where the step is in its protocol.
+    pub state: StepState,
+    /// The idempotency key handed to the closure.
+    pub idempotency_key: IdempotencyKey,
+    /// The result, once completed.
+    pub result: Option<P>,
+    /// The error, once failed.
+    pub error: Option<P>,
+    /// Times the closure was started.
+    pub attempts: u32,
+    /// When the intent committed (guarded steps).
+    #[serde(serialize_with = "optional_timestamp")]
+    pub intent_at: Option<DateTime<Utc>>,
+    /// When the result committed.
+    #[serde(serialize_with = "optional_timestamp")]
+    pub result_at: Option<DateTime<Utc>>,
+}
+
+/// The columns [`read_step`] reads, payloads read as `P`.
+pub(crate) fn step_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+    format!(
+        "seq, name, effect, policy, state, idempotency_key, attempts, intent_at, result_at, \
+         {}, {}",
+        P::select("result", bytes_max),
+        P::select("error", bytes_max),
+    )
+}
+
+/// A step of `execution_id`, from a row of [`step_columns`].
+pub(crate) fn read_step<P: PayloadColumn>(
+    row: &Row<'_>,
+    execution_id: Uuid,
+    bytes_max: usize,
+) -> JournalResult<StepRecord<P>> {
+    let seq: u32 = row.get(0)?;
+    let payload = |index, column: &'static str| {
+        P::read(row, index, bytes_max, || {
+            format!("the stored {column} of step {seq} of execution {execution_id}")
+        })
+    };
+    Ok(StepRecord {
+        seq,
+        name: row.get(1)?,
+        effect: word(row, 2)?,
+        policy: optional_word(row, 3)?,
+        state: word(row, 4)?,
+        idempotency_key: IdempotencyKey(uuid(row, 5)?),
+        attempts: row.get(6)?,
+        intent_at: optional_time(row, 7)?,
+        result_at: optional_time(row, 8)?,
+        result: payload(9, "result")?,
+        error: payload(11, "error")?,
+    })
+}
+
+/// One row of `events`, the audit trail, with its detail whole ([`Payload`]) or as a preview
+/// ([`PayloadPreview`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventRecord<P = Payload> {
     /// Order of writing.
     pub id: i64,
     /// When.
@@ -223,25 +260,38 @@ pub struct EventRecord {
     /// What happened: one of [`event_kind`]'s words, or a word of a crate built on the journal.
     pub kind: String,
     /// Details (JSON): ids, names and reasons, never payloads.
-    pub detail: Payload,
+    pub detail: P,
 }
 
-pub(crate) const EVENT_COLUMNS: &str = "id, at, execution_id, seq, kind, detail";
+/// The columns [`read_event`] reads, the detail read as `P`.
+pub(crate) fn event_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+    format!(
+        "id, at, execution_id, seq, kind, {}",
+        P::select("detail", bytes_max)
+    )
+}
 
-impl EventRecord {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get(0)?,
-            at: time(row, 1)?,
-            execution_id: row
-                .get::<_, Option<String>>(2)?
-                .map(|text| parse_column(2, &text, Uuid::parse_str))
-                .transpose()?,
-            seq: row.get(3)?,
-            kind: row.get(4)?,
-            detail: Payload::from_stored(row.get(5)?),
-        })
-    }
+/// An event from a row of [`event_columns`].
+pub(crate) fn read_event<P: PayloadColumn>(
+    row: &Row<'_>,
+    bytes_max: usize,
+) -> JournalResult<EventRecord<P>> {
+    let id: i64 = row.get(0)?;
+    let detail = P::read(row, 5, bytes_max, || {
+        format!("the stored detail of event {id}")
+    })?
+    .ok_or_else(|| crate::Error::Inconsistent(format!("event {id} has no detail")))?;
+    Ok(EventRecord {
+        id,
+        at: time(row, 1)?,
+        execution_id: row
+            .get::<_, Option<String>>(2)?
+            .map(|text| parse_column(2, &text, Uuid::parse_str))
+            .transpose()?,
+        seq: row.get(3)?,
+        kind: row.get(4)?,
+        detail,
+    })
 }
 
 /// Filters of [`crate::Journal::list`].

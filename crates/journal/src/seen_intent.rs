@@ -10,12 +10,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use durably_lock::{HolderRecord, Judge};
+use durably_lock::{DeathReason, HolderRecord, Judge, Judgement};
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::ownership::status_of;
+use crate::ownership;
 use crate::states::Status;
 
 /// What an operator saw of a step in the ambiguous window ([`crate::Operator::seen_intent`],
@@ -92,48 +92,127 @@ pub(crate) fn current(conn: &Connection, resource: &str, seq: u32) -> Result<Opt
     }))
 }
 
-/// Which intent step `seq` of execution `id` is now, with the execution's lock holder, read in
-/// one transaction. An execution awaiting an operator counts as held by nobody (see below).
-pub(crate) fn with_holder(
-    conn: &Connection,
-    id: Uuid,
-    seq: u32,
-) -> Result<(Option<SeenIntent>, Option<HolderRecord>)> {
-    let resource = id.to_string();
-    let seen = current(conn, &resource, seq)?;
-    // A holder of an execution awaiting an operator cannot be running the step: its handle
-    // halted at the ambiguous step, in the transaction that parked the execution, before any
-    // closure ran, and no open reopens it. Only its release is left to write.
-    if status_of(conn, id).ok() == Some(Status::AwaitingOperator) {
-        return Ok((seen, None));
-    }
-    let lock = durably_lock::read(conn, &resource)?;
-    Ok((seen, lock.and_then(|lock| lock.holder)))
+/// What [`unless_held`] judges, read in one transaction by [`with_holders`].
+pub(crate) struct Found {
+    /// Which intent step `seq` is now, if it is in the ambiguous window.
+    seen: Option<SeenIntent>,
+    /// The execution's lock holder.
+    holder: Option<HolderRecord>,
+    /// The execution's former holders whose locks were taken because their leases expired,
+    /// newest first (read only for a step in the ambiguous window).
+    lease_expired: Vec<HolderRecord>,
 }
 
-/// `seen`, unless a holder that `judge` does not find dead holds the execution: it may be
-/// running that very attempt, so the outside world can still change without the step changing.
-/// A holder for which `is_leak` is true holds a lock under which nothing runs.
+/// Which intent step `seq` of execution `id` is now, with the execution's lock holder (none
+/// while it awaits an operator, see below) and its former holders whose leases expired, read in
+/// one transaction.
+pub(crate) fn with_holders(conn: &Connection, id: Uuid, seq: u32) -> Result<Found> {
+    let resource = id.to_string();
+    let seen = current(conn, &resource, seq)?;
+    let lease_expired = match seen {
+        Some(_) => ownership::lease_expired_holders(conn, &resource)?,
+        None => Vec::new(),
+    };
+    // The holder of an execution awaiting an operator cannot be running the step: its handle
+    // halted at the ambiguous step, in the transaction that parked the execution, before any
+    // closure ran, and no open reopens it; only its release is left to write. A former holder
+    // whose lease expired may still be, and stays in `lease_expired`.
+    let holder = if ownership::status_of(conn, id).ok() == Some(Status::AwaitingOperator) {
+        None
+    } else {
+        durably_lock::read(conn, &resource)?.and_then(|lock| lock.holder)
+    };
+    Ok(Found {
+        seen,
+        holder,
+        lease_expired,
+    })
+}
+
+/// `found`'s intent, unless a process may still be running step `seq` of execution `id`: a
+/// holder that `judge` does not find dead may be running that very attempt, so the outside
+/// world can still change without the step changing. So may a process that lost the execution
+/// only because its lease expired, whether it still holds the lock or was taken over since: its
+/// lock was forfeited, but it may be inside the step's closure, frozen or slow, and perform the
+/// effect when it goes on. A holder for which `is_leak` is true holds a lock under which
+/// nothing runs.
 ///
 /// # Errors
-/// [`Error::Locked`] while such a holder holds the execution.
+/// [`Error::Locked`] while a live holder holds the execution,
+/// [`Error::LeaseExpiredHolderAlive`] while one whose lease expired may still run.
 pub(crate) fn unless_held(
-    (seen, holder): (Option<SeenIntent>, Option<HolderRecord>),
+    found: Found,
     id: Uuid,
+    seq: u32,
     judge: &Judge,
-    is_leak: impl FnOnce(&HolderRecord) -> bool,
+    is_leak: impl Fn(&HolderRecord) -> bool,
 ) -> Result<Option<SeenIntent>> {
-    if let (Some(_), Some(holder)) = (seen, holder)
-        && !is_leak(&holder)
-        && !judge.judge(&holder).is_dead()
-    {
-        return Err(Error::Locked {
-            execution_id: id,
-            pid: holder.pid,
-            since: holder.acquired_at,
-        });
+    let Found {
+        seen,
+        holder,
+        lease_expired,
+    } = found;
+    if seen.is_none() {
+        return Ok(None);
+    }
+    let look = Look {
+        id,
+        seq,
+        judge,
+        is_leak,
+    };
+    if let Some(holder) = &holder {
+        look.refuse_if_holder_may_act(holder)?;
+    }
+    for holder in &lease_expired {
+        look.refuse_if_lease_expired_may_act(holder)?;
     }
     Ok(seen)
+}
+
+/// A look at step `seq` of execution `id`: who judges whether a holder may still run it, and
+/// which holders hold a lock under which nothing runs.
+struct Look<'judge, L> {
+    id: Uuid,
+    seq: u32,
+    judge: &'judge Judge,
+    is_leak: L,
+}
+
+impl<L: Fn(&HolderRecord) -> bool> Look<'_, L> {
+    /// Refuses the look while the lock's `holder` may be running the step.
+    fn refuse_if_holder_may_act(&self, holder: &HolderRecord) -> Result<()> {
+        if (self.is_leak)(holder) {
+            return Ok(());
+        }
+        match self.judge.judge(holder) {
+            Judgement::Dead(DeathReason::LeaseExpired { .. }) => {
+                self.refuse_if_lease_expired_may_act(holder)
+            }
+            Judgement::Dead(_) => Ok(()),
+            Judgement::Alive(_) | Judgement::Unknown(_) => Err(Error::Locked {
+                execution_id: self.id,
+                pid: holder.pid,
+                since: holder.acquired_at.clone(),
+            }),
+        }
+    }
+
+    /// Refuses the look while `holder`, whose lease expired, may still be running: the lease
+    /// decides who holds the lock, and only the evidence says whether the process has stopped.
+    fn refuse_if_lease_expired_may_act(&self, holder: &HolderRecord) -> Result<()> {
+        let evidence = self.judge.judge_evidence(holder);
+        if evidence.is_dead() || (self.is_leak)(holder) {
+            return Ok(());
+        }
+        Err(Error::LeaseExpiredHolderAlive {
+            execution_id: self.id,
+            seq: self.seq,
+            pid: holder.pid,
+            heartbeat_at: holder.heartbeat_at.clone(),
+            evidence: evidence.to_string(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::events;
 use crate::operator::Operator;
+use crate::ownership;
 use crate::records::{self, event_kind};
 use crate::states::Status;
 
@@ -339,18 +340,20 @@ fn reclaim_one(
         || conn
             .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
             .exists(params![row.resource])?;
+    let mut detail = json!({
+        "resource": row.resource,
+        "pid": holder.pid,
+        "epoch": row.epoch,
+        "reason": reason.to_string(),
+    });
+    ownership::note_lease_expired_holder(&mut detail, holder, reason);
     events::record(
         conn,
         now,
         is_execution.then_some(row.resource.as_str()),
         None,
         event_kind::ORPHAN_RECLAIMED,
-        &json!({
-            "resource": row.resource,
-            "pid": holder.pid,
-            "epoch": row.epoch,
-            "reason": reason.to_string(),
-        }),
+        &detail,
     )?;
     locker.release(conn, &row.resource, epoch)?;
     Ok(true)

@@ -209,7 +209,7 @@ async fn a_retry_step_past_its_rerun_limit_waits_for_an_operator_and_says_why() 
     barrier(&journal).await;
     let record = journal.get(id).unwrap().unwrap();
     assert_eq!(record.status, Status::AwaitingOperator);
-    let detail = record.status_detail.unwrap().to_value().unwrap();
+    let detail = record.status_detail.unwrap();
     assert_eq!(
         detail,
         serde_json::json!({

@@ -4,7 +4,8 @@
 //! errors, and also a file that holds no journal yet, and one that only a writer's recovery
 //! can make readable. It trusts no schema: a view that never ends is stopped by the read
 //! timeout, and the inspector reads on afterwards. Read without a WAL, it sees a writer's later
-//! commits once they reach the file, never a mix of two states.
+//! commits once they reach the file, never a mix of two states. Its pages and previews are a
+//! journal's, and its payload cap is its builder's.
 //!
 //! Method: journals are built through the library and then changed with plain SQLite where a
 //! test needs a file the library would never write. Each refusal is checked for its variant,
@@ -69,7 +70,62 @@ fn assert_reads_alike(inspector: &Inspector, journal: &Journal, ids: &[Uuid]) {
         assert_eq!(inspector.get(*id).unwrap(), journal.get(*id).unwrap());
         assert_eq!(inspector.steps(*id).unwrap(), journal.steps(*id).unwrap());
         assert_eq!(inspector.events(*id).unwrap(), journal.events(*id).unwrap());
+        assert_eq!(
+            inspector.steps_page(*id, Some(0), 1).unwrap(),
+            journal.steps_page(*id, Some(0), 1).unwrap()
+        );
+        assert_eq!(
+            inspector.events_page(*id, None, 2).unwrap(),
+            journal.events_page(*id, None, 2).unwrap()
+        );
+        let (inspected, journaled) = (inspector.previews(), journal.previews());
+        assert_eq!(inspected.get(*id).unwrap(), journaled.get(*id).unwrap());
+        assert_eq!(
+            inspected.steps_page(*id, None, 10).unwrap(),
+            journaled.steps_page(*id, None, 10).unwrap()
+        );
+        assert_eq!(
+            inspected.events_page(*id, None, 10).unwrap(),
+            journaled.events_page(*id, None, 10).unwrap()
+        );
     }
+    assert_eq!(
+        inspector.previews().list(&filter).unwrap(),
+        journal.previews().list(&filter).unwrap()
+    );
+}
+
+#[test]
+fn an_inspectors_payload_cap_is_its_builders() {
+    let scratch = Scratch::new();
+    let (done, _) = closed_journal(&scratch);
+    // The input, `"input"`, is 7 bytes of JSON.
+    let inspector = Journal::builder(&scratch.path)
+        .payload_bytes_max(6)
+        .inspect()
+        .unwrap();
+    assert!(
+        matches!(
+            inspector.get(done),
+            Err(Error::PayloadTooLarge {
+                bytes: 7,
+                max: 6,
+                ..
+            })
+        ),
+        "{:?}",
+        inspector.get(done)
+    );
+    let input = inspector.previews().get(done).unwrap().unwrap().input;
+    assert_eq!((input.head, input.bytes), (None, 7));
+    let inspector = Journal::builder(&scratch.path)
+        .payload_bytes_max(7)
+        .inspect()
+        .unwrap();
+    assert_eq!(
+        inspector.get(done).unwrap().unwrap().input.as_json(),
+        "\"input\""
+    );
 }
 
 #[test]

@@ -161,7 +161,11 @@ impl Judge {
         }
     }
 
-    fn judge_evidence(&self, holder: &HolderRecord) -> Judgement {
+    /// Judges `holder` on the evidence alone (its liveness file and the process tests), without
+    /// its lease: whether the holder's process may still be running, and so may still act
+    /// outside the journal, whatever [`Judge::judge`] says of its lock. A holder whose lease
+    /// expired is dead to the lock but, if this says anything short of dead, not to the world.
+    pub fn judge_evidence(&self, holder: &HolderRecord) -> Judgement {
         let Ok(instance_id) = Uuid::parse_str(&holder.instance_id) else {
             return Judgement::Unknown(format!(
                 "instance id {:?} is not a UUID",

@@ -19,6 +19,15 @@
 //! - `hold-write <db>`: takes SQLite's write lock with `BEGIN IMMEDIATE` on a plain connection,
 //!   prints `{"locked":<pid>}` and holds it until stdin closes.
 //! - `open <db>`: only opens the journal, and reports the error if that fails.
+//! - `fenced-effect <db> <sink> <execution-id> <lease-ms> <wait|go>`: opens the journal with a
+//!   lease of `<lease-ms>` and no orphan sweep (so a dead holder is taken over by the open,
+//!   with a `takeover` event), opens the execution and runs the guarded step `charge` under
+//!   `Fail`. Its closure performs the effect on the effect sink at `<sink>`, an SQLite file
+//!   that records the highest fencing token seen for each idempotency key and refuses a write
+//!   with a lower one, and prints `{"effect":"accepted"|"refused","token":<token>}`. With
+//!   `wait`, the closure first prints `{"inside":<token>}` and waits for a line on stdin (on a
+//!   blocking thread: the lease heartbeat goes on meanwhile). A done step completes the
+//!   execution.
 //! - `inspect <db>`: opens the journal only to read it (`Journal::inspect`), and prints each
 //!   execution's id and status and each lock holder's resource and verdict, or the error.
 
@@ -45,6 +54,15 @@ async fn main() -> Outcome {
         ["race", db] => race(Path::new(db)).await?,
         ["hold", db, id] => hold(Path::new(db), id.parse()?).await?,
         ["hold-write", db] => hold_write(Path::new(db))?,
+        ["fenced-effect", db, sink, id, lease_ms, when] => {
+            let wait = match *when {
+                "wait" => true,
+                "go" => false,
+                other => return Err(format!("wait or go, not {other:?}").into()),
+            };
+            let place = (Path::new(db), Path::new(sink));
+            fenced_effect(place, id.parse()?, lease_ms.parse()?, wait).await?
+        }
         ["open", db] => match Journal::open(db) {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
@@ -74,6 +92,7 @@ fn kind(error: &Error) -> &'static str {
         Error::Corrupt { .. } => "corrupt",
         Error::ForeignDatabase { .. } => "foreign_database",
         Error::StepFailed { .. } => "step_failed",
+        Error::LeaseExpiredHolderAlive { .. } => "lease_expired_holder_alive",
         Error::NeedsRecovery { .. } => "needs_recovery",
         Error::CannotOpen { .. } => "cannot_open",
         _ => "other",
@@ -232,4 +251,107 @@ fn hold_write(db: &Path) -> Outcome<Value> {
     std::io::stdin().lock().lines().for_each(drop);
     conn.execute_batch("ROLLBACK")?;
     Ok(json!({ "outcome": "released" }))
+}
+
+/// `fenced-effect`: see the module documentation.
+async fn fenced_effect(
+    (db, sink): (&Path, &Path),
+    id: Uuid,
+    lease_ms: u64,
+    wait: bool,
+) -> Outcome<Value> {
+    let journal = Journal::builder(db)
+        .lease_ms(lease_ms)
+        .sweep_on_open(false)
+        .open()?;
+    let mut execution = match journal
+        .open_execution(id, "worker", "fenced", &"input")
+        .await
+    {
+        Ok(Opened::Running(execution)) => execution,
+        Ok(Opened::Finished(finished)) => {
+            return Ok(json!({ "outcome": "finished", "status": finished.status.as_str() }));
+        }
+        Err(error) => return Ok(error_json(&error)),
+    };
+    let charged = execution
+        .guarded("charge", Policy::Fail, |key| async move {
+            let token = key.fencing_token().0;
+            if wait {
+                say(&json!({ "inside": token }))
+                    .map_err(|error| StepError::fatal(error.to_string()))?;
+                wait_for_a_line().await?;
+            }
+            let accepted = sink_write(sink, &key.idempotency_key().to_string(), token)?;
+            let effect = if accepted { "accepted" } else { "refused" };
+            say(&json!({ "effect": effect, "token": token }))
+                .map_err(|error| StepError::fatal(error.to_string()))?;
+            if accepted {
+                Ok(token)
+            } else {
+                Err(StepError::fatal(
+                    "the effect sink refused a stale fencing token",
+                ))
+            }
+        })
+        .await;
+    match charged {
+        Ok(Guarded::Done(token)) => {
+            execution.complete(&token).await?;
+            Ok(json!({ "outcome": "done", "token": token }))
+        }
+        Ok(Guarded::Skipped(_)) => Err("a Fail step was skipped".into()),
+        Err(error) => Ok(error_json(&error)),
+    }
+}
+
+/// Waits for a line on stdin on a blocking thread, so the runtime (and the lease heartbeat on
+/// it) goes on meanwhile.
+async fn wait_for_a_line() -> Result<(), StepError> {
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(drop)
+    })
+    .await
+    .map_err(|error| StepError::fatal(error.to_string()))?
+    .map_err(|error| StepError::fatal(error.to_string()))
+}
+
+/// The effect sink: performs the effect of `key` with fencing `token`, unless a write with a
+/// higher token has been seen for `key`, in which case it refuses. Every write, accepted or
+/// refused, is logged in `writes`; `highest` keeps the highest token accepted per key.
+fn sink_write(sink: &Path, key: &str, token: u64) -> Result<bool, StepError> {
+    let write = || -> rusqlite::Result<bool> {
+        let mut conn = rusqlite::Connection::open(sink)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let transaction =
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        transaction.execute_batch(
+            "CREATE TABLE IF NOT EXISTS highest (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS writes (key TEXT NOT NULL, token INTEGER NOT NULL,
+                                                outcome TEXT NOT NULL);",
+        )?;
+        let highest: Option<i64> = rusqlite::OptionalExtension::optional(transaction.query_row(
+            "SELECT token FROM highest WHERE key = ?1",
+            [key],
+            |row| row.get(0),
+        ))?;
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        let accepted = highest.is_none_or(|highest| token >= highest);
+        if accepted {
+            transaction.execute(
+                "INSERT INTO highest (key, token) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET token = excluded.token",
+                rusqlite::params![key, token],
+            )?;
+        }
+        let outcome = if accepted { "accepted" } else { "refused" };
+        transaction.execute(
+            "INSERT INTO writes (key, token, outcome) VALUES (?1, ?2, ?3)",
+            rusqlite::params![key, token, outcome],
+        )?;
+        transaction.commit()?;
+        Ok(accepted)
+    };
+    write().map_err(|error| StepError::fatal(format!("the effect sink failed: {error}")))
 }

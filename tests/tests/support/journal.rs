@@ -111,6 +111,11 @@ impl Held {
         i64::from(self.0.pid())
     }
 
+    /// Writes `line` to the worker's stdin.
+    pub fn send(&mut self, line: &str) {
+        self.0.send(line);
+    }
+
     /// SIGKILL, then reap it so it is not a zombie.
     pub fn kill(mut self) {
         self.0.kill();

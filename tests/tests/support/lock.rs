@@ -130,6 +130,31 @@ pub fn process_state(pid: u32) -> Option<char> {
         .map(|stat| stat.state)
 }
 
+/// Sends `signal` to `pid`, a child of this process.
+fn signal(pid: u32, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped child.
+    let result = unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        result,
+        0,
+        "kill({pid}, {signal}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Stops child `pid` with SIGSTOP and waits until `/proc` shows it stopped.
+pub fn stop(pid: u32) {
+    signal(pid, libc::SIGSTOP);
+    super::wait_until("the child is stopped", || process_state(pid) == Some('T'));
+}
+
+/// Continues stopped child `pid` with SIGCONT and waits until `/proc` shows it running.
+pub fn resume(pid: u32) {
+    signal(pid, libc::SIGCONT);
+    super::wait_until("the child runs again", || process_state(pid) != Some('T'));
+}
+
 /// A clock that stands still until a test moves it.
 #[derive(Debug)]
 pub struct TestClock(Mutex<DateTime<Utc>>);

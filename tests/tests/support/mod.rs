@@ -110,6 +110,22 @@ pub fn integrity(path: &Path) -> String {
         .unwrap()
 }
 
+/// Every row of `sql` (no parameters) in the database at `path`, as pairs of its first two
+/// columns.
+pub fn query_pairs<A, B>(path: &Path, sql: &str) -> Vec<(A, B)>
+where
+    A: rusqlite::types::FromSql,
+    B: rusqlite::types::FromSql,
+{
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn.prepare(sql).unwrap();
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 /// A single-threaded runtime, for tests that drive the journal's async API from plain `#[test]`s.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -3,6 +3,7 @@
 pub mod concurrent;
 pub mod multiprocess;
 pub mod replay;
+pub mod resume_memory;
 pub mod scale;
 pub mod scheduler;
 pub mod seq;

@@ -126,8 +126,8 @@ impl WorkerReport {
         let peak_kib = number("peak_kib=")?;
         let latencies = lines
             .next()
-            .and_then(|line| line.strip_prefix("latencies_us="))
-            .and_then(Samples::from_micros_line)
+            .and_then(|line| line.strip_prefix("latencies_ns="))
+            .and_then(Samples::from_nanos_line)
             .ok_or_else(bad)?;
         Ok(Self {
             steps,
@@ -161,7 +161,7 @@ pub async fn worker(args: &WorkerArgs, durability: Durability) -> Result<()> {
         elapsed.as_micros(),
         rss::peak_kib().unwrap_or(0)
     );
-    println!("latencies_us={}", latencies.to_micros_line());
+    println!("latencies_ns={}", latencies.to_nanos_line());
     Ok(())
 }
 

@@ -132,6 +132,6 @@ pub async fn worker(args: &WorkerArgs, durability: durably::Durability) -> Resul
         elapsed.as_micros(),
         rss::peak_kib().unwrap_or(0)
     );
-    println!("latencies_us={}", latencies.to_micros_line());
+    println!("latencies_ns={}", latencies.to_nanos_line());
     Ok(())
 }

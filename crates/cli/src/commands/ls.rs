@@ -25,7 +25,7 @@ pub(super) struct Row {
 
 impl Row {
     /// The record's row fields, escaped.
-    pub(super) fn from_record(record: &ExecutionRecord) -> Self {
+    pub(super) fn from_record<P>(record: &ExecutionRecord<P>) -> Self {
         Self {
             execution_id: record.execution_id.to_string(),
             kind: escape(&record.kind),
@@ -49,7 +49,9 @@ pub fn run(target: &Target, args: &LsArgs, json: bool) -> Result<()> {
         created_since: args.since,
         limit: Some(args.limit),
     };
+    // Previews: the rows print no payload, and a preview never reads one over the cap.
     let rows: Vec<Row> = inspector
+        .previews()
         .list(&filter)?
         .iter()
         .map(Row::from_record)

@@ -1,14 +1,17 @@
-//! `durably show ID`: one execution, its steps and its audit events. Payloads appear only as
-//! bounded, escaped previews.
+//! `durably show ID [--limit N] [--after SEQ] [--events-after ID]`: one execution, a page of its
+//! steps and a page of its audit events. Payloads appear only as bounded, escaped previews,
+//! which the journal reads in SQL, so an execution of any length and payloads of any size cost
+//! one page.
 
 use std::fmt::Write as _;
 
 use durably::lock::format_timestamp;
 use durably::operator::SeenIntent;
-use durably::{EventRecord, ExecutionRecord, Inspector, StepRecord, StepState};
+use durably::{EventRecord, ExecutionRecord, Inspector, PayloadPreview, StepRecord, StepState};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::cli::ShowArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
 use crate::escape::{escape, preview, preview_opt};
@@ -20,7 +23,11 @@ struct Shown {
     execution: Execution,
     holder: Option<super::locks::Holder>,
     steps: Vec<Step>,
+    /// The `--after` that shows the next page of steps; `None` on the last page.
+    steps_next_after: Option<u32>,
     events: Vec<Event>,
+    /// The `--events-after` that shows the next page of events; `None` on the last page.
+    events_next_after: Option<i64>,
 }
 
 /// `ls --json`'s row, then the payload previews; flattening keeps the documented field order.
@@ -48,6 +55,9 @@ struct Step {
     error_preview: Option<String>,
     /// Which intent this is, for `resolve --seen`; only for a step in the ambiguous window.
     seen: Option<String>,
+    /// Why a step in the ambiguous window has no token.
+    #[serde(skip)]
+    no_token_because: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,10 +70,10 @@ struct Event {
 }
 
 impl Execution {
-    fn from_record(record: &ExecutionRecord) -> Self {
+    fn from_record(record: &ExecutionRecord<PayloadPreview>) -> Self {
         Self {
             row: super::ls::Row::from_record(record),
-            input_preview: preview(record.input.as_json()),
+            input_preview: preview(&record.input),
             output_preview: preview_opt(record.output.as_ref()),
             error_preview: preview_opt(record.error.as_ref()),
         }
@@ -71,7 +81,7 @@ impl Execution {
 }
 
 impl Step {
-    fn from_record(record: &StepRecord, seen: Option<SeenIntent>) -> Self {
+    fn from_record(record: &StepRecord<PayloadPreview>, seen: Seen) -> Self {
         Self {
             seq: record.seq,
             name: escape(&record.name),
@@ -84,34 +94,43 @@ impl Step {
             result_at: record.result_at.map(format_timestamp),
             result_preview: preview_opt(record.result.as_ref()),
             error_preview: preview_opt(record.error.as_ref()),
-            seen: seen.map(|seen| seen.to_string()),
+            seen: seen.token.map(|seen| seen.to_string()),
+            no_token_because: seen.no_token_because,
         }
     }
 }
 
 impl Event {
-    fn from_record(record: &EventRecord) -> Self {
+    fn from_record(record: &EventRecord<PayloadPreview>) -> Self {
         Self {
             id: record.id,
             at: format_timestamp(record.at),
             seq: record.seq.map(i64::from),
             kind: escape(&record.kind),
-            detail_preview: preview(record.detail.as_json()),
+            detail_preview: preview(&record.detail),
         }
     }
 }
 
+/// What `show` says of a step's intent: the token for `resolve --seen`, or why there is none.
+#[derive(Debug, Default)]
+struct Seen {
+    token: Option<SeenIntent>,
+    no_token_because: Option<String>,
+}
+
 /// Shows one execution.
-pub fn run(target: &Target, id: Uuid, json: bool) -> Result<()> {
-    let shown = load(&target.inspect()?, id)?;
+pub fn run(target: &Target, args: &ShowArgs, json: bool) -> Result<()> {
+    let shown = load(&target.inspect()?, args)?;
     if json {
         return print_json(&shown);
     }
     print(&render(&shown))
 }
 
-fn load(inspector: &Inspector, id: Uuid) -> Result<Shown> {
-    let record = inspector.get(id)?.ok_or_else(|| {
+fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
+    let (id, previews) = (args.id, inspector.previews());
+    let record = previews.get(id)?.ok_or_else(|| {
         CliError::failure(format!("no execution {id} in this journal"))
             .hint("`durably ls` lists the executions of this journal")
     })?;
@@ -119,31 +138,57 @@ fn load(inspector: &Inspector, id: Uuid) -> Result<Shown> {
     let holder = super::locks::holders(inspector)?
         .into_iter()
         .find(|holder| holder.resource == resource);
+    // One row past the page says whether there is a next one.
+    let page_and_one = args.limit.saturating_add(1);
+    let mut steps = previews.steps_page(id, args.after, page_and_one)?;
+    let steps_next_after = next_page(&mut steps, args.limit).map(|last| last.seq);
+    let mut events = previews.events_page(id, args.events_after, page_and_one)?;
+    let events_next_after = next_page(&mut events, args.limit).map(|last| last.id);
     Ok(Shown {
         execution: Execution::from_record(&record),
         holder,
-        steps: inspector
-            .steps(id)?
+        steps: steps
             .iter()
-            .map(|step| {
-                let seen = match step.state {
-                    StepState::Intent => match inspector.seen_intent(id, step.seq) {
-                        // No token while a live process holds the execution: `render_steps`
-                        // says so instead.
-                        Err(durably::Error::Locked { .. }) => None,
-                        seen => seen?,
-                    },
-                    _ => None,
-                };
-                Ok(Step::from_record(step, seen))
-            })
+            .map(|step| Ok(Step::from_record(step, seen(inspector, id, step)?)))
             .collect::<Result<_>>()?,
-        events: inspector
-            .events(id)?
-            .iter()
-            .map(Event::from_record)
-            .collect(),
+        steps_next_after,
+        events: events.iter().map(Event::from_record).collect(),
+        events_next_after,
     })
+}
+
+/// Cuts `rows`, read with one row past the page, to `limit`, and returns the page's last row
+/// when a next page follows it.
+fn next_page<T>(rows: &mut Vec<T>, limit: u32) -> Option<&T> {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    if more { rows.last() } else { None }
+}
+
+/// The token of a step in the ambiguous window, or why it has none.
+fn seen(inspector: &Inspector, id: Uuid, step: &StepRecord<PayloadPreview>) -> Result<Seen> {
+    if step.state != StepState::Intent {
+        return Ok(Seen::default());
+    }
+    let because = |text: String| Seen {
+        token: None,
+        no_token_because: Some(text),
+    };
+    match inspector.seen_intent(id, step.seq) {
+        Ok(token) => Ok(Seen {
+            token,
+            no_token_because: None,
+        }),
+        // `render_steps` says why instead.
+        Err(durably::Error::Locked { .. }) => Ok(because(
+            "a live process holds the execution and may be running it".to_owned(),
+        )),
+        Err(durably::Error::LeaseExpiredHolderAlive { pid, .. }) => Ok(because(format!(
+            "pid {pid} lost the execution when its lease expired and may still be running the \
+             step, so its effect can still happen"
+        ))),
+        Err(error) => Err(error.into()),
+    }
 }
 
 fn render(shown: &Shown) -> String {
@@ -177,7 +222,7 @@ fn render(shown: &Shown) -> String {
     );
     let _ = writeln!(text, "{:<10} {holder}", "held by");
     text.push_str(&render_steps(shown));
-    text.push_str(&render_events(&shown.events));
+    text.push_str(&render_events(shown));
     text
 }
 
@@ -186,6 +231,7 @@ fn render_steps(shown: &Shown) -> String {
     if shown.steps.is_empty() {
         return text;
     }
+    let id = &shown.execution.row.execution_id;
     let mut table = Table::new(&[
         "SEQ",
         "NAME",
@@ -216,7 +262,12 @@ fn render_steps(shown: &Shown) -> String {
         ]);
     }
     text.push_str(&table.render());
-    let id = &shown.execution.row.execution_id;
+    if let Some(after) = shown.steps_next_after {
+        let _ = writeln!(
+            text,
+            "more steps follow: `durably show {id} --after {after}`"
+        );
+    }
     for step in shown.steps.iter().filter(|step| step.state == "intent") {
         let _ = match &step.seen {
             Some(seen) => writeln!(
@@ -228,16 +279,20 @@ fn render_steps(shown: &Shown) -> String {
             ),
             None => writeln!(
                 text,
-                "step {} is in the ambiguous window, but a live process holds the execution and \
-                 may be running it: look again once that process has stopped.",
-                step.seq
+                "step {} is in the ambiguous window, but {}: look again once that process has \
+                 stopped.",
+                step.seq,
+                step.no_token_because
+                    .as_deref()
+                    .unwrap_or("it cannot be checked now")
             ),
         };
     }
     text
 }
 
-fn render_events(events: &[Event]) -> String {
+fn render_events(shown: &Shown) -> String {
+    let events = &shown.events;
     let mut text = format!("\naudit events ({})\n", events.len());
     if events.is_empty() {
         return text;
@@ -255,5 +310,12 @@ fn render_events(events: &[Event]) -> String {
         ]);
     }
     text.push_str(&table.render());
+    if let Some(after) = shown.events_next_after {
+        let id = &shown.execution.row.execution_id;
+        let _ = writeln!(
+            text,
+            "more events follow: `durably show {id} --events-after {after}`"
+        );
+    }
     text
 }

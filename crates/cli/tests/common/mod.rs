@@ -58,6 +58,8 @@ pub fn reading_commands(fixture: &Fixture) -> Vec<Vec<String>> {
     [
         vec!["ls"],
         vec!["show", ambiguous.as_str()],
+        vec!["show", ambiguous.as_str(), "--limit", "1", "--after", "0"],
+        vec!["show", ambiguous.as_str(), "--events-after", "1"],
         vec!["locks"],
         vec!["fires"],
         vec!["sweep", "--dry-run"],

@@ -43,7 +43,8 @@ pub struct Execution {
     id: Uuid,
     is_resume: bool,
     input: String,
-    replay: Replay,
+    // Boxed: the replay window's state is a third of the handle, which callers move around.
+    replay: Box<Replay>,
     next_seq: u32,
     halted_at: Option<u32>,
     finalized: bool,
@@ -73,7 +74,7 @@ impl Execution {
             id: opening.id,
             is_resume: opening.is_resume,
             input: opening.input,
-            replay: opening.replay,
+            replay: Box::new(opening.replay),
             next_seq: 0,
             halted_at: None,
             finalized: false,
@@ -106,7 +107,7 @@ impl Execution {
     /// How many steps were recorded when this handle opened the execution (0 for a new one):
     /// steps `0..recorded_steps()` replay their recorded outcome instead of running.
     pub fn recorded_steps(&self) -> u32 {
-        u32::try_from(self.replay.len()).unwrap_or(u32::MAX)
+        self.replay.recorded()
     }
 
     /// The execution's input, as recorded when it was first opened.

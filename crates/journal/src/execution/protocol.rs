@@ -15,7 +15,7 @@ use super::Execution;
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
-use crate::payload;
+use crate::payload::{self, Payload};
 use crate::records::event_kind;
 use crate::replay::RecordedStep;
 use crate::states::{PolicyKind, StepState};
@@ -110,12 +110,13 @@ impl Execution {
         // a select), the step's state is unknown and the handle must not go on.
         self.halted_at = Some(seq);
         let result = match self.replay.take(seq) {
-            Some(recorded) => {
+            Err(error) => Err(error),
+            Ok(Some(recorded)) => {
                 self.replay_step(&call, recorded, f)
                     .instrument(span.clone())
                     .await
             }
-            None => {
+            Ok(None) => {
                 self.run_fresh(&call, with_intent, f)
                     .instrument(span.clone())
                     .await
@@ -169,7 +170,7 @@ impl Execution {
         let cap = self.settings.payload_bytes_max;
         match (recorded.state, call.policy) {
             (StepState::Completed, _) => {
-                let text = recorded.result.as_deref().unwrap_or("null");
+                let text = recorded.result.as_ref().map_or("null", Payload::as_json);
                 Ok(Guarded::Done(payload::decode(
                     text,
                     "a recorded step result",
@@ -177,7 +178,7 @@ impl Execution {
                 )?))
             }
             (StepState::Failed, _) => {
-                let text = recorded.error.as_deref().unwrap_or("null");
+                let text = recorded.error.as_ref().map_or("null", Payload::as_json);
                 Err(call.failed(payload::decode(text, "a recorded step error", cap)?))
             }
             (StepState::Skipped, Some(_)) => Ok(Guarded::Skipped(call.skipped())),

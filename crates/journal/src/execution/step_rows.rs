@@ -287,28 +287,14 @@ fn expect_one_row(changed: usize, resource: &str, seq: u32) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::FIRST_OPEN_INTENT_FROM;
-    use crate::config::Durability;
-    use crate::storage;
+    use crate::inspect::query_plan;
 
     /// The completion check is one index seek, whatever the execution's length.
     #[test]
     fn the_completion_check_seeks_past_the_steps_this_run_resolved() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        let conn = storage::open_writer(&path, Durability::Full, 1_000).unwrap();
-        storage::migrate(&conn, &path).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {FIRST_OPEN_INTENT_FROM}"))
-            .unwrap()
-            .query_map(rusqlite::params!["an execution", 7], |row| row.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
         assert_eq!(
-            plan,
+            query_plan(FIRST_OPEN_INTENT_FROM, rusqlite::params!["an execution", 7]),
             ["SEARCH steps USING INDEX steps_by_execution (execution_id=? AND seq>?)"]
         );
     }
