@@ -11,8 +11,9 @@
 //! that only reads (it never writes, migrates or creates a file). The rest sits in modules:
 //! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
 //!   retention;
-//! - [`runtime`]: workflows that wait: messages sent to executions, the events they publish,
-//!   awaiting results from any process;
+//! - [`runtime`]: registered workflows run by any process that serves their kind, within
+//!   queue limits, recovered after crashes; messages sent to executions and results awaited
+//!   from any process;
 //! - [`scheduler`]: scheduled jobs whose fires each run once;
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
@@ -122,8 +123,8 @@ pub mod sqlite {
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
 
-/// Workflows that wait: messages sent to executions, the events they publish, results awaited
-/// from any process, and an injectable clock for tests.
+/// Registered workflows: typed starts, queues with limits across processes, recovery,
+/// messages, results awaited from any process, and an injectable clock for tests.
 pub use durably_runtime as runtime;
 
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.

@@ -100,7 +100,7 @@ async fn a_crash_loop_ends_stuck() {
     wait_for_status(&handle, Status::Stuck).await;
     let record = scratch.journal.get(id).unwrap().unwrap();
     assert_eq!(record.opens, 3, "stuck after exactly three runs");
-    let detail = record.status_detail.unwrap().to_value().unwrap();
+    let detail = record.status_detail.unwrap();
     assert_eq!(detail["failures"], 3, "{detail}");
     let last = detail["last"]["message"].as_str().unwrap();
     assert!(last.contains("byte cap"), "{last}");
