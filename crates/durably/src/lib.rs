@@ -11,6 +11,9 @@
 //! that only reads (it never writes, migrates or creates a file). The rest sits in modules:
 //! - [`operator`]: cancel, resolve an ambiguous step, sweep dead processes' executions,
 //!   retention;
+//! - [`runtime`]: registered workflows run by any process that serves their kind, within
+//!   queue limits, recovered after crashes; messages sent to executions and results awaited
+//!   from any process;
 //! - [`scheduler`]: scheduled jobs whose fires each run once;
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
@@ -113,12 +116,16 @@ pub mod defaults {
 pub mod sqlite {
     pub use durably_journal::{
         APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
-        ambiguous_step_exists, record_event, rusqlite, step_attempts_total,
+        ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,
     };
 }
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
+
+/// Registered workflows: typed starts, queues with limits across processes, recovery,
+/// messages, results awaited from any process, and an injectable clock for tests.
+pub use durably_runtime as runtime;
 
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.
 pub use durably_scheduler as scheduler;

@@ -10,13 +10,14 @@
 
 use chrono::{DateTime, Utc};
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::Result;
 use crate::events;
 use crate::execution::first_open_intent;
 use crate::journal::Journal;
+use crate::states::Status;
 use crate::storage::{self, Migration, Owner};
 
 /// The tables and views a crate built on the journal keeps in the journal's file.
@@ -96,4 +97,23 @@ pub fn record_event(
     detail: &serde_json::Value,
 ) -> Result<()> {
     events::record(conn, &format_timestamp(at), None, None, kind, detail)
+}
+
+/// The status of execution `execution_id`, or `None` when no execution has that id. One seek
+/// on the primary key; inside a write request, the status cannot change before its commit.
+///
+/// # Errors
+/// A storage error, or [`crate::Error::Inconsistent`] when the stored status is not a word the
+/// journal knows.
+pub fn execution_status(conn: &Connection, execution_id: Uuid) -> Result<Option<Status>> {
+    let word: Option<String> = conn
+        .prepare_cached("SELECT status FROM executions WHERE execution_id = ?1")?
+        .query_row(params![execution_id.to_string()], |row| row.get(0))
+        .optional()?;
+    word.map(|word| {
+        word.parse::<Status>().map_err(|unknown| {
+            crate::Error::Inconsistent(format!("execution {execution_id}: {unknown}"))
+        })
+    })
+    .transpose()
 }

@@ -81,7 +81,9 @@ pub use config::{
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::Execution;
 pub use execution_id::new_execution_id;
-pub use extension::{ExtensionSchema, ambiguous_step_exists, record_event, step_attempts_total};
+pub use extension::{
+    ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,
+};
 pub use inspect::Previews;
 pub use inspector::Inspector;
 pub use journal::Journal;

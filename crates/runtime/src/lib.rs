@@ -1,0 +1,78 @@
+//! A runtime for durable workflows on the journal's SQLite file: registered workflow kinds run
+//! by any process that serves them, queues with limits that hold across processes, messages
+//! sent to executions, and results awaited from anywhere. Its rows live in its own tables
+//! beside the journal's (owner `runtime`, `schema/runtime/`).
+//!
+//! A [`Runtime`] registers workflow functions (typed input and output, no macros) and runs the
+//! queued executions of its kinds, within every [`QueueConfig`] limit. A [`Client`], which a
+//! runtime also is, starts executions (durable on return, idempotent by id), sends them
+//! messages (kept until a `recv` step of the receiver consumes them, delivered once per
+//! idempotency key), reads published events, and awaits results through a
+//! [`WorkflowHandle`], woken by a watcher that notices other processes' commits. Every bad
+//! input (an unknown kind, a wrong type, a name with a control character, an oversized
+//! payload, a receiver that does not exist or has ended) is a typed [`Error`] and leaves the
+//! journal unchanged. Time comes from a [`Clock`]; tests use [`testing::TestClock`] and move
+//! it instead of sleeping.
+//!
+//! ```
+//! use durably_journal::Journal;
+//! use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
+//!
+//! async fn refund(mut ctx: WorkflowContext, order: u32) -> Result<String, WorkflowError> {
+//!     let amount: u32 = ctx.pure("look up", || async move { Ok(order * 100) }).await?;
+//!     let receipt = ctx
+//!         .idempotent("refund", |key| async move { Ok(format!("{amount} cents, key {key}")) })
+//!         .await?;
+//!     Ok(receipt)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let journal = Journal::open(dir.path().join("journal.db"))?;
+//! let runtime = Runtime::builder(journal).register("refund", 1, refund).start().await?;
+//!
+//! // Durable when `start` returns; the same id again returns the same execution.
+//! let id = durably_journal::new_execution_id();
+//! let handle = runtime.start::<_, String>("refund", id, &42_u32, StartOptions::default()).await?;
+//! assert!(handle.result().await?.starts_with("4200 cents"));
+//!
+//! // Bad input is refused before anything is written.
+//! let wrong = runtime.start::<_, String>("refund", id, &"42", StartOptions::default()).await;
+//! assert!(matches!(wrong, Err(Error::WrongType { what: "input", .. })));
+//! let nobody = durably_journal::new_execution_id();
+//! let refused = runtime.send(nobody, "approval", &true, Some("click-1")).await;
+//! assert!(matches!(refused, Err(Error::ReceiverNotFound { .. })));
+//! # Ok(())
+//! # }
+//! ```
+
+mod builder;
+mod client;
+mod clock;
+mod context;
+mod dispatcher;
+mod error;
+mod handle;
+mod names;
+mod options;
+mod payload;
+mod recovery;
+mod registry;
+mod resume;
+mod runtime;
+mod start;
+mod store;
+mod task;
+mod watcher;
+
+pub use builder::{CONCURRENCY_MAX_DEFAULT, QueueConfig, RuntimeBuilder, SWEEP_INTERVAL_DEFAULT};
+pub use client::{Client, SendOutcome};
+pub use clock::{Clock, Sleep, SystemClock, testing};
+pub use context::WorkflowContext;
+pub use error::{Error, Result, WorkflowError};
+pub use handle::WorkflowHandle;
+pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
+pub use options::{Deadline, OnDuplicate, StartOptions};
+pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
+pub use runtime::Runtime;

@@ -1,0 +1,204 @@
+//! [`Client::start`]: a new execution of a workflow kind, durable when the call returns, or
+//! the existing execution with that id.
+
+use chrono::{DateTime, Utc};
+use durably_journal::lifecycle::{Inserted, NewExecution, insert_execution};
+use durably_journal::{Payload, execution_status};
+use rusqlite::Connection;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::handle::WorkflowHandle;
+use crate::names::{self, NameKind};
+use crate::options::{OnDuplicate, StartOptions};
+use crate::payload;
+use crate::store::{self, Started};
+
+/// Everything a start transaction needs, checked and encoded before it runs.
+struct StartRequest {
+    id: Uuid,
+    kind: String,
+    name: String,
+    input: Payload,
+    queue: Option<String>,
+    priority: i32,
+    not_before: Option<DateTime<Utc>>,
+    deadline_at: Option<DateTime<Utc>>,
+    dedup: Option<(String, OnDuplicate)>,
+    /// The highest version of the kind registered in this process, if any.
+    local_version: Option<u32>,
+    allow_unregistered_kind: bool,
+}
+
+/// What a start transaction decided. A refusal has written nothing.
+enum Starting {
+    /// The execution with this id: new, or the one that already existed.
+    Execution(Uuid),
+    Refused(Error),
+}
+
+impl Client {
+    /// Starts an execution of workflow `kind` with `input`, under id `id`, placed as
+    /// `options` says; it is durable when this returns. The execution is `queued`: a runtime
+    /// serving the kind claims it when its queue has room.
+    ///
+    /// Start is idempotent by id: if an execution of `kind` already has `id`, this returns a
+    /// handle on it and writes nothing (its input is not compared, so a retry that rebuilds
+    /// the input does not fail).
+    ///
+    /// # Errors
+    /// Nothing is written on any error:
+    /// - [`Error::InvalidName`] for a bad kind, queue, deduplication key or name;
+    ///   [`Error::InvalidOption`] for a deadline not in the future;
+    /// - [`Error::WrongType`] when this process registered `kind` with other input or output
+    ///   types;
+    /// - [`Error::UnknownKind`] when no runtime has registered `kind` (unless
+    ///   [`StartOptions::allow_unregistered_kind`]), [`Error::UnknownQueue`];
+    /// - [`Error::IdConflict`] when `id` is an execution of another kind;
+    /// - [`Error::Duplicate`] when the deduplication key is taken and the options say
+    ///   [`OnDuplicate::Reject`];
+    /// - [`Error::PayloadTooLarge`], [`Error::Json`] for the input; [`Error::Journal`].
+    pub async fn start<I, O>(
+        &self,
+        kind: &str,
+        id: Uuid,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<WorkflowHandle<O>>
+    where
+        I: Serialize + 'static,
+        O: DeserializeOwned + 'static,
+    {
+        names::check(NameKind::Kind, kind)?;
+        let now = self.now();
+        let deadline_at = options.checked(now)?;
+        let local_version = match self.registry().latest(kind) {
+            Some((version, workflow)) => {
+                workflow.check_types::<I, O>(kind)?;
+                Some(version)
+            }
+            None => None,
+        };
+        let input = payload::encode(
+            input,
+            &format!("the input of execution {id}"),
+            self.journal(),
+        )?;
+        let request = StartRequest {
+            id,
+            kind: kind.to_owned(),
+            name: options.name.unwrap_or_else(|| kind.to_owned()),
+            input,
+            queue: options.queue,
+            priority: options.priority,
+            not_before: options.not_before,
+            deadline_at,
+            dedup: options.dedup,
+            local_version,
+            allow_unregistered_kind: options.allow_unregistered_kind,
+        };
+        let starting = self
+            .journal()
+            .write(move |conn| start_in(conn, &request, now))
+            .await?;
+        match starting {
+            Starting::Execution(id) => Ok(self.handle(id)),
+            Starting::Refused(error) => Err(error),
+        }
+    }
+}
+
+/// The start transaction. Every refusal returns before the first write.
+fn start_in(
+    conn: &Connection,
+    request: &StartRequest,
+    now: DateTime<Utc>,
+) -> durably_journal::Result<Starting> {
+    if let Some(queue) = &request.queue
+        && store::stored_queue(conn, queue)?.is_none()
+    {
+        return Ok(Starting::Refused(Error::UnknownQueue {
+            queue: queue.clone(),
+        }));
+    }
+    let version = match request.local_version {
+        Some(version) => version,
+        None => match store::latest_kind_version(conn, &request.kind)? {
+            Some(version) => version,
+            None if request.allow_unregistered_kind => 1,
+            None => {
+                return Ok(Starting::Refused(Error::UnknownKind {
+                    kind: request.kind.clone(),
+                }));
+            }
+        },
+    };
+    let dedup_queue = request.queue.as_deref().unwrap_or("");
+    let mut stale_dedup = false;
+    if let Some((key, on_duplicate)) = &request.dedup
+        && let Some(holder) = store::dedup_holder(conn, dedup_queue, key)?
+        && holder != request.id
+    {
+        match execution_status(conn, holder)? {
+            Some(status) if !status.is_final() => {
+                return Ok(match on_duplicate {
+                    OnDuplicate::ReturnExisting => Starting::Execution(holder),
+                    OnDuplicate::Reject => Starting::Refused(Error::Duplicate {
+                        queue: dedup_queue.to_owned(),
+                        key: key.clone(),
+                        existing: holder,
+                    }),
+                });
+            }
+            // The holder has ended (or was removed): the key is free again.
+            _ => stale_dedup = true,
+        }
+    }
+    let inserted = insert_execution(
+        conn,
+        &NewExecution {
+            id: request.id,
+            kind: &request.kind,
+            name: &request.name,
+            input: &request.input,
+            queue: request.queue.as_deref(),
+            priority: i64::from(request.priority),
+            due_at: request.not_before.filter(|at| *at > now),
+            detail: None,
+        },
+        now,
+    )?;
+    match inserted {
+        Inserted::New => {}
+        Inserted::Exists { kind, .. } if kind == request.kind => {
+            return Ok(Starting::Execution(request.id));
+        }
+        Inserted::Exists { kind, .. } => {
+            return Ok(Starting::Refused(Error::IdConflict {
+                execution_id: request.id,
+                existing_kind: kind,
+                kind: request.kind.clone(),
+            }));
+        }
+    }
+    let dedup = request
+        .dedup
+        .as_ref()
+        .map(|(key, _)| (dedup_queue, key.as_str()));
+    if let (true, Some((queue, key))) = (stale_dedup, dedup) {
+        store::delete_dedup(conn, queue, key)?;
+    }
+    store::insert_started(
+        conn,
+        &Started {
+            execution_id: request.id,
+            version,
+            deadline_at: request.deadline_at,
+            dedup,
+        },
+    )?;
+    Ok(Starting::Execution(request.id))
+}

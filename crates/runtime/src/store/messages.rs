@@ -1,0 +1,56 @@
+//! The `messages` table: what `send` inserts and `recv` steps consume.
+
+use durably_journal::Result;
+use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
+
+/// A message already sent to a receiver with an idempotency key.
+pub(crate) struct KeyedMessage {
+    /// Its id (arrival order).
+    pub(crate) message_id: i64,
+    /// Its payload, as stored JSON.
+    pub(crate) payload: String,
+}
+
+/// The message sent to `execution_id` with idempotency key `key`, if any. One seek on
+/// `messages_by_key`.
+pub(crate) fn message_by_key(
+    conn: &Connection,
+    execution_id: Uuid,
+    key: &str,
+) -> Result<Option<KeyedMessage>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, payload FROM messages WHERE execution_id = ?1 AND idempotency_key = ?2",
+        )?
+        .query_row(params![execution_id.to_string(), key], |row| {
+            Ok(KeyedMessage {
+                message_id: row.get(0)?,
+                payload: row.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Inserts a pending message and returns its id.
+pub(crate) fn insert_message(
+    conn: &Connection,
+    execution_id: Uuid,
+    topic: &str,
+    payload: &str,
+    key: Option<&str>,
+    sent_at: &str,
+) -> Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        execution_id.to_string(),
+        topic,
+        payload,
+        key,
+        sent_at
+    ])?;
+    Ok(conn.last_insert_rowid())
+}

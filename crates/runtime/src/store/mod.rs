@@ -1,0 +1,49 @@
+//! All of the runtime's SQL: its tables and views ([`SCHEMA`], `schema/runtime/`) and the
+//! statements on them. Nothing else in this crate names a table.
+//!
+//! Every function runs on a connection the journal hands out, inside its transaction
+//! ([`durably_journal::Journal::write`] for changes, [`durably_journal::Journal::read`] for
+//! queries), so what it writes commits with the rest of its request. None of them touches the
+//! journal's own tables: what the runtime needs of those it asks through the journal's
+//! functions.
+
+mod changes;
+mod failures;
+mod messages;
+mod registrations;
+mod started;
+mod workflow_events;
+
+use durably_journal::{ExtensionSchema, Migration, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
+
+pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
+pub(crate) use messages::{insert_message, message_by_key};
+pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
+pub(crate) use started::{
+    Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
+};
+pub(crate) use workflow_events::workflow_event;
+
+/// The runtime's tables and views in the journal's file, owner `runtime`, applied by
+/// [`durably_journal::Journal::migrate_extension`] when a client is built.
+pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
+    owner: "runtime",
+    migrations: &[Migration {
+        name: "0001_runtime",
+        sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+    }],
+    views: include_str!("../../../../schema/runtime/views.sql"),
+};
+
+/// Whether `execution_id` was started through the runtime (it has a `runtime_executions`
+/// row). One primary-key seek.
+pub(crate) fn is_runtime_execution(conn: &Connection, execution_id: Uuid) -> Result<bool> {
+    let found = conn
+        .prepare_cached("SELECT 1 FROM runtime_executions WHERE execution_id = ?1")?
+        .query_row(params![execution_id.to_string()], |_| Ok(()))
+        .optional()?;
+    Ok(found.is_some())
+}

@@ -1,0 +1,84 @@
+-- durably-runtime: views of the runtime's tables for people at the sqlite3 prompt (see
+-- docs/inspecting.md).
+--
+-- Not a numbered migration: building a `Client` or a `Runtime` recreates these views after
+-- the runtime's migrations, unless the file already holds exactly these definitions (see
+-- schema/views.sql for the journal's own). Payloads appear only as sizes and 96-character
+-- previews, the same previews `durably show` prints. The views read the journal's
+-- `executions` table for statuses and queues; the runtime's code never does.
+
+-- Every message, newest first: who it was sent to, on which topic, and whether a recv step
+-- consumed it.
+DROP VIEW IF EXISTS runtime_messages;
+CREATE VIEW runtime_messages AS
+SELECT m.id,
+       m.execution_id,
+       m.topic,
+       m.sent_at,
+       m.idempotency_key,
+       m.consumed_seq,
+       m.consumed_at,
+       length(m.payload)          AS bytes,
+       substr(m.payload, 1, 96)   AS preview
+FROM messages AS m
+ORDER BY m.id DESC;
+
+-- Every workflow event (set_event), newest first, with the step that set it.
+DROP VIEW IF EXISTS runtime_events;
+CREATE VIEW runtime_events AS
+SELECT w.execution_id,
+       w.key,
+       w.seq,
+       w.set_at,
+       length(w.value)            AS bytes,
+       substr(w.value, 1, 96)     AS preview
+FROM workflow_events AS w
+ORDER BY w.set_at DESC, w.execution_id, w.key;
+
+-- Executions waiting to be claimed, in the order a claim takes them: per queue, larger
+-- priority first, then first started first. `position` 1 is claimed next. Executions with a
+-- future `not_before` (a `due_at`) are not yet claimable and not listed.
+DROP VIEW IF EXISTS queue_positions;
+CREATE VIEW queue_positions AS
+SELECT e.queue,
+       row_number() OVER (PARTITION BY e.queue ORDER BY e.priority DESC, e.id) AS position,
+       e.execution_id,
+       e.kind,
+       e.priority,
+       e.created_at
+FROM executions AS e
+WHERE e.status = 'queued' AND e.due_at IS NULL
+ORDER BY e.queue, position;
+
+-- Per configured queue: its limit across all processes, and how many of its executions are
+-- running, queued and waiting now.
+DROP VIEW IF EXISTS queue_load;
+CREATE VIEW queue_load AS
+SELECT q.queue,
+       q.concurrency_max,
+       (SELECT count(*) FROM executions AS e
+        WHERE e.queue = q.queue AND e.status = 'running') AS running,
+       (SELECT count(*) FROM executions AS e
+        WHERE e.queue = q.queue AND e.status = 'queued')  AS queued,
+       (SELECT count(*) FROM executions AS e
+        WHERE e.queue = q.queue AND e.status = 'waiting') AS waiting,
+       q.updated_at
+FROM queues AS q
+ORDER BY q.queue;
+
+-- Parked executions waiting for a time or a message: when they wake at the latest, the topic
+-- they wait for, and how many messages on it are already pending (a pending message wakes the
+-- execution at once, so a count above 0 lasts only until the next claim).
+DROP VIEW IF EXISTS waiting_executions;
+CREATE VIEW waiting_executions AS
+SELECT e.execution_id,
+       e.kind,
+       e.due_at,
+       e.wait_topic,
+       (SELECT count(*) FROM messages AS m
+        WHERE m.execution_id = e.execution_id AND m.topic = e.wait_topic
+          AND m.consumed_seq IS NULL) AS pending_messages,
+       e.status_detail
+FROM executions AS e
+WHERE e.status = 'waiting'
+ORDER BY e.due_at, e.execution_id;
