@@ -283,10 +283,7 @@ pub fn reopen(
     from: &[Status],
 ) -> Result<Option<Status>> {
     let resource = id.to_string();
-    let status: Option<Status> = conn
-        .prepare_cached("SELECT status FROM executions WHERE execution_id = ?1")?
-        .query_row(params![resource], |row| records::word(row, 0))
-        .optional()?;
+    let status = crate::extension::execution_status(conn, id)?;
     let Some(status) = status.filter(|status| *status != Status::Running && from.contains(status))
     else {
         return Ok(None);

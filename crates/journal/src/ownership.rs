@@ -2,7 +2,7 @@
 //! action that holds it for the length of its transaction.
 
 use durably_lock::{Acquire, DeathReason, HolderRecord, Locker};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -92,13 +92,7 @@ pub(crate) fn acquire_or_locked(
 /// # Errors
 /// [`Error::NotFound`] when it does not exist.
 pub(crate) fn status_of(conn: &Connection, id: Uuid) -> Result<Status> {
-    let word: Option<String> = conn
-        .prepare_cached("SELECT status FROM executions WHERE execution_id = ?1")?
-        .query_row(params![id.to_string()], |row| row.get(0))
-        .optional()?;
-    let word = word.ok_or(Error::NotFound(id))?;
-    word.parse()
-        .map_err(|error| Error::Inconsistent(format!("execution {id}: {error}")))
+    crate::extension::execution_status(conn, id)?.ok_or(Error::NotFound(id))
 }
 
 /// The key, in the detail of a `takeover` or `orphan_reclaimed` event, of the holder whose lock
