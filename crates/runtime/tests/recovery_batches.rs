@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 /// Interrupted executions in the fixture: more than two pages of 512.
 const INTERRUPTED: usize = 1_200;
+const _: () = assert!(INTERRUPTED > 2 * PAGE_ROWS, "the fixture spans three pages");
 
 /// The rows of one recovery page, as the runtime reads them.
 const PAGE_ROWS: usize = 512;
@@ -154,7 +155,6 @@ async fn a_runtime_recovers_more_than_one_page() {
     let scratch = Scratch::new();
     let fixture = interrupted_fixture(&scratch.journal).await;
     let served = fixture.iter().filter(|(_, o)| *o == Owner::Served).count();
-    assert!(INTERRUPTED > 2 * PAGE_ROWS, "the fixture spans three pages");
     recover_the_rest(&scratch.journal, &fixture, served).await;
 }
 
