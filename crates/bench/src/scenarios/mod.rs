@@ -1,9 +1,14 @@
 //! One file per scenario, and the step helpers they share.
 
+pub mod child;
 pub mod concurrent;
 pub mod multiprocess;
+pub mod parked;
+pub mod queue;
+pub mod recovery;
 pub mod replay;
 pub mod resume_memory;
+pub mod runtime_load;
 pub mod scale;
 pub mod scheduler;
 pub mod seq;
