@@ -86,10 +86,10 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
                 mib(empty.peak_kib),
             ),
             format!(
-                "start-up (journal open and RuntimeBuilder::start): {:.1} ms with the parked \
-                 executions, {:.1} ms with none; CPU while idle: {} ms and {} ms",
-                parked.startup.as_secs_f64() * 1e3,
-                empty.startup.as_secs_f64() * 1e3,
+                "start-up (journal open + RuntimeBuilder::start): {} with the parked \
+                 executions, {} with none; CPU while idle: {} ms and {} ms",
+                parked.startup_parts(),
+                empty.startup_parts(),
                 parked.idle_cpu_ms,
                 empty.idle_cpu_ms
             ),
@@ -154,6 +154,9 @@ fn park(conn: &Connection, rows: u32) -> durably::Result<()> {
 
 /// What a runtime process of this scenario reported.
 struct WorkerReport {
+    /// The journal's open, the first part of the start-up.
+    open: Duration,
+    /// The journal's open and `RuntimeBuilder::start`.
     startup: Duration,
     rss_kib: u64,
     peak_kib: u64,
@@ -165,11 +168,23 @@ impl WorkerReport {
     async fn run(context: &Context, path: &Path) -> Result<Self> {
         let printed = child::finish(child::spawn(context, "parked-worker", path, &[])?).await?;
         Ok(Self {
+            open: Duration::from_micros(child::field(&printed, "open_us")?),
             startup: Duration::from_micros(child::field(&printed, "startup_us")?),
             rss_kib: child::field(&printed, "rss_kib")?,
             peak_kib: child::field(&printed, "peak_kib")?,
             idle_cpu_ms: child::field(&printed, "idle_cpu_ms")?,
         })
+    }
+
+    /// The start-up and its two parts, for a note.
+    fn startup_parts(&self) -> String {
+        let ms = |time: Duration| time.as_secs_f64() * 1e3;
+        format!(
+            "{:.1} ms ({:.1} + {:.1})",
+            ms(self.startup),
+            ms(self.open),
+            ms(self.startup.saturating_sub(self.open))
+        )
     }
 }
 
@@ -178,6 +193,7 @@ impl WorkerReport {
 pub async fn worker(args: &ParkedWorkerArgs, durability: Durability) -> Result<()> {
     let began = Instant::now();
     let journal = Journal::builder(&args.db).durability(durability).open()?;
+    let opened = began.elapsed();
     let runtime = runtime_load::builder(journal, &StepSamples::default())
         .start()
         .await?;
@@ -186,7 +202,8 @@ pub async fn worker(args: &ParkedWorkerArgs, durability: Durability) -> Result<(
     tokio::time::sleep(IDLE).await;
     let idle_ticks = cpu_ticks()?.saturating_sub(cpu_before);
     println!(
-        "startup_us={} rss_kib={} peak_kib={} idle_cpu_ms={}",
+        "open_us={} startup_us={} rss_kib={} peak_kib={} idle_cpu_ms={}",
+        opened.as_micros(),
         startup.as_micros(),
         rss::current_kib().unwrap_or(0),
         rss::peak_kib().unwrap_or(0),
