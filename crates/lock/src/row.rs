@@ -332,9 +332,11 @@ mod tests {
         conn.execute_batch(include_str!("../../../schema/0001_locks.sql"))
             .unwrap();
         let plan: String = conn
-            .query_row(&format!("EXPLAIN QUERY PLAN SELECT {COLUMNS} {HELD}"), [], |row| {
-                row.get(3)
-            })
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN SELECT {COLUMNS} {HELD}"),
+                [],
+                |row| row.get(3),
+            )
             .unwrap();
         assert_eq!(plan, "SEARCH locks USING INDEX locks_held (instance_id>?)");
     }

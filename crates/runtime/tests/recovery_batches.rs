@@ -56,9 +56,7 @@ fn owner(index: usize) -> Owner {
 
 /// Writes the fixture and returns the ids with their owners, in creation order.
 async fn interrupted_fixture(journal: &Journal) -> Vec<(Uuid, Owner)> {
-    let _tables = durably_runtime::Client::new(journal.clone())
-        .await
-        .unwrap();
+    let _tables = durably_runtime::Client::new(journal.clone()).await.unwrap();
     let fixture: Vec<(Uuid, Owner)> = (0..INTERRUPTED)
         .map(|index| (durably_journal::new_execution_id(), owner(index)))
         .collect();

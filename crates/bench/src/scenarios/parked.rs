@@ -194,7 +194,7 @@ pub async fn worker(args: &ParkedWorkerArgs, durability: Durability) -> Result<(
     let began = Instant::now();
     let journal = Journal::builder(&args.db).durability(durability).open()?;
     let opened = began.elapsed();
-    let runtime = runtime_load::builder(journal, &StepSamples::default())
+    let runtime = runtime_load::builder(journal, &StepSamples::default(), None)
         .start()
         .await?;
     let startup = began.elapsed();

@@ -5,11 +5,10 @@
 //! the dead process's locks, the recovery pass that requeues its executions, and the claims
 //! and runs that finish them.
 //!
-//! The killed process is this binary with the hidden `recovery-worker` subcommand. It starts
-//! every workflow through a `Client` first and only then a runtime allowed to run all of them
-//! at once, so that they advance side by side and the kill finds each about half done, as
-//! the issue describes; it is killed once half the steps are journaled (polled on the `steps`
-//! table). This process opened the journal while the worker was alive, so the sweep at its
+//! The killed process is this binary with the hidden `recovery-worker` subcommand: a runtime
+//! allowed to run every workflow at once, whose runs wait at a gate until all are running,
+//! so that they advance side by side and the kill finds each about half done, as the issue
+//! describes. It is killed once half the steps are journaled (polled on the `steps` table). This process opened the journal while the worker was alive, so the sweep at its
 //! open reclaimed nothing and the whole recovery happens in the timed window. The sweep is
 //! called just before `RuntimeBuilder::start` (whose own sweep then finds nothing), so that
 //! its share can be timed.
@@ -25,15 +24,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use durably::runtime::{Client, StartOptions, WorkflowHandle};
+use durably::runtime::{StartOptions, WorkflowHandle};
 use durably::{Durability, Journal};
+use tokio::sync::Barrier;
 use uuid::Uuid;
 
 use crate::args::RecoveryWorkerArgs;
 use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::report::Outcome;
-use crate::scenarios::runtime_load::{self, CONCURRENCY, KIND, Load, PRODUCERS, StepSamples};
+use crate::scenarios::runtime_load::{
+    self, CONCURRENCY, KIND, Load, Occupancy, PRODUCERS, StepSamples,
+};
 use crate::scenarios::{WriterSnapshot, batching_note, child};
 
 /// Steps per workflow.
@@ -82,10 +84,11 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let began = Instant::now();
     let swept = journal.operator().sweep(false).await?;
     let swept_after = began.elapsed();
-    let runtime = runtime_load::builder(journal.clone(), &samples)
+    let runtime = runtime_load::builder(journal.clone(), &samples, None)
         .start()
         .await?;
     let started_after = began.elapsed();
+    let occupancy = Occupancy::start(&journal);
     for id in &unfinished {
         let handle: WorkflowHandle<u32> = runtime.handle(*id);
         if handle.result().await? != STEPS {
@@ -95,6 +98,7 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         }
     }
     let elapsed = began.elapsed();
+    let mean_running = occupancy.mean().await?;
     let batching = batching_note(&journal, writer_before);
     let requeued = runtime.recovery_report().requeued;
     runtime.shutdown();
@@ -106,8 +110,16 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         )));
     }
     let ops = recorded_after - recorded_before;
+    // Fresh workflows of the shape recovery left: as many, with the steps each had left.
+    let shape = Load {
+        workflows: unfinished.len() as u32,
+        steps: (ops as f64 / unfinished.len().max(1) as f64).round() as u32,
+        guarded: false,
+    };
+    let shaped = runtime_load::reference(context, &dir.join("shape.db"), shape).await?;
     let steps_per_s = ops as f64 / elapsed.as_secs_f64();
-    let ratio = steps_per_s / reference;
+    let ratio = steps_per_s / reference.steps_per_s;
+    let run_time = elapsed - started_after;
     let share = |part: Duration| 100.0 * part.as_secs_f64() / elapsed.as_secs_f64();
     let verdict = if ratio >= TARGET_RATIO {
         "meets"
@@ -138,16 +150,33 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
                 swept.unlocked.len(),
                 (started_after - swept_after).as_secs_f64() * 1e3,
                 share(started_after - swept_after),
-                (elapsed - started_after).as_secs_f64() * 1e3,
-                share(elapsed - started_after),
+                run_time.as_secs_f64() * 1e3,
+                share(run_time),
             ),
             format!(
                 "reference, the same runtime running {} fresh workflows x {STEPS} idempotent \
-                 steps started by {PRODUCERS} tasks: {reference:.0} steps/s; recovery ran at \
-                 {ratio:.2} of it, which {verdict} the {TARGET_RATIO} target",
-                load.workflows
+                 steps started by {PRODUCERS} tasks: {:.0} steps/s; recovery ran at {ratio:.2} \
+                 of it, which {verdict} the {TARGET_RATIO} target",
+                load.workflows, reference.steps_per_s
             ),
-            batching,
+            format!(
+                "claims and runs alone: {:.0} steps/s, {:.2} of the reference; executions \
+                 running at once, on average: {mean_running:.1} there, {:.1} in the reference",
+                ops as f64 / run_time.as_secs_f64(),
+                ops as f64 / run_time.as_secs_f64() / reference.steps_per_s,
+                reference.mean_running
+            ),
+            format!("recovery's {batching}"),
+            format!("the reference's {}", reference.batching),
+            format!(
+                "fresh workflows of the shape recovery finished ({} x {} steps) on the same \
+                 runtime: {:.0} steps/s, {:.1} running at once on average; {}",
+                shape.workflows,
+                shape.steps,
+                shaped.steps_per_s,
+                shaped.mean_running,
+                shaped.batching
+            ),
         ],
         peak_rss_kib_elsewhere: None,
     })
@@ -240,24 +269,27 @@ fn recorded_steps(journal: &Journal) -> Result<u64> {
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
-/// The runtime process: starts every workflow through a client (queued; nothing claims them
-/// yet), prints [`STARTED`], then runs a runtime allowed to run all of them at once until it is
-/// killed (or, if it never is, until every result is in).
+/// The runtime process: a runtime allowed to run every workflow at once, whose runs wait at a
+/// gate until all of them are running, so that they advance side by side. It starts them,
+/// prints [`STARTED`], and runs until it is killed (or, if it never is, until every result is
+/// in).
 pub async fn worker(args: &RecoveryWorkerArgs, durability: Durability) -> Result<()> {
     let journal = Journal::builder(&args.db).durability(durability).open()?;
-    let client = Client::new(journal.clone()).await?;
+    let gate = Arc::new(Barrier::new(args.workflows as usize));
+    let runtime = runtime_load::builder(journal, &StepSamples::default(), Some(gate))
+        .concurrency_max(args.workflows)
+        .start()
+        .await?;
     let next = Arc::new(AtomicU32::new(0));
     let mut producers = Vec::with_capacity(PRODUCERS);
     for _ in 0..PRODUCERS {
-        let (client, next) = (client.clone(), Arc::clone(&next));
+        let (runtime, next) = (runtime.clone(), Arc::clone(&next));
         let (workflows, input) = (args.workflows, (args.steps, false));
         producers.push(tokio::spawn(async move {
             let mut handles: Vec<WorkflowHandle<u32>> = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < workflows {
-                // The kind is registered by the runtime started below.
-                let options = StartOptions::default().allow_unregistered_kind();
-                let id = durably::new_execution_id();
-                handles.push(client.start(KIND, id, &input, options).await?);
+                let (id, options) = (durably::new_execution_id(), StartOptions::default());
+                handles.push(runtime.start(KIND, id, &input, options).await?);
             }
             Ok::<_, BenchError>(handles)
         }));
@@ -267,10 +299,6 @@ pub async fn worker(args: &RecoveryWorkerArgs, durability: Durability) -> Result
         handles.extend(producer.await??);
     }
     println!("{STARTED}");
-    let runtime = runtime_load::builder(journal, &StepSamples::default())
-        .concurrency_max(args.workflows)
-        .start()
-        .await?;
     for handle in handles {
         handle.result().await?;
     }

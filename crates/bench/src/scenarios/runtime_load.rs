@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use durably::runtime::{Runtime, RuntimeBuilder, StartOptions, WorkflowContext, WorkflowError};
 use durably::{Guarded, Journal, Policy, StepError};
+use tokio::sync::Barrier;
 
 use crate::args::IdsArg;
 use crate::context::Context;
 use crate::error::{BenchError, Result};
-use crate::scenarios::STEP_NAME;
+use crate::scenarios::{STEP_NAME, WriterSnapshot, batching_note};
 use crate::stats::Samples;
 
 /// The workflow kind every runtime scenario registers.
@@ -81,13 +82,17 @@ impl StepSamples {
 }
 
 /// A runtime on `journal` serving [`KIND`] at [`CONCURRENCY`], recording its steps'
-/// latencies in `samples`.
-pub fn builder(journal: Journal, samples: &StepSamples) -> RuntimeBuilder {
+/// latencies in `samples`. With a `gate`, every run waits at it before its first step.
+pub fn builder(
+    journal: Journal,
+    samples: &StepSamples,
+    gate: Option<Arc<Barrier>>,
+) -> RuntimeBuilder {
     let samples = samples.clone();
     Runtime::builder(journal)
         .concurrency_max(CONCURRENCY)
         .register(KIND, 1, move |context, input: Input| {
-            run_steps(context, input, samples.clone())
+            run_steps(context, input, samples.clone(), gate.clone())
         })
 }
 
@@ -96,7 +101,11 @@ async fn run_steps(
     mut context: WorkflowContext,
     (steps, guarded): Input,
     samples: StepSamples,
+    gate: Option<Arc<Barrier>>,
 ) -> Result<u32, WorkflowError> {
+    if let Some(gate) = gate {
+        gate.wait().await;
+    }
     for _ in 0..steps {
         let ran = AtomicBool::new(false);
         let body = |_key| {
@@ -177,14 +186,74 @@ async fn produce(
     Ok(())
 }
 
+/// How often [`Occupancy`] counts the running executions.
+const OCCUPANCY_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How many executions are `running` on a journal, on average over a stretch of time: below
+/// [`CONCURRENCY`], slots stood empty between one run's end and the next claim.
+pub struct Occupancy {
+    stop: Arc<AtomicBool>,
+    /// The sum of the counts and how many were taken.
+    task: tokio::task::JoinHandle<Result<(u64, u64)>>,
+}
+
+impl Occupancy {
+    /// Starts counting, every [`OCCUPANCY_INTERVAL`] (one seek on the status index each).
+    pub fn start(journal: &Journal) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (journal, stopped) = (journal.clone(), Arc::clone(&stop));
+        let task = tokio::spawn(async move {
+            let (mut sum, mut taken) = (0_u64, 0_u64);
+            while !stopped.load(Ordering::Relaxed) {
+                let running: i64 = journal.read(|conn| {
+                    Ok(conn.query_row(
+                        "SELECT count(*) FROM executions WHERE status = 'running'",
+                        [],
+                        |row| row.get(0),
+                    )?)
+                })?;
+                (sum, taken) = (sum + running.unsigned_abs(), taken + 1);
+                tokio::time::sleep(OCCUPANCY_INTERVAL).await;
+            }
+            Ok((sum, taken))
+        });
+        Self { stop, task }
+    }
+
+    /// Stops counting and returns the mean count.
+    pub async fn mean(self) -> Result<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let (sum, taken) = self.task.await??;
+        Ok(sum as f64 / taken.max(1) as f64)
+    }
+}
+
+/// What [`reference`] measured.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    /// Steps per second.
+    pub steps_per_s: f64,
+    /// Executions running at once, on average.
+    pub mean_running: f64,
+    /// The writer's batching over the run ([`batching_note`]).
+    pub batching: String,
+}
+
 /// The reference figure of the runtime scenarios: `load` on a fresh journal at `path`,
 /// through a runtime at [`CONCURRENCY`] with no queue, started and awaited as [`drive`] does.
-/// Returns steps per second.
-pub async fn reference(context: &Context, path: &Path, load: Load) -> Result<f64> {
-    let runtime = builder(context.journal(path)?, &StepSamples::default())
+pub async fn reference(context: &Context, path: &Path, load: Load) -> Result<Reference> {
+    let journal = context.journal(path)?;
+    let runtime = builder(journal.clone(), &StepSamples::default(), None)
         .start()
         .await?;
+    let (writer_before, occupancy) = (WriterSnapshot::take(&journal), Occupancy::start(&journal));
     let elapsed = drive(&runtime, load, None, context.execution_ids).await?;
+    let mean_running = occupancy.mean().await?;
+    let batching = batching_note(&journal, writer_before);
     runtime.shutdown();
-    Ok(load.total_steps() as f64 / elapsed.as_secs_f64())
+    Ok(Reference {
+        steps_per_s: load.total_steps() as f64 / elapsed.as_secs_f64(),
+        mean_running,
+        batching,
+    })
 }
