@@ -97,6 +97,22 @@ async fn interrupted_fixture(journal: &Journal) -> Vec<(Uuid, Owner)> {
     fixture
 }
 
+/// A scratch journal with the fixture; `None` in the crash test's child process, whose only
+/// work is the child test.
+async fn scratch_with_fixture() -> Option<(Scratch, Vec<(Uuid, Owner)>)> {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return None;
+    }
+    let scratch = Scratch::new();
+    let fixture = interrupted_fixture(&scratch.journal).await;
+    Some((scratch, fixture))
+}
+
+/// How many of the fixture's executions belong to `owner`.
+fn count(fixture: &[(Uuid, Owner)], owner: Owner) -> usize {
+    fixture.iter().filter(|(_, o)| *o == owner).count()
+}
+
 /// (status, resume_failures) of execution `id`; failures are `None` for a hand-driven one.
 fn state(journal: &Journal, id: Uuid) -> (String, Option<i64>) {
     journal
@@ -124,7 +140,7 @@ async fn recover_the_rest(journal: &Journal, fixture: &[(Uuid, Owner)], requeued
     let report = runtime.recovery_report();
     assert_eq!(report.requeued, requeued, "{report:?}");
     assert_eq!(report.stuck, 0, "{report:?}");
-    let unknown = fixture.iter().filter(|(_, o)| *o == Owner::Unknown).count();
+    let unknown = count(fixture, Owner::Unknown);
     assert_eq!(report.unknown_kinds, [("refund".to_owned(), unknown)]);
     for (id, owner) in fixture {
         match owner {
@@ -147,13 +163,10 @@ async fn recover_the_rest(journal: &Journal, fixture: &[(Uuid, Owner)], requeued
 /// kind is reported with its count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_recovers_more_than_one_page() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    let Some((scratch, fixture)) = scratch_with_fixture().await else {
         return;
-    }
-    let scratch = Scratch::new();
-    let fixture = interrupted_fixture(&scratch.journal).await;
-    let served = fixture.iter().filter(|(_, o)| *o == Owner::Served).count();
-    recover_the_rest(&scratch.journal, &fixture, served).await;
+    };
+    recover_the_rest(&scratch.journal, &fixture, count(&fixture, Owner::Served)).await;
 }
 
 #[cfg(feature = "failpoints")]
@@ -186,11 +199,9 @@ mod crash {
     /// counts no run twice, and the file is intact.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crash_between_batches_leaves_a_consistent_journal() {
-        if std::env::var(CHILD_ENV).is_ok() {
+        let Some((scratch, fixture)) = scratch_with_fixture().await else {
             return;
-        }
-        let scratch = Scratch::new();
-        let fixture = interrupted_fixture(&scratch.journal).await;
+        };
         let status = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "crash::crash_child", "--nocapture"])
             .args(["--test-threads", "1"])
@@ -209,8 +220,8 @@ mod crash {
             first_batch += usize::from(expected.0 == "queued");
             assert_eq!(state(&scratch.journal, *id), expected, "execution {index}");
         }
-        let served = fixture.iter().filter(|(_, o)| *o == Owner::Served).count();
-        recover_the_rest(&scratch.journal, &fixture, served - first_batch).await;
+        let rest = count(&fixture, Owner::Served) - first_batch;
+        recover_the_rest(&scratch.journal, &fixture, rest).await;
         let (integrity, foreign_keys): (String, i64) = scratch
             .journal
             .read(|conn| {

@@ -62,6 +62,12 @@ pub async fn step(execution: &mut Execution, effect: EffectArg) -> Result<u32> {
     }
 }
 
+/// The single number `sql` (a `SELECT count(*)` or the like) reads from `journal`.
+pub fn count(journal: &Journal, sql: &'static str) -> Result<u64> {
+    let count: i64 = journal.read(|conn| Ok(conn.query_row(sql, [], |row| row.get(0))?))?;
+    Ok(count.unsigned_abs())
+}
+
 /// Measures the storage ceiling (see [`ceiling`]) for transactions of one request from each
 /// of `requests` executions' `effect` steps, on a blocking thread for as long as a baseline, and says how close
 /// `steps_per_s` came to it.

@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::report::Outcome;
 use crate::scenarios::runtime_load::{self, CONCURRENCY, Load, Occupancy, PRODUCERS, StepSamples};
-use crate::scenarios::{WriterSnapshot, batching_note};
+use crate::scenarios::{WriterSnapshot, batching_note, count};
 
 /// The queue the workflows go through.
 const QUEUE: &str = "bench";
@@ -50,13 +50,10 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let mean_running = occupancy.mean().await?;
     let batching = batching_note(&journal, writer_before);
     runtime.shutdown();
-    let claimed: i64 = journal.read(|conn| {
-        Ok(conn.query_row(
-            "SELECT count(*) FROM events WHERE kind = 'claimed'",
-            [],
-            |row| row.get(0),
-        )?)
-    })?;
+    let claimed = count(
+        &journal,
+        "SELECT count(*) FROM events WHERE kind = 'claimed'",
+    )?;
     let after = runtime_load::reference(context, &dir.join("reference-after.db"), load).await?;
     let steps_per_s = load.total_steps() as f64 / elapsed.as_secs_f64();
     let reference = f64::midpoint(before.steps_per_s, after.steps_per_s);

@@ -36,7 +36,8 @@ use crate::report::Outcome;
 use crate::scenarios::runtime_load::{
     self, CONCURRENCY, KIND, Load, Occupancy, PRODUCERS, StepSamples,
 };
-use crate::scenarios::{WriterSnapshot, batching_note, child};
+use crate::scenarios::{WriterSnapshot, batching_note, child, count};
+use crate::stats::Samples;
 
 /// Steps per workflow.
 const STEPS: u32 = 10;
@@ -49,6 +50,38 @@ const TARGET_RATIO: f64 = 0.8;
 
 /// What the worker prints once every workflow is started.
 const STARTED: &str = "started";
+
+/// What the recovering runtime did, and how long each part took.
+struct Recovered {
+    /// The orphan sweep.
+    sweep: Duration,
+    /// The rest of `RuntimeBuilder::start`: the recovery pass, mostly.
+    start: Duration,
+    /// Claims and runs, to the last result.
+    runs: Duration,
+    /// Dead locks reclaimed, and running executions found with no holder.
+    swept: (usize, usize),
+    /// Executions the recovery pass requeued.
+    requeued: usize,
+    /// Executions running at once during the runs, on average.
+    mean_running: f64,
+    /// The writer's batching over the whole recovery.
+    batching: String,
+    /// The latencies of the steps it ran.
+    latencies: Samples,
+}
+
+impl Recovered {
+    /// From the sweep to the last result.
+    fn elapsed(&self) -> Duration {
+        self.sweep + self.start + self.runs
+    }
+
+    /// `part` as a percentage of the whole.
+    fn share(&self, part: Duration) -> f64 {
+        100.0 * part.as_secs_f64() / self.elapsed().as_secs_f64()
+    }
+}
 
 /// Measures the reference, then kills a runtime process half way and recovers its work.
 pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
@@ -63,50 +96,15 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         guarded: false,
     };
     let reference = runtime_load::reference(context, &dir.join("reference.db"), load).await?;
-    let path = dir.join("journal.db");
-    let (journal, at_kill) = run_and_kill(context, &path, workflows).await?;
-    let unfinished: Vec<String> = journal.read(|conn| {
-        let mut statement = conn.prepare(
-            "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
-        )?;
-        let ids = statement.query_map([], |row| row.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
-    })?;
-    let unfinished = unfinished
-        .iter()
-        .map(|id| Uuid::parse_str(id))
-        .collect::<Result<Vec<Uuid>, _>>()
-        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))?;
+    let (journal, at_kill) = run_and_kill(context, &dir.join("journal.db"), workflows).await?;
+    let unfinished = unfinished(&journal)?;
     let recorded_before = recorded_steps(&journal)?;
-
-    let samples = StepSamples::default();
-    let writer_before = WriterSnapshot::take(&journal);
-    let began = Instant::now();
-    let swept = journal.operator().sweep(false).await?;
-    let swept_after = began.elapsed();
-    let runtime = runtime_load::builder(journal.clone(), &samples, None)
-        .start()
-        .await?;
-    let started_after = began.elapsed();
-    let occupancy = Occupancy::start(&journal);
-    for id in &unfinished {
-        let handle: WorkflowHandle<u32> = runtime.handle(*id);
-        if handle.result().await? != STEPS {
-            return Err(BenchError::Unexpected(format!(
-                "recovered workflow {id} did not run its {STEPS} steps"
-            )));
-        }
-    }
-    let elapsed = began.elapsed();
-    let mean_running = occupancy.mean().await?;
-    let batching = batching_note(&journal, writer_before);
-    let requeued = runtime.recovery_report().requeued;
-    runtime.shutdown();
+    let recovered = recover(&journal, &unfinished).await?;
+    let total = u64::from(workflows) * u64::from(STEPS);
     let recorded_after = recorded_steps(&journal)?;
-    if recorded_after != u64::from(workflows) * u64::from(STEPS) {
+    if recorded_after != total {
         return Err(BenchError::Unexpected(format!(
-            "{recorded_after} steps recorded after recovery, not {}",
-            u64::from(workflows) * u64::from(STEPS)
+            "{recorded_after} steps recorded after recovery, not {total}"
         )));
     }
     let ops = recorded_after - recorded_before;
@@ -117,69 +115,117 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         guarded: false,
     };
     let shaped = runtime_load::reference(context, &dir.join("shape.db"), shape).await?;
-    let steps_per_s = ops as f64 / elapsed.as_secs_f64();
-    let ratio = steps_per_s / reference.steps_per_s;
-    let run_time = elapsed - started_after;
-    let share = |part: Duration| 100.0 * part.as_secs_f64() / elapsed.as_secs_f64();
+    let rate = |time: Duration| ops as f64 / time.as_secs_f64();
+    let ratio = rate(recovered.elapsed()) / reference.steps_per_s;
     let verdict = if ratio >= TARGET_RATIO {
         "meets"
     } else {
         "MISSES"
     };
+    let notes = vec![
+        format!(
+            "{workflows} workflows x {STEPS} idempotent steps, all running at once in a runtime \
+             process SIGKILLed at {at_kill} journaled steps; {} workflows unfinished \
+             ({recorded_before} steps recorded), {ops} steps left, finished by a runtime at \
+             concurrency {CONCURRENCY} in {:.2} s",
+            unfinished.len(),
+            recovered.elapsed().as_secs_f64()
+        ),
+        format!(
+            "time: the orphan sweep {:.0} ms ({:.1} %: {} dead locks, {} running executions \
+             with no holder), the rest of RuntimeBuilder::start {:.0} ms ({:.1} %: the recovery \
+             pass requeued {}), claims and runs to the last result {:.0} ms ({:.1} %)",
+            recovered.sweep.as_secs_f64() * 1e3,
+            recovered.share(recovered.sweep),
+            recovered.swept.0,
+            recovered.swept.1,
+            recovered.start.as_secs_f64() * 1e3,
+            recovered.share(recovered.start),
+            recovered.requeued,
+            recovered.runs.as_secs_f64() * 1e3,
+            recovered.share(recovered.runs),
+        ),
+        format!(
+            "reference, the same runtime running {} fresh workflows x {STEPS} idempotent steps \
+             started by {PRODUCERS} tasks: {:.0} steps/s; recovery ran at {ratio:.2} of it, \
+             which {verdict} the {TARGET_RATIO} target",
+            load.workflows, reference.steps_per_s
+        ),
+        format!(
+            "claims and runs alone: {:.0} steps/s, {:.2} of the reference; executions running \
+             at once, on average: {:.1} there, {:.1} in the reference",
+            rate(recovered.runs),
+            rate(recovered.runs) / reference.steps_per_s,
+            recovered.mean_running,
+            reference.mean_running
+        ),
+        format!("recovery's {}", recovered.batching),
+        format!("the reference's {}", reference.batching),
+        format!(
+            "fresh workflows of the shape recovery finished ({} x {} steps) on the same \
+             runtime: {:.0} steps/s, {:.1} running at once on average; {}",
+            shape.workflows, shape.steps, shaped.steps_per_s, shaped.mean_running, shaped.batching
+        ),
+    ];
     Ok(Outcome {
         ops,
-        elapsed,
-        latencies: samples.take(),
-        notes: vec![
-            format!(
-                "{workflows} workflows x {STEPS} idempotent steps, all running at once in a \
-                 runtime process SIGKILLed at {at_kill} journaled steps; {} workflows unfinished \
-                 ({recorded_before} steps recorded), {ops} steps left, finished by a runtime at \
-                 concurrency {CONCURRENCY} in {:.2} s",
-                unfinished.len(),
-                elapsed.as_secs_f64()
-            ),
-            format!(
-                "time: the orphan sweep {:.0} ms ({:.1} %: {} dead locks, {} running \
-                 executions with no holder), the rest of RuntimeBuilder::start {:.0} ms \
-                 ({:.1} %: the recovery pass requeued {requeued}), claims and runs to the \
-                 last result {:.0} ms ({:.1} %)",
-                swept_after.as_secs_f64() * 1e3,
-                share(swept_after),
-                swept.reclaimed.len(),
-                swept.unlocked.len(),
-                (started_after - swept_after).as_secs_f64() * 1e3,
-                share(started_after - swept_after),
-                run_time.as_secs_f64() * 1e3,
-                share(run_time),
-            ),
-            format!(
-                "reference, the same runtime running {} fresh workflows x {STEPS} idempotent \
-                 steps started by {PRODUCERS} tasks: {:.0} steps/s; recovery ran at {ratio:.2} \
-                 of it, which {verdict} the {TARGET_RATIO} target",
-                load.workflows, reference.steps_per_s
-            ),
-            format!(
-                "claims and runs alone: {:.0} steps/s, {:.2} of the reference; executions \
-                 running at once, on average: {mean_running:.1} there, {:.1} in the reference",
-                ops as f64 / run_time.as_secs_f64(),
-                ops as f64 / run_time.as_secs_f64() / reference.steps_per_s,
-                reference.mean_running
-            ),
-            format!("recovery's {batching}"),
-            format!("the reference's {}", reference.batching),
-            format!(
-                "fresh workflows of the shape recovery finished ({} x {} steps) on the same \
-                 runtime: {:.0} steps/s, {:.1} running at once on average; {}",
-                shape.workflows,
-                shape.steps,
-                shaped.steps_per_s,
-                shaped.mean_running,
-                shaped.batching
-            ),
-        ],
+        elapsed: recovered.elapsed(),
+        latencies: recovered.latencies,
+        notes,
         peak_rss_kib_elsewhere: None,
     })
+}
+
+/// The executions the killed process left unfinished, in creation order.
+fn unfinished(journal: &Journal) -> Result<Vec<Uuid>> {
+    let ids: Vec<String> = journal.read(|conn| {
+        let mut statement = conn.prepare(
+            "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
+        )?;
+        let ids = statement.query_map([], |row| row.get(0))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    })?;
+    ids.iter()
+        .map(|id| Uuid::parse_str(id))
+        .collect::<Result<Vec<Uuid>, _>>()
+        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+}
+
+/// The recovery: the orphan sweep, a runtime's start, and every `unfinished` workflow's
+/// result, each part timed.
+async fn recover(journal: &Journal, unfinished: &[Uuid]) -> Result<Recovered> {
+    let samples = StepSamples::default();
+    let writer_before = WriterSnapshot::take(journal);
+    let began = Instant::now();
+    let swept = journal.operator().sweep(false).await?;
+    let sweep = began.elapsed();
+    let began = Instant::now();
+    let runtime = runtime_load::builder(journal.clone(), &samples, None)
+        .start()
+        .await?;
+    let start = began.elapsed();
+    let (began, occupancy) = (Instant::now(), Occupancy::start(journal));
+    for id in unfinished {
+        let handle: WorkflowHandle<u32> = runtime.handle(*id);
+        if handle.result().await? != STEPS {
+            return Err(BenchError::Unexpected(format!(
+                "recovered workflow {id} did not run its {STEPS} steps"
+            )));
+        }
+    }
+    let runs = began.elapsed();
+    let recovered = Recovered {
+        sweep,
+        start,
+        runs,
+        swept: (swept.reclaimed.len(), swept.unlocked.len()),
+        requeued: runtime.recovery_report().requeued,
+        mean_running: occupancy.mean().await?,
+        batching: batching_note(journal, writer_before),
+        latencies: samples.take(),
+    };
+    runtime.shutdown();
+    Ok(recovered)
 }
 
 /// Runs the worker on a new journal at `path` until half its steps are journaled, then
@@ -199,14 +245,8 @@ async fn run_and_kill(context: &Context, path: &Path, workflows: u32) -> Result<
     let journal = context.journal(path)?;
     let half = u64::from(workflows) * u64::from(STEPS) / 2;
     let at_kill = loop {
-        let journaled = journal.read(|conn| {
-            Ok(
-                conn.query_row("SELECT coalesce(max(id), 0) FROM steps", [], |row| {
-                    row.get::<_, i64>(0)
-                })?,
-            )
-        })?;
-        let journaled = u64::try_from(journaled).unwrap_or(0);
+        // Rows are only added: the highest id is the count, read in one seek.
+        let journaled = count(&journal, "SELECT coalesce(max(id), 0) FROM steps")?;
         if journaled >= half {
             break journaled;
         }
@@ -264,9 +304,7 @@ async fn kill(mut worker: Child) -> Result<()> {
 
 /// Steps recorded in the journal.
 fn recorded_steps(journal: &Journal) -> Result<u64> {
-    let count: i64 = journal
-        .read(|conn| Ok(conn.query_row("SELECT count(*) FROM steps", [], |row| row.get(0))?))?;
-    Ok(u64::try_from(count).unwrap_or(0))
+    count(journal, "SELECT count(*) FROM steps")
 }
 
 /// The runtime process: a runtime allowed to run every workflow at once, whose runs wait at a

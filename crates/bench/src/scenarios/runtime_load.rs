@@ -19,7 +19,7 @@ use tokio::sync::Barrier;
 use crate::args::IdsArg;
 use crate::context::Context;
 use crate::error::{BenchError, Result};
-use crate::scenarios::{STEP_NAME, WriterSnapshot, batching_note};
+use crate::scenarios::{STEP_NAME, WriterSnapshot, batching_note, count};
 use crate::stats::Samples;
 
 /// The workflow kind every runtime scenario registers.
@@ -205,14 +205,11 @@ impl Occupancy {
         let task = tokio::spawn(async move {
             let (mut sum, mut taken) = (0_u64, 0_u64);
             while !stopped.load(Ordering::Relaxed) {
-                let running: i64 = journal.read(|conn| {
-                    Ok(conn.query_row(
-                        "SELECT count(*) FROM executions WHERE status = 'running'",
-                        [],
-                        |row| row.get(0),
-                    )?)
-                })?;
-                (sum, taken) = (sum + running.unsigned_abs(), taken + 1);
+                let running = count(
+                    &journal,
+                    "SELECT count(*) FROM executions WHERE status = 'running'",
+                )?;
+                (sum, taken) = (sum + running, taken + 1);
                 tokio::time::sleep(OCCUPANCY_INTERVAL).await;
             }
             Ok((sum, taken))
