@@ -54,3 +54,50 @@ pub(crate) fn insert_message(
     ])?;
     Ok(conn.last_insert_rowid())
 }
+
+/// A message waiting for a `recv` of its topic.
+pub(crate) struct PendingMessage {
+    /// Its id (arrival order).
+    pub(crate) message_id: i64,
+    /// Its payload, as stored JSON.
+    pub(crate) payload: String,
+}
+
+/// The first message on `topic` sent to `execution_id` that no recv step has consumed: one
+/// seek on `messages_pending`, whose order is arrival order (FIFO per topic).
+pub(crate) fn first_pending_message(
+    conn: &Connection,
+    execution_id: Uuid,
+    topic: &str,
+) -> Result<Option<PendingMessage>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, payload FROM messages
+             WHERE execution_id = ?1 AND topic = ?2 AND consumed_seq IS NULL
+             ORDER BY id LIMIT 1",
+        )?
+        .query_row(params![execution_id.to_string(), topic], |row| {
+            Ok(PendingMessage {
+                message_id: row.get(0)?,
+                payload: row.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Marks message `message_id` consumed by step `seq` at `at`, if no step has consumed it yet.
+/// Returns whether it did.
+pub(crate) fn consume_message(
+    conn: &Connection,
+    message_id: i64,
+    seq: u32,
+    at: &str,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE messages SET consumed_seq = ?2, consumed_at = ?3
+             WHERE id = ?1 AND consumed_seq IS NULL",
+        )?
+        .execute(params![message_id, seq, at])?;
+    Ok(changed == 1)
+}
