@@ -60,10 +60,14 @@ pub(crate) async fn wait_or_park<T>(
     waits: &Waits,
     parked: &Notify,
     wait: Wait<'_>,
-    check: impl FnMut() -> Result<Option<T>>,
+    mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     let remaining = wait.until - durably_lock::Clock::now(waits.clock.as_ref());
     if waits.parks(remaining) {
+        if let Some(found) = check()? {
+            return Ok(Some(found));
+        }
+        fail::fail_point!("runtime::before-park", |_| std::process::abort());
         let topic = wait.topic.map(str::to_owned);
         let release = Release::Waiting {
             due_at: wait.until,
@@ -71,11 +75,14 @@ pub(crate) async fn wait_or_park<T>(
         };
         let id = wait.execution_id;
         let outcome = running(slot, id)?
-            .release_to(release, wait.detail, move |conn| park_hook(conn, id, topic.as_deref()))
+            .release_to(release, wait.detail, move |conn| {
+                park_hook(conn, id, topic.as_deref())
+            })
             .await;
         match outcome {
             Ok(()) => match park_ends_the_run(parked).await {},
-            // A message arrived since the last look: it is taken below, in memory.
+            // What the wait is for arrived between the look above and the park's transaction;
+            // the wait below finds it at its first look.
             Err(durably_journal::Error::Aborted(_)) => {}
             Err(error) => return slot.remember(Err(error)),
         }

@@ -113,3 +113,95 @@ pub async fn refused<T: std::fmt::Debug>(
     );
     error
 }
+
+/// A journal on a [`TestClock`] the test moves, in a temporary directory, with a payload cap
+/// of [`PAYLOAD_BYTES_MAX`].
+pub struct Clocked {
+    _dir: tempfile::TempDir,
+    pub clock: std::sync::Arc<durably_runtime::testing::TestClock>,
+    pub journal: Journal,
+}
+
+impl Clocked {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = std::sync::Arc::new(durably_runtime::testing::TestClock::default());
+        let journal = Journal::builder(dir.path().join("journal.db"))
+            .payload_bytes_max(PAYLOAD_BYTES_MAX)
+            .clock(clock.clone())
+            .open()
+            .unwrap();
+        Self {
+            _dir: dir,
+            clock,
+            journal,
+        }
+    }
+
+    /// A runtime builder on this journal and its clock.
+    pub fn runtime(&self) -> durably_runtime::RuntimeBuilder {
+        durably_runtime::Runtime::builder(self.journal.clone()).clock(self.clock.clone())
+    }
+
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        durably_lock::Clock::now(self.clock.as_ref())
+    }
+}
+
+/// The longest a test waits for the runtime to reach a state on its own.
+const REACH_POLLS_MAX: u32 = 3000;
+
+/// Polls until `reached` holds of the journal; the runtime gets there on its own, through
+/// commits the test cannot wait on one by one. Panics naming `what` after about 30 s.
+pub async fn wait_until(journal: &Journal, what: &str, mut reached: impl FnMut(&Journal) -> bool) {
+    for _ in 0..REACH_POLLS_MAX {
+        if reached(journal) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("never reached: {what}");
+}
+
+/// Waits until execution `id` has `status`.
+pub async fn wait_for_status(journal: &Journal, id: Uuid, status: durably_journal::Status) {
+    wait_until(journal, &format!("execution {id} {status}"), |journal| {
+        journal
+            .get(id)
+            .unwrap()
+            .is_some_and(|record| record.status == status)
+    })
+    .await;
+}
+
+/// Waits until execution `id` has recorded `steps` steps.
+pub async fn wait_for_steps(journal: &Journal, id: Uuid, steps: usize) {
+    wait_until(journal, &format!("{steps} steps of {id}"), |journal| {
+        journal.steps(id).unwrap().len() >= steps
+    })
+    .await;
+}
+
+/// The kinds of the audit events of execution `id`, in order.
+pub fn event_kinds(journal: &Journal, id: Uuid) -> Vec<String> {
+    journal
+        .events(id)
+        .unwrap()
+        .into_iter()
+        .map(|event| event.kind)
+        .collect()
+}
+
+/// Whether any lock is held on execution `id`.
+pub fn locked(journal: &Journal, id: Uuid) -> bool {
+    journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT count(*) FROM locks WHERE resource = ?1 AND instance_id IS NOT NULL",
+                [id.to_string()],
+                |row| row.get::<_, i64>(0),
+            )?)
+        })
+        .unwrap()
+        > 0
+}
