@@ -117,17 +117,22 @@ impl Client {
 
 /// Encodes a message under the journal's payload cap less [`MESSAGE_ENVELOPE_BYTES`].
 fn encode_message(client: &Client, topic: &str, message: &impl Serialize) -> Result<Payload> {
-    let what = format!("message on topic {topic:?}");
-    let message = payload::encode(message, &what, client.journal())?;
     let max = client
         .journal()
         .payload_bytes_max()
         .saturating_sub(MESSAGE_ENVELOPE_BYTES);
-    let bytes = message.as_json().len();
-    if bytes > max {
-        return Err(Error::PayloadTooLarge { what, bytes, max });
-    }
-    Ok(message)
+    let what = format!(
+        "message on topic {topic:?} (whose cap keeps {MESSAGE_ENVELOPE_BYTES} bytes of the \
+         journal's for the recv step around it)"
+    );
+    let (what, bytes) = match payload::encode(message, &what, client.journal()) {
+        Ok(message) if message.as_json().len() <= max => return Ok(message),
+        Ok(message) => (what, message.as_json().len()),
+        // Over the journal's own cap: reported against the message's.
+        Err(Error::PayloadTooLarge { what, bytes, .. }) => (what, bytes),
+        Err(error) => return Err(error),
+    };
+    Err(Error::PayloadTooLarge { what, bytes, max })
 }
 
 /// Why execution `to` cannot be sent a message, if it cannot: it does not exist, the runtime
