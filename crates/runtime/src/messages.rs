@@ -231,18 +231,23 @@ impl WorkflowContext {
     }
 
     /// The recv-deadline step: records `deadline`, or replays the one recorded.
-    async fn recv_deadline(&mut self, topic: &str, deadline: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    async fn recv_deadline(
+        &mut self,
+        topic: &str,
+        deadline: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>> {
         let step = format!("durably:recv-deadline/{topic}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let mut slot = self.slot.lock().await;
         let execution = running(&mut slot, self.id)?;
         // A wait in memory records the deadline first, so a crash during it loses no time; a
         // park, or the recv step consuming a message already there, carries it.
-        let pending = self.waits.client.journal().read(|conn| {
-            store::first_pending_message(conn, self.id, topic)
-        })?;
-        let timing = if pending.is_none() && deadline > now && !self.waits.parks(deadline - now)
-        {
+        let pending = self
+            .waits
+            .client
+            .journal()
+            .read(|conn| store::first_pending_message(conn, self.id, topic))?;
+        let timing = if pending.is_none() && deadline > now && !self.waits.parks(deadline - now) {
             Timing::Now
         } else {
             Timing::Deferred
@@ -361,11 +366,8 @@ impl WorkflowContext {
         names::check(NameKind::Topic, topic)?;
         let message = encode_message(&self.waits.client, topic, message)?;
         let step = format!("durably:send/{topic}");
-        let (client, hook_step, topic) = (
-            self.waits.client.clone(),
-            step.clone(),
-            topic.to_owned(),
-        );
+        let (client, hook_step, topic) =
+            (self.waits.client.clone(), step.clone(), topic.to_owned());
         let mut slot = self.slot.lock().await;
         let execution = running(&mut slot, self.id)?;
         let fresh = !replays(execution);

@@ -202,7 +202,8 @@ async fn events_of_unknown_executions() {
     let f = fixture().await;
     let nobody = durably_journal::new_execution_id();
     f.refused(
-        f.client.get_event::<String>(nobody, "status", Duration::ZERO),
+        f.client
+            .get_event::<String>(nobody, "status", Duration::ZERO),
         |error| matches!(error, Error::NotFound(id) if *id == nobody),
     )
     .await;

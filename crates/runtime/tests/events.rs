@@ -36,15 +36,28 @@ fn pending<F: Future>(future: std::pin::Pin<&mut F>) -> bool {
 #[tokio::test]
 async fn get_event_waits_for_the_value_and_sees_the_last_one() {
     let f = Clocked::new();
-    let runtime = f.runtime().register("progress", 1, progress).start().await.unwrap();
+    let runtime = f
+        .runtime()
+        .register("progress", 1, progress)
+        .start()
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     let not_before = f.now() + Duration::from_secs(1);
     let handle = runtime
-        .start::<_, ()>("progress", id, &(), StartOptions::default().not_before(not_before))
+        .start::<_, ()>(
+            "progress",
+            id,
+            &(),
+            StartOptions::default().not_before(not_before),
+        )
         .await
         .unwrap();
     let mut waiting = pin!(runtime.get_event::<u32>(id, "progress", Duration::from_hours(24)));
-    assert!(pending(waiting.as_mut()), "nothing is published before the start");
+    assert!(
+        pending(waiting.as_mut()),
+        "nothing is published before the start"
+    );
     f.clock.advance(Duration::from_secs(1));
     assert_eq!(waiting.await.unwrap(), Some(1));
 
@@ -61,7 +74,11 @@ async fn get_event_waits_for_the_value_and_sees_the_last_one() {
             )?)
         })
         .unwrap();
-    assert_eq!(stored, ("2".to_owned(), 2), "set by step 2, not re-set by the replay of step 0");
+    assert_eq!(
+        stored,
+        ("2".to_owned(), 2),
+        "set by step 2, not re-set by the replay of step 0"
+    );
 }
 
 /// A `get_event` of a key never set returns `None` when its timeout has passed on the clock,
@@ -69,7 +86,12 @@ async fn get_event_waits_for_the_value_and_sees_the_last_one() {
 #[tokio::test]
 async fn get_event_times_out_on_the_clock() {
     let f = Clocked::new();
-    let runtime = f.runtime().register("progress", 1, progress).start().await.unwrap();
+    let runtime = f
+        .runtime()
+        .register("progress", 1, progress)
+        .start()
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     runtime
         .start::<_, ()>("progress", id, &(), StartOptions::default())
@@ -87,5 +109,8 @@ async fn get_event_times_out_on_the_clock() {
         .get_event::<u32>(nobody, "progress", Duration::from_hours(1))
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::NotFound(id) if id == nobody), "{error:?}");
+    assert!(
+        matches!(error, Error::NotFound(id) if id == nobody),
+        "{error:?}"
+    );
 }

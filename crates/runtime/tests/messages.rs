@@ -16,14 +16,15 @@ mod support;
 use std::time::Duration;
 
 use durably_journal::{IdempotencyKey, Status, StepState};
-use durably_runtime::{
-    Error, Runtime, SendOutcome, StartOptions, WorkflowContext, WorkflowError,
-};
+use durably_runtime::{Error, Runtime, SendOutcome, StartOptions, WorkflowContext, WorkflowError};
 use support::{Clocked, event_kinds, locked, wait_for_status, wait_for_steps};
 use uuid::Uuid;
 
 /// Publishes that it waits, receives one answer within `minutes`, publishes that it decided.
-async fn approval(mut context: WorkflowContext, minutes: u64) -> Result<Option<bool>, WorkflowError> {
+async fn approval(
+    mut context: WorkflowContext,
+    minutes: u64,
+) -> Result<Option<bool>, WorkflowError> {
     context.set_event("status", &"awaiting approval").await?;
     let answer = context
         .recv::<bool>("approval", Duration::from_secs(minutes * 60))
@@ -70,7 +71,9 @@ async fn runtime(f: &Clocked) -> Runtime {
 #[tokio::test]
 async fn a_message_sent_before_the_receive_is_kept_for_it() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone()).await.unwrap();
+    let client = durably_runtime::Client::new(f.journal.clone())
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     let options = StartOptions::default().allow_unregistered_kind();
     client
@@ -81,7 +84,10 @@ async fn a_message_sent_before_the_receive_is_kept_for_it() {
     assert!(matches!(sent, SendOutcome::Sent { .. }), "{sent:?}");
 
     let runtime = runtime(&f).await;
-    assert_eq!(runtime.handle::<Option<bool>>(id).result().await.unwrap(), Some(true));
+    assert_eq!(
+        runtime.handle::<Option<bool>>(id).result().await.unwrap(),
+        Some(true)
+    );
     assert_eq!(consumed_by(&f, id), [("approval".to_owned(), Some(2))]);
     let steps = f.journal.steps(id).unwrap();
     assert_eq!(steps[1].name, "durably:recv-deadline/approval");
@@ -96,10 +102,15 @@ async fn a_message_sent_before_the_receive_is_kept_for_it() {
 #[tokio::test]
 async fn messages_on_a_topic_arrive_first_sent_first_received() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone()).await.unwrap();
+    let client = durably_runtime::Client::new(f.journal.clone())
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     let options = StartOptions::default().allow_unregistered_kind();
-    client.start::<_, Vec<String>>("drain", id, &(), options).await.unwrap();
+    client
+        .start::<_, Vec<String>>("drain", id, &(), options)
+        .await
+        .unwrap();
     for (topic, text) in [("t", "first"), ("other", "elsewhere"), ("t", "second")] {
         client.send(id, topic, &text, None).await.unwrap();
     }
@@ -115,10 +126,15 @@ async fn messages_on_a_topic_arrive_first_sent_first_received() {
 #[tokio::test]
 async fn a_repeated_key_is_delivered_once() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone()).await.unwrap();
+    let client = durably_runtime::Client::new(f.journal.clone())
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     let options = StartOptions::default().allow_unregistered_kind();
-    client.start::<_, Vec<String>>("drain", id, &(), options).await.unwrap();
+    client
+        .start::<_, Vec<String>>("drain", id, &(), options)
+        .await
+        .unwrap();
     let first = client.send(id, "t", &"once", Some("k")).await.unwrap();
     let SendOutcome::Sent { message_id } = first else {
         panic!("{first:?}");
@@ -127,7 +143,10 @@ async fn a_repeated_key_is_delivered_once() {
     assert_eq!(again, SendOutcome::AlreadySent { message_id });
 
     let runtime = runtime(&f).await;
-    assert_eq!(runtime.handle::<Vec<String>>(id).result().await.unwrap(), ["once"]);
+    assert_eq!(
+        runtime.handle::<Vec<String>>(id).result().await.unwrap(),
+        ["once"]
+    );
     assert_eq!(consumed_by(&f, id).len(), 1);
 }
 
@@ -138,17 +157,21 @@ async fn an_undecodable_message_is_consumed_and_recorded_as_the_steps_failure() 
     let f = Clocked::new();
     let runtime = f
         .runtime()
-        .register("numbers", 1, |mut context: WorkflowContext, (): ()| async move {
-            let first = context.recv::<u32>("n", Duration::ZERO).await;
-            let error = match first {
-                Err(Error::Journal(durably_journal::Error::StepFailed { error, .. })) => {
-                    error.to_string()
-                }
-                other => panic!("the undecodable message gave {other:?}"),
-            };
-            let second = context.recv::<u32>("n", Duration::ZERO).await?;
-            Ok::<_, WorkflowError>((error, second))
-        })
+        .register(
+            "numbers",
+            1,
+            |mut context: WorkflowContext, (): ()| async move {
+                let first = context.recv::<u32>("n", Duration::ZERO).await;
+                let error = match first {
+                    Err(Error::Journal(durably_journal::Error::StepFailed { error, .. })) => {
+                        error.to_string()
+                    }
+                    other => panic!("the undecodable message gave {other:?}"),
+                };
+                let second = context.recv::<u32>("n", Duration::ZERO).await?;
+                Ok::<_, WorkflowError>((error, second))
+            },
+        )
         .start()
         .await
         .unwrap();
@@ -165,7 +188,10 @@ async fn an_undecodable_message_is_consumed_and_recorded_as_the_steps_failure() 
     let (error, second) = handle.result().await.unwrap();
     assert_eq!(second, Some(7));
     assert!(error.contains("does not decode as u32"), "{error}");
-    assert!(!error.contains("secret"), "the failure repeats the payload: {error}");
+    assert!(
+        !error.contains("secret"),
+        "the failure repeats the payload: {error}"
+    );
     assert_eq!(
         consumed_by(&f, id),
         [("n".to_owned(), Some(1)), ("n".to_owned(), Some(3))]
@@ -222,7 +248,11 @@ async fn a_short_receive_takes_a_message_sent_while_it_waits() {
     wait_for_steps(&f.journal, id, 2).await;
     runtime.send(id, "approval", &false, None).await.unwrap();
     assert_eq!(handle.result().await.unwrap(), Some(false));
-    assert_eq!(f.journal.get(id).unwrap().unwrap().opens, 1, "it never parked");
+    assert_eq!(
+        f.journal.get(id).unwrap().unwrap().opens,
+        1,
+        "it never parked"
+    );
 }
 
 /// A receive with a long timeout parks on its topic, with its deadline as `due_at`; a send
@@ -244,13 +274,24 @@ async fn a_parked_receive_is_woken_by_a_send() {
     assert_eq!(record.status_detail.unwrap()["recv"], "approval");
     assert!(!locked(&f.journal, id));
     assert_eq!(
-        runtime.get_event::<String>(id, "status", Duration::ZERO).await.unwrap().as_deref(),
+        runtime
+            .get_event::<String>(id, "status", Duration::ZERO)
+            .await
+            .unwrap()
+            .as_deref(),
         Some("awaiting approval")
     );
 
-    runtime.send(id, "approval", &true, Some("click-1")).await.unwrap();
+    runtime
+        .send(id, "approval", &true, Some("click-1"))
+        .await
+        .unwrap();
     let status = f.journal.get(id).unwrap().unwrap().status;
-    assert_ne!(status, Status::Waiting, "the send's own transaction wakes the receiver");
+    assert_ne!(
+        status,
+        Status::Waiting,
+        "the send's own transaction wakes the receiver"
+    );
     assert_eq!(handle.result().await.unwrap(), Some(true));
     assert_eq!(consumed_by(&f, id), [("approval".to_owned(), Some(2))]);
     let kinds = event_kinds(&f.journal, id);
@@ -279,7 +320,10 @@ async fn a_parked_receive_times_out_at_its_deadline() {
     assert_eq!(handle.result().await.unwrap(), None);
     // Once it has ended, nothing could receive a message: a send is refused.
     let refused = runtime.send(id, "approval", &true, None).await.unwrap_err();
-    assert!(matches!(refused, Error::ReceiverFinished { .. }), "{refused:?}");
+    assert!(
+        matches!(refused, Error::ReceiverFinished { .. }),
+        "{refused:?}"
+    );
 }
 
 /// A send to a receiver parked on another topic stores the message without waking it.
@@ -307,12 +351,16 @@ async fn a_workflows_send_is_a_step_that_delivers_once() {
     let runtime = f
         .runtime()
         .register("approval", 1, approval)
-        .register("approver", 1, |mut context: WorkflowContext, to: Uuid| async move {
-            context.send(to, "approval", &true).await?;
-            let nobody = durably_journal::new_execution_id();
-            let refused = context.send(nobody, "approval", &true).await.unwrap_err();
-            Ok::<_, WorkflowError>(refused.to_string())
-        })
+        .register(
+            "approver",
+            1,
+            |mut context: WorkflowContext, to: Uuid| async move {
+                context.send(to, "approval", &true).await?;
+                let nobody = durably_journal::new_execution_id();
+                let refused = context.send(nobody, "approval", &true).await.unwrap_err();
+                Ok::<_, WorkflowError>(refused.to_string())
+            },
+        )
         .start()
         .await
         .unwrap();

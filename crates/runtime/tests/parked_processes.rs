@@ -179,7 +179,10 @@ async fn a_receiver_parked_by_a_killed_process_is_finished_elsewhere() {
         .send(id, "approval", &true, Some("click-1"))
         .await
         .unwrap_err();
-    assert!(matches!(again, durably_runtime::Error::ReceiverFinished { .. }), "{again:?}");
+    assert!(
+        matches!(again, durably_runtime::Error::ReceiverFinished { .. }),
+        "{again:?}"
+    );
 }
 
 /// A send from another process wakes a receiver parked by a live runtime here, which finds
@@ -243,6 +246,10 @@ async fn a_sleep_in_a_killed_process_resumes_with_what_is_left() {
     clock.set(wake_at);
     assert_eq!(runtime.handle::<String>(id).result().await.unwrap(), "woke");
     let steps = journal.steps(id).unwrap();
-    assert_eq!(steps[0].result.as_ref(), Some(&recorded), "the wake time was kept");
+    assert_eq!(
+        steps[0].result.as_ref(),
+        Some(&recorded),
+        "the wake time was kept"
+    );
     assert!(steps[1].result_at.unwrap() >= wake_at);
 }

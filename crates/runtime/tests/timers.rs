@@ -73,7 +73,10 @@ async fn a_short_sleep_waits_in_memory_until_its_wake_time() {
     assert_eq!(handle.result().await.unwrap(), "woke");
     let (wake_at, after) = recorded_times(&f, id);
     assert_eq!(wake_at, started + Duration::from_hours(1));
-    assert!(after >= wake_at, "the step after the sleep ran at {after}, before {wake_at}");
+    assert!(
+        after >= wake_at,
+        "the step after the sleep ran at {after}, before {wake_at}"
+    );
     assert!(!event_kinds(&f.journal, id).contains(&"parked".to_owned()));
 }
 
@@ -93,7 +96,11 @@ async fn a_long_sleep_parks_and_the_due_pass_wakes_it() {
     let detail = record.status_detail.unwrap();
     assert_eq!(detail["timer"], "nap", "{detail}");
     assert!(!locked(&f.journal, id), "a parked execution holds no lock");
-    assert_eq!(f.journal.steps(id).unwrap().len(), 1, "the park carried the timer's step");
+    assert_eq!(
+        f.journal.steps(id).unwrap().len(),
+        1,
+        "the park carried the timer's step"
+    );
 
     f.clock.advance(Duration::from_secs(3599));
     assert_eq!(f.journal.get(id).unwrap().unwrap().status, Status::Waiting);
@@ -102,10 +109,20 @@ async fn a_long_sleep_parks_and_the_due_pass_wakes_it() {
     assert_eq!(handle.result().await.unwrap(), "woke");
 
     let (wake_at, after) = recorded_times(&f, id);
-    assert_eq!(wake_at, started + Duration::from_hours(1), "replay kept the wake time");
-    assert!(after >= wake_at, "the step after the sleep ran at {after}, before {wake_at}");
+    assert_eq!(
+        wake_at,
+        started + Duration::from_hours(1),
+        "replay kept the wake time"
+    );
+    assert!(
+        after >= wake_at,
+        "the step after the sleep ran at {after}, before {wake_at}"
+    );
     let record = f.journal.get(id).unwrap().unwrap();
-    assert_eq!(record.opens, 2, "claimed once to sleep, once after the wake");
+    assert_eq!(
+        record.opens, 2,
+        "claimed once to sleep, once after the wake"
+    );
     let kinds = event_kinds(&f.journal, id);
     let parked = kinds.iter().position(|k| k == "parked").unwrap();
     let woken = kinds.iter().position(|k| k == "woken").unwrap();
@@ -120,11 +137,15 @@ async fn a_sleep_until_the_past_returns_at_once() {
     let f = Clocked::new();
     let runtime = f
         .runtime()
-        .register("late", 1, |mut context: WorkflowContext, (): ()| async move {
-            let past = durably_lock::parse_timestamp("2020-01-01T00:00:00Z").unwrap();
-            context.sleep_until("late", past).await?;
-            Ok::<_, WorkflowError>(())
-        })
+        .register(
+            "late",
+            1,
+            |mut context: WorkflowContext, (): ()| async move {
+                let past = durably_lock::parse_timestamp("2020-01-01T00:00:00Z").unwrap();
+                context.sleep_until("late", past).await?;
+                Ok::<_, WorkflowError>(())
+            },
+        )
         .start()
         .await
         .unwrap();
@@ -136,7 +157,11 @@ async fn a_sleep_until_the_past_returns_at_once() {
     handle.result().await.unwrap();
     let steps = f.journal.steps(id).unwrap();
     assert_eq!(steps[0].name, "durably:sleep/late");
-    assert_eq!(f.journal.get(id).unwrap().unwrap().opens, 1, "it never parked");
+    assert_eq!(
+        f.journal.get(id).unwrap().unwrap().opens,
+        1,
+        "it never parked"
+    );
 }
 
 /// Two parked timers of different executions wake in the order of their wake times, each
@@ -151,8 +176,17 @@ async fn parked_timers_wake_each_at_its_own_time() {
     wait_for_status(&f.journal, short, Status::Waiting).await;
 
     f.clock.advance(Duration::from_mins(30));
-    assert_eq!(runtime.handle::<String>(short).result().await.unwrap(), "woke");
-    assert_eq!(f.journal.get(long).unwrap().unwrap().status, Status::Waiting);
+    assert_eq!(
+        runtime.handle::<String>(short).result().await.unwrap(),
+        "woke"
+    );
+    assert_eq!(
+        f.journal.get(long).unwrap().unwrap().status,
+        Status::Waiting
+    );
     f.clock.advance(Duration::from_mins(90));
-    assert_eq!(runtime.handle::<String>(long).result().await.unwrap(), "woke");
+    assert_eq!(
+        runtime.handle::<String>(long).result().await.unwrap(),
+        "woke"
+    );
 }

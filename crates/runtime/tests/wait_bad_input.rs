@@ -10,7 +10,9 @@ mod support;
 use std::time::Duration;
 
 use durably_journal::Journal;
-use durably_runtime::{Error, MESSAGE_ENVELOPE_BYTES, StartOptions, WorkflowContext, WorkflowError};
+use durably_runtime::{
+    Error, MESSAGE_ENVELOPE_BYTES, StartOptions, WorkflowContext, WorkflowError,
+};
 use support::{Clocked, PAYLOAD_BYTES_MAX, snapshot};
 
 /// Runs `call` and checks that it was refused as `expected` says, with the journal unchanged.
@@ -23,7 +25,11 @@ async fn refused<T: std::fmt::Debug>(
     let error = call.await.expect_err("the call must be refused");
     assert!(expected(&error), "unexpected error: {error:?}");
     assert!(!error.is_retryable(), "{error:?}");
-    assert_eq!(snapshot(journal), before, "a refused call changed the journal");
+    assert_eq!(
+        snapshot(journal),
+        before,
+        "a refused call changed the journal"
+    );
     error.to_string()
 }
 
@@ -49,13 +55,33 @@ async fn bad_calls(mut context: WorkflowContext, journal: Journal) -> Result<u32
         .unwrap()
         .and_utc();
     let j = &journal;
-    refused(j, context.sleep("line\nbreak", Duration::from_secs(1)), invalid_name).await;
+    refused(
+        j,
+        context.sleep("line\nbreak", Duration::from_secs(1)),
+        invalid_name,
+    )
+    .await;
     refused(j, context.sleep("", Duration::from_secs(1)), invalid_name).await;
     refused(j, context.sleep("forever", Duration::MAX), invalid_option).await;
     refused(j, context.sleep_until("far", far), invalid_option).await;
-    refused(j, context.recv::<bool>("tab\there", Duration::ZERO), invalid_name).await;
-    refused(j, context.recv::<bool>(&"t".repeat(257), Duration::ZERO), invalid_name).await;
-    refused(j, context.recv::<bool>("approval", Duration::MAX), invalid_option).await;
+    refused(
+        j,
+        context.recv::<bool>("tab\there", Duration::ZERO),
+        invalid_name,
+    )
+    .await;
+    refused(
+        j,
+        context.recv::<bool>(&"t".repeat(257), Duration::ZERO),
+        invalid_name,
+    )
+    .await;
+    refused(
+        j,
+        context.recv::<bool>("approval", Duration::MAX),
+        invalid_option,
+    )
+    .await;
     refused(j, context.send(me, "del\u{7f}", &true), invalid_name).await;
     refused(j, context.send(me, "approval", &big), too_large).await;
     refused(j, context.set_event("c1\u{85}", &1), invalid_name).await;
@@ -90,7 +116,10 @@ async fn bad_waits_in_a_workflow_are_refused_and_change_nothing() {
         .await
         .unwrap();
     assert_eq!(handle.result().await.unwrap(), 12);
-    assert!(f.journal.steps(id).unwrap().is_empty(), "a refused call recorded a step");
+    assert!(
+        f.journal.steps(id).unwrap().is_empty(),
+        "a refused call recorded a step"
+    );
 }
 
 /// Bad sends and reads from outside a workflow are refused the same way; a message that fits
@@ -99,13 +128,23 @@ async fn bad_waits_in_a_workflow_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn bad_sends_and_reads_are_refused_and_change_nothing() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone()).await.unwrap();
+    let client = durably_runtime::Client::new(f.journal.clone())
+        .await
+        .unwrap();
     let id = durably_journal::new_execution_id();
     let options = StartOptions::default().allow_unregistered_kind();
-    client.start::<_, ()>("approval", id, &(), options).await.unwrap();
+    client
+        .start::<_, ()>("approval", id, &(), options)
+        .await
+        .unwrap();
     let j = &f.journal;
     refused(j, client.send(id, "approval\r", &true, None), invalid_name).await;
-    refused(j, client.send(id, "approval", &true, Some("")), invalid_name).await;
+    refused(
+        j,
+        client.send(id, "approval", &true, Some("")),
+        invalid_name,
+    )
+    .await;
     // JSON quotes add 2 bytes: this string is exactly at the journal's cap less 1.
     let almost = "x".repeat(PAYLOAD_BYTES_MAX - 3);
     let message = refused(j, client.send(id, "approval", &almost, None), too_large).await;
@@ -114,6 +153,16 @@ async fn bad_sends_and_reads_are_refused_and_change_nothing() {
     let fits = "x".repeat(max - 2);
     client.send(id, "approval", &fits, None).await.unwrap();
 
-    refused(j, client.get_event::<u32>(id, "\u{0}", Duration::ZERO), invalid_name).await;
-    refused(j, client.get_event::<u32>(id, "status", Duration::MAX), invalid_option).await;
+    refused(
+        j,
+        client.get_event::<u32>(id, "\u{0}", Duration::ZERO),
+        invalid_name,
+    )
+    .await;
+    refused(
+        j,
+        client.get_event::<u32>(id, "status", Duration::MAX),
+        invalid_option,
+    )
+    .await;
 }

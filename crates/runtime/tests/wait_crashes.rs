@@ -74,7 +74,12 @@ async fn a_send_between_the_look_and_the_park_declines_the_park() {
         .unwrap();
     })
     .unwrap();
-    let runtime = f.runtime().register("approval", 1, approval).start().await.unwrap();
+    let runtime = f
+        .runtime()
+        .register("approval", 1, approval)
+        .start()
+        .await
+        .unwrap();
     let handle = runtime
         .start::<_, Option<bool>>("approval", id, &(), StartOptions::default())
         .await
@@ -84,7 +89,10 @@ async fn a_send_between_the_look_and_the_park_declines_the_park() {
 
     let record = f.journal.get(id).unwrap().unwrap();
     assert_eq!(record.status, Status::Completed);
-    assert_eq!(record.opens, 1, "the park declined: it ran once, start to end");
+    assert_eq!(
+        record.opens, 1,
+        "the park declined: it ran once, start to end"
+    );
     assert!(!event_kinds(&f.journal, id).contains(&"parked".to_owned()));
     assert_eq!(consumption(&f.journal, id)[0].1, Some(1));
 }
@@ -137,7 +145,11 @@ async fn a_crash_after_consuming_replays_the_same_message() {
     assert!(!status.success(), "the child did not abort: {status}");
     let consumed = consumption(&journal, id);
     assert_eq!(consumed.len(), 1);
-    assert_eq!(consumed[0].1, Some(1), "consumed with the recv step, before the crash");
+    assert_eq!(
+        consumed[0].1,
+        Some(1),
+        "consumed with the recv step, before the crash"
+    );
     assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Running);
 
     client.send(id, "approval", &false, None).await.unwrap();
@@ -146,7 +158,10 @@ async fn a_crash_after_consuming_replays_the_same_message() {
         .start()
         .await
         .unwrap();
-    assert_eq!(runtime.handle::<Option<bool>>(id).result().await.unwrap(), Some(true));
+    assert_eq!(
+        runtime.handle::<Option<bool>>(id).result().await.unwrap(),
+        Some(true)
+    );
     let consumed = consumption(&journal, id);
     assert_eq!(consumed[0].1, Some(1));
     assert_eq!(consumed[1].1, None, "the replay consumed another message");
