@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use durably_journal::{Effect, StepState, Timing, execution_status};
+use durably_journal::rusqlite::Connection;
+use durably_journal::{Effect, StepError, StepKey, StepRef, StepState, Timing, execution_status};
 use durably_lock::format_timestamp;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -36,37 +37,57 @@ impl WorkflowContext {
         let value = payload::encode(value, &format!("event {key:?}"), journal)?;
         let step = format!("durably:set-event/{key}");
         let key = key.to_owned();
+        let publish = move |conn: &Connection, step: StepRef| {
+            if step.state != StepState::Completed {
+                return Ok(());
+            }
+            let at = format_timestamp(step.now);
+            store::upsert_workflow_event(
+                conn,
+                step.execution_id,
+                &key,
+                value.as_json(),
+                step.seq,
+                &at,
+            )
+        };
+        if self
+            .publishing_step(&step, |_| async { Ok(()) }, publish)
+            .await?
+        {
+            fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
+        }
+        Ok(())
+    }
+
+    /// Runs the idempotent step `step`, written at once with `publish`'s rows (a message, an
+    /// event: what others wait for), then tells this process's waiters at once. Returns
+    /// whether this run wrote it; a replayed step writes and tells nothing.
+    ///
+    /// # Errors
+    /// The journal's step errors, as [`Error::Journal`].
+    pub(crate) async fn publishing_step<F, Fut, P>(
+        &mut self,
+        step: &str,
+        f: F,
+        publish: P,
+    ) -> Result<bool>
+    where
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = std::result::Result<(), StepError>>,
+        P: FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send + 'static,
+    {
         let mut slot = self.slot.lock().await;
         let execution = running(&mut slot, self.id)?;
         let fresh = !replays(execution);
         let outcome = execution
-            .step_with(
-                &step,
-                Effect::Idempotent,
-                Timing::Now,
-                |_| async { Ok(()) },
-                move |conn, step| {
-                    if step.state != StepState::Completed {
-                        return Ok(());
-                    }
-                    let at = format_timestamp(step.now);
-                    store::upsert_workflow_event(
-                        conn,
-                        step.execution_id,
-                        &key,
-                        value.as_json(),
-                        step.seq,
-                        &at,
-                    )
-                },
-            )
+            .step_with(step, Effect::Idempotent, Timing::Now, f, publish)
             .await;
         slot.remember(outcome)?;
         if fresh {
-            fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
             self.waits.client.announce_change();
         }
-        Ok(())
+        Ok(fresh)
     }
 }
 

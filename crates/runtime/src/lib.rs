@@ -4,7 +4,11 @@
 //! beside the journal's (owner `runtime`, `schema/runtime/`).
 //!
 //! A [`Runtime`] registers workflow functions (typed input and output, no macros) and runs the
-//! queued executions of its kinds, within every [`QueueConfig`] limit. A [`Client`], which a
+//! queued executions of its kinds, within every [`QueueConfig`] limit. A workflow's
+//! [`WorkflowContext`] runs its steps, and waits durably: `sleep` and `recv` record their wake
+//! time or deadline as steps, so a resumed execution waits only what is left, and a wait
+//! longer than [`RuntimeBuilder::park_after`] parks the execution (a row, no lock, no task)
+//! until its time or a message wakes it in any process serving its kind. A [`Client`], which a
 //! runtime also is, starts executions (durable on return, idempotent by id), sends them
 //! messages (kept until a `recv` step of the receiver consumes them, delivered once per
 //! idempotency key), reads published events, and awaits results through a

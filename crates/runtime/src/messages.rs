@@ -20,7 +20,8 @@ use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::Wake;
 use durably_journal::rusqlite::Connection;
 use durably_journal::{
-    Effect, IdempotencyKey, Payload, StepError, StepState, Timing, execution_status,
+    Effect, IdempotencyKey, Payload, StepError, StepKey, StepRef, StepState, Timing,
+    execution_status,
 };
 use durably_lock::{format_timestamp, parse_timestamp};
 use serde::de::DeserializeOwned;
@@ -33,7 +34,7 @@ use crate::context::{WorkflowContext, replays, running};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::parking::{self, Wait, wake_parked};
-use crate::store::{self, PendingMessage};
+use crate::store::{self, StoredMessage};
 use crate::{payload, waiting};
 
 /// Bytes of a message's cap kept for the recv step's envelope around it
@@ -241,13 +242,18 @@ impl WorkflowContext {
         let mut slot = self.slot.lock().await;
         let execution = running(&mut slot, self.id)?;
         // A wait in memory records the deadline first, so a crash during it loses no time; a
-        // park, or the recv step consuming a message already there, carries it.
-        let pending = self
-            .waits
-            .client
-            .journal()
-            .read(|conn| store::first_pending_message(conn, self.id, topic))?;
-        let timing = if pending.is_none() && deadline > now && !self.waits.parks(deadline - now) {
+        // park, or the recv step consuming a message already there, carries it. A replayed
+        // step writes nothing either way.
+        let waits_in_memory = deadline > now
+            && !self.waits.parks(deadline - now)
+            && !replays(execution)
+            && self
+                .waits
+                .client
+                .journal()
+                .read(|conn| store::first_pending_message(conn, self.id, topic))?
+                .is_none();
+        let timing = if waits_in_memory {
             Timing::Now
         } else {
             Timing::Deferred
@@ -368,40 +374,28 @@ impl WorkflowContext {
         let step = format!("durably:send/{topic}");
         let (client, hook_step, topic) =
             (self.waits.client.clone(), step.clone(), topic.to_owned());
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let fresh = !replays(execution);
-        let outcome = execution
-            .step_with(
-                &step,
-                Effect::Idempotent,
-                Timing::Now,
-                move |_| {
-                    let refusal = client.journal().read(|conn| receiver_refusal(conn, to));
-                    async move {
-                        match refusal {
-                            Ok(None) => Ok(()),
-                            Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
-                            Err(error) => Err(StepError::retryable(error.to_string())),
-                        }
-                    }
-                },
-                move |conn, step| {
-                    if step.state != StepState::Completed {
-                        return Ok(());
-                    }
-                    let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
-                    // A receiver that ended since the closure looked is sent nothing: nobody
-                    // could consume the message.
-                    deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
-                    Ok(())
-                },
-            )
-            .await;
-        slot.remember(outcome)?;
-        if fresh {
+        let check = move |_| {
+            let refusal = client.journal().read(|conn| receiver_refusal(conn, to));
+            async move {
+                match refusal {
+                    Ok(None) => Ok(()),
+                    Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
+                    Err(error) => Err(StepError::retryable(error.to_string())),
+                }
+            }
+        };
+        let deliver = move |conn: &Connection, step: StepRef| {
+            if step.state != StepState::Completed {
+                return Ok(());
+            }
+            let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
+            // A receiver that ended since the closure looked is sent nothing: nobody could
+            // consume the message.
+            deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
+            Ok(())
+        };
+        if self.publishing_step(&step, check, deliver).await? {
             fail::fail_point!("runtime::after-send-commit", |_| std::process::abort());
-            self.waits.client.announce_change();
         }
         Ok(())
     }
@@ -411,11 +405,10 @@ impl WorkflowContext {
 /// message does not decode as `T`. The failure names the message and the type, never the
 /// message's contents.
 fn consume_closure<T: DeserializeOwned>(
-    message: &PendingMessage,
+    message: &StoredMessage,
     topic: &str,
-) -> impl FnMut(durably_journal::StepKey) -> std::future::Ready<std::result::Result<Received, StepError>>
-+ Send
-+ 'static {
+) -> impl FnMut(StepKey) -> std::future::Ready<std::result::Result<Received, StepError>> + Send + 'static
+{
     let (message_id, payload, topic) = (
         message.message_id,
         message.payload.clone(),
@@ -447,8 +440,7 @@ fn consume_closure<T: DeserializeOwned>(
 /// transaction (R4).
 fn consume_hook(
     message_id: i64,
-) -> impl FnOnce(&Connection, durably_journal::StepRef) -> durably_journal::Result<()> + Send + 'static
-{
+) -> impl FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send + 'static {
     move |conn, step| {
         if store::consume_message(conn, message_id, step.seq, &format_timestamp(step.now))? {
             return Ok(());

@@ -25,6 +25,14 @@ async fn progress(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowEr
     Ok(())
 }
 
+async fn progress_runtime(f: &Clocked) -> durably_runtime::Runtime {
+    f.runtime()
+        .register("progress", 1, progress)
+        .start()
+        .await
+        .unwrap()
+}
+
 fn pending<F: Future>(future: std::pin::Pin<&mut F>) -> bool {
     future
         .poll(&mut Context::from_waker(Waker::noop()))
@@ -36,12 +44,7 @@ fn pending<F: Future>(future: std::pin::Pin<&mut F>) -> bool {
 #[tokio::test]
 async fn get_event_waits_for_the_value_and_sees_the_last_one() {
     let f = Clocked::new();
-    let runtime = f
-        .runtime()
-        .register("progress", 1, progress)
-        .start()
-        .await
-        .unwrap();
+    let runtime = progress_runtime(&f).await;
     let id = durably_journal::new_execution_id();
     let not_before = f.now() + Duration::from_secs(1);
     let handle = runtime
@@ -86,12 +89,7 @@ async fn get_event_waits_for_the_value_and_sees_the_last_one() {
 #[tokio::test]
 async fn get_event_times_out_on_the_clock() {
     let f = Clocked::new();
-    let runtime = f
-        .runtime()
-        .register("progress", 1, progress)
-        .start()
-        .await
-        .unwrap();
+    let runtime = progress_runtime(&f).await;
     let id = durably_journal::new_execution_id();
     runtime
         .start::<_, ()>("progress", id, &(), StartOptions::default())

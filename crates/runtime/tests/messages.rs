@@ -16,22 +16,14 @@ mod support;
 use std::time::Duration;
 
 use durably_journal::{IdempotencyKey, Status, StepState};
-use durably_runtime::{Error, Runtime, SendOutcome, StartOptions, WorkflowContext, WorkflowError};
-use support::{Clocked, event_kinds, locked, wait_for_status, wait_for_steps};
+use durably_runtime::{
+    Error, Runtime, SendOutcome, StartOptions, WorkflowContext, WorkflowError, WorkflowHandle,
+};
+use support::{
+    Clocked, WEEK_MINUTES, approval, consumption, event_kinds, locked, start_queued,
+    wait_for_status, wait_for_steps,
+};
 use uuid::Uuid;
-
-/// Publishes that it waits, receives one answer within `minutes`, publishes that it decided.
-async fn approval(
-    mut context: WorkflowContext,
-    minutes: u64,
-) -> Result<Option<bool>, WorkflowError> {
-    context.set_event("status", &"awaiting approval").await?;
-    let answer = context
-        .recv::<bool>("approval", Duration::from_secs(minutes * 60))
-        .await?;
-    context.set_event("status", &"decided").await?;
-    Ok(answer)
-}
 
 /// Receives on topic "t" until a receive finds nothing at once, and returns what it got.
 async fn drain(mut context: WorkflowContext, (): ()) -> Result<Vec<String>, WorkflowError> {
@@ -40,21 +32,6 @@ async fn drain(mut context: WorkflowContext, (): ()) -> Result<Vec<String>, Work
         got.push(text);
     }
     Ok(got)
-}
-
-/// The seq of the recv step that consumed each message sent to `id`, in arrival order.
-fn consumed_by(f: &Clocked, id: Uuid) -> Vec<(String, Option<u32>)> {
-    f.journal
-        .read(|conn| {
-            let mut statement = conn.prepare(
-                "SELECT topic, consumed_seq FROM messages WHERE execution_id = ?1 ORDER BY id",
-            )?;
-            let rows = statement
-                .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            Ok(rows)
-        })
-        .unwrap()
 }
 
 async fn runtime(f: &Clocked) -> Runtime {
@@ -71,15 +48,7 @@ async fn runtime(f: &Clocked) -> Runtime {
 #[tokio::test]
 async fn a_message_sent_before_the_receive_is_kept_for_it() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone())
-        .await
-        .unwrap();
-    let id = durably_journal::new_execution_id();
-    let options = StartOptions::default().allow_unregistered_kind();
-    client
-        .start::<_, Option<bool>>("approval", id, &(7 * 24 * 60_u64), options)
-        .await
-        .unwrap();
+    let (client, id) = start_queued(&f.journal, "approval", &WEEK_MINUTES).await;
     let sent = client.send(id, "approval", &true, None).await.unwrap();
     assert!(matches!(sent, SendOutcome::Sent { .. }), "{sent:?}");
 
@@ -88,7 +57,10 @@ async fn a_message_sent_before_the_receive_is_kept_for_it() {
         runtime.handle::<Option<bool>>(id).result().await.unwrap(),
         Some(true)
     );
-    assert_eq!(consumed_by(&f, id), [("approval".to_owned(), Some(2))]);
+    assert_eq!(
+        consumption(&f.journal, id),
+        [("approval".to_owned(), Some(2))]
+    );
     let steps = f.journal.steps(id).unwrap();
     assert_eq!(steps[1].name, "durably:recv-deadline/approval");
     assert_eq!(steps[2].name, "durably:recv/approval");
@@ -102,22 +74,14 @@ async fn a_message_sent_before_the_receive_is_kept_for_it() {
 #[tokio::test]
 async fn messages_on_a_topic_arrive_first_sent_first_received() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone())
-        .await
-        .unwrap();
-    let id = durably_journal::new_execution_id();
-    let options = StartOptions::default().allow_unregistered_kind();
-    client
-        .start::<_, Vec<String>>("drain", id, &(), options)
-        .await
-        .unwrap();
+    let (client, id) = start_queued(&f.journal, "drain", &()).await;
     for (topic, text) in [("t", "first"), ("other", "elsewhere"), ("t", "second")] {
         client.send(id, topic, &text, None).await.unwrap();
     }
     let runtime = runtime(&f).await;
     let got = runtime.handle::<Vec<String>>(id).result().await.unwrap();
     assert_eq!(got, ["first", "second"]);
-    let consumed = consumed_by(&f, id);
+    let consumed = consumption(&f.journal, id);
     assert_eq!(consumed[1], ("other".to_owned(), None), "{consumed:?}");
 }
 
@@ -126,15 +90,7 @@ async fn messages_on_a_topic_arrive_first_sent_first_received() {
 #[tokio::test]
 async fn a_repeated_key_is_delivered_once() {
     let f = Clocked::new();
-    let client = durably_runtime::Client::new(f.journal.clone())
-        .await
-        .unwrap();
-    let id = durably_journal::new_execution_id();
-    let options = StartOptions::default().allow_unregistered_kind();
-    client
-        .start::<_, Vec<String>>("drain", id, &(), options)
-        .await
-        .unwrap();
+    let (client, id) = start_queued(&f.journal, "drain", &()).await;
     let first = client.send(id, "t", &"once", Some("k")).await.unwrap();
     let SendOutcome::Sent { message_id } = first else {
         panic!("{first:?}");
@@ -147,7 +103,7 @@ async fn a_repeated_key_is_delivered_once() {
         runtime.handle::<Vec<String>>(id).result().await.unwrap(),
         ["once"]
     );
-    assert_eq!(consumed_by(&f, id).len(), 1);
+    assert_eq!(consumption(&f.journal, id).len(), 1);
 }
 
 /// A message that does not decode as the receive's type is consumed and recorded as the recv
@@ -193,7 +149,7 @@ async fn an_undecodable_message_is_consumed_and_recorded_as_the_steps_failure() 
         "the failure repeats the payload: {error}"
     );
     assert_eq!(
-        consumed_by(&f, id),
+        consumption(&f.journal, id),
         [("n".to_owned(), Some(1)), ("n".to_owned(), Some(3))]
     );
     let steps = f.journal.steps(id).unwrap();
@@ -201,11 +157,9 @@ async fn an_undecodable_message_is_consumed_and_recorded_as_the_steps_failure() 
     assert_eq!(steps[3].state, StepState::Completed);
 }
 
-/// A receive with a timeout shorter than `park_after` waits in memory and returns `None` at
-/// its deadline, recorded as timed out no earlier than the deadline.
-#[tokio::test]
-async fn a_short_receive_times_out_in_memory() {
-    let f = Clocked::new();
+/// An approval with a 10 minute timeout on a runtime that parks only waits over an hour,
+/// once it waits in memory (its deadline recorded).
+async fn receiving_in_memory(f: &Clocked) -> (Runtime, Uuid, WorkflowHandle<Option<bool>>) {
     let runtime = f
         .runtime()
         .register("approval", 1, approval)
@@ -213,13 +167,22 @@ async fn a_short_receive_times_out_in_memory() {
         .start()
         .await
         .unwrap();
-    let started = f.now();
     let id = durably_journal::new_execution_id();
     let handle = runtime
         .start::<_, Option<bool>>("approval", id, &10_u64, StartOptions::default())
         .await
         .unwrap();
     wait_for_steps(&f.journal, id, 2).await;
+    (runtime, id, handle)
+}
+
+/// A receive with a timeout shorter than `park_after` waits in memory and returns `None` at
+/// its deadline, recorded as timed out no earlier than the deadline.
+#[tokio::test]
+async fn a_short_receive_times_out_in_memory() {
+    let f = Clocked::new();
+    let started = f.now();
+    let (_runtime, id, handle) = receiving_in_memory(&f).await;
     assert!(locked(&f.journal, id), "an in-memory wait keeps its lock");
     f.clock.advance(Duration::from_mins(10));
     assert_eq!(handle.result().await.unwrap(), None);
@@ -233,19 +196,7 @@ async fn a_short_receive_times_out_in_memory() {
 #[tokio::test]
 async fn a_short_receive_takes_a_message_sent_while_it_waits() {
     let f = Clocked::new();
-    let runtime = f
-        .runtime()
-        .register("approval", 1, approval)
-        .park_after(Duration::from_hours(1))
-        .start()
-        .await
-        .unwrap();
-    let id = durably_journal::new_execution_id();
-    let handle = runtime
-        .start::<_, Option<bool>>("approval", id, &10_u64, StartOptions::default())
-        .await
-        .unwrap();
-    wait_for_steps(&f.journal, id, 2).await;
+    let (runtime, id, handle) = receiving_in_memory(&f).await;
     runtime.send(id, "approval", &false, None).await.unwrap();
     assert_eq!(handle.result().await.unwrap(), Some(false));
     assert_eq!(
@@ -264,7 +215,7 @@ async fn a_parked_receive_is_woken_by_a_send() {
     let started = f.now();
     let id = durably_journal::new_execution_id();
     let handle = runtime
-        .start::<_, Option<bool>>("approval", id, &(7 * 24 * 60_u64), StartOptions::default())
+        .start::<_, Option<bool>>("approval", id, &WEEK_MINUTES, StartOptions::default())
         .await
         .unwrap();
     wait_for_status(&f.journal, id, Status::Waiting).await;
@@ -293,7 +244,10 @@ async fn a_parked_receive_is_woken_by_a_send() {
         "the send's own transaction wakes the receiver"
     );
     assert_eq!(handle.result().await.unwrap(), Some(true));
-    assert_eq!(consumed_by(&f, id), [("approval".to_owned(), Some(2))]);
+    assert_eq!(
+        consumption(&f.journal, id),
+        [("approval".to_owned(), Some(2))]
+    );
     let kinds = event_kinds(&f.journal, id);
     let woken = kinds.iter().position(|k| k == "woken").unwrap();
     let event = &f.journal.events(id).unwrap()[woken];
@@ -339,7 +293,10 @@ async fn a_send_on_another_topic_does_not_wake_a_parked_receiver() {
     wait_for_status(&f.journal, id, Status::Waiting).await;
     runtime.send(id, "unrelated", &1, None).await.unwrap();
     assert_eq!(f.journal.get(id).unwrap().unwrap().status, Status::Waiting);
-    assert_eq!(consumed_by(&f, id), [("unrelated".to_owned(), None)]);
+    assert_eq!(
+        consumption(&f.journal, id),
+        [("unrelated".to_owned(), None)]
+    );
 }
 
 /// A workflow's own send is a step that stores its message once, with the step's idempotency

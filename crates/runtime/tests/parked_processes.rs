@@ -21,21 +21,12 @@ use std::time::Duration;
 
 use durably_journal::{Journal, Status};
 use durably_runtime::testing::TestClock;
-use durably_runtime::{Client, Runtime, SendOutcome, StartOptions, WorkflowContext, WorkflowError};
-use support::{locked, wait_for_status, wait_for_steps};
+use durably_runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError};
+use support::{WEEK_MINUTES, approval, consumption, locked, wait_for_status, wait_for_steps};
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_PARKED_TEST_CHILD";
-
-/// Receives one approval within a week.
-async fn approval(mut context: WorkflowContext, (): ()) -> Result<Option<bool>, WorkflowError> {
-    context.set_event("status", &"awaiting approval").await?;
-    let answer = context
-        .recv::<bool>("approval", Duration::from_hours(7 * 24))
-        .await?;
-    Ok(answer)
-}
 
 /// Sleeps an hour, then records a step.
 async fn nap(mut context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
@@ -47,11 +38,7 @@ async fn nap(mut context: WorkflowContext, (): ()) -> Result<String, WorkflowErr
 }
 
 fn child_command(role: &str, db: &std::path::Path, id: Uuid) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, format!("{role} {} {id}", db.display()));
-    command
+    support::child_command(CHILD_ENV, &format!("{role} {} {id}", db.display()))
 }
 
 /// Runs `role` in a child process and waits for it to succeed.
@@ -74,18 +61,11 @@ fn kill(mut child: Child) {
 /// The child's side; does nothing when run as an ordinary test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some((role, db, id)) = support::child_spec(CHILD_ENV) else {
         return;
     };
-    let mut words = spec.splitn(3, ' ');
-    let (role, db, id) = (
-        words.next().unwrap(),
-        words.next().unwrap(),
-        words.next().unwrap(),
-    );
     let journal = Journal::open(db).unwrap();
-    let id: Uuid = id.parse().unwrap();
-    match role {
+    match role.as_str() {
         // Starts the receiver and serves it until killed: it parks at once.
         "park-recv" => {
             let runtime = Runtime::builder(journal)
@@ -94,7 +74,7 @@ async fn child() {
                 .await
                 .unwrap();
             runtime
-                .start::<_, Option<bool>>("approval", id, &(), StartOptions::default())
+                .start::<_, Option<bool>>("approval", id, &WEEK_MINUTES, StartOptions::default())
                 .await
                 .unwrap();
             std::future::pending::<()>().await;
@@ -113,31 +93,9 @@ async fn child() {
                 .unwrap();
             std::future::pending::<()>().await;
         }
-        "send" => {
-            let client = Client::new(journal).await.unwrap();
-            let sent = client
-                .send(id, "approval", &true, Some("click-1"))
-                .await
-                .unwrap();
-            assert!(matches!(sent, SendOutcome::Sent { .. }), "{sent:?}");
-        }
+        "send" => support::send_approval(journal, id).await,
         other => panic!("unknown child role {other}"),
     }
-}
-
-/// The recv steps' consumption of the messages sent to `id`: (message id, consumed by seq).
-fn consumption(journal: &Journal, id: Uuid) -> Vec<(i64, Option<u32>)> {
-    journal
-        .read(|conn| {
-            let mut statement = conn.prepare(
-                "SELECT id, consumed_seq FROM messages WHERE execution_id = ?1 ORDER BY id",
-            )?;
-            let rows = statement
-                .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            Ok(rows)
-        })
-        .unwrap()
 }
 
 /// A receiver parked by a process that is then SIGKILLed keeps waiting (a row, no lock); a
@@ -202,7 +160,7 @@ async fn a_send_from_another_process_wakes_a_parked_receiver() {
         .unwrap();
     let id = durably_journal::new_execution_id();
     let handle = runtime
-        .start::<_, Option<bool>>("approval", id, &(), StartOptions::default())
+        .start::<_, Option<bool>>("approval", id, &WEEK_MINUTES, StartOptions::default())
         .await
         .unwrap();
     wait_for_status(&journal, id, Status::Waiting).await;

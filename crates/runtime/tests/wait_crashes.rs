@@ -15,39 +15,14 @@
 
 mod support;
 
-use std::process::Command;
-use std::time::Duration;
-
 use durably_journal::{Journal, Status};
-use durably_runtime::{Client, Runtime, StartOptions, WorkflowContext, WorkflowError};
-use support::{Clocked, event_kinds};
-use uuid::Uuid;
+use durably_runtime::{Client, Runtime, StartOptions};
+use support::{
+    Clocked, WEEK_MINUTES, approval, child_command, consumption, event_kinds, start_queued,
+};
 
-/// Set in the child: `<database path> <execution id>`.
+/// Set in the child: `serve <database path> <execution id>`.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_CRASH_TEST_CHILD";
-
-/// Receives one approval within a week.
-async fn approval(mut context: WorkflowContext, (): ()) -> Result<Option<bool>, WorkflowError> {
-    let answer = context
-        .recv::<bool>("approval", Duration::from_hours(7 * 24))
-        .await?;
-    Ok(answer)
-}
-
-/// The recv steps' consumption of the messages sent to `id`: (message id, consumed by seq).
-fn consumption(journal: &Journal, id: Uuid) -> Vec<(i64, Option<u32>)> {
-    journal
-        .read(|conn| {
-            let mut statement = conn.prepare(
-                "SELECT id, consumed_seq FROM messages WHERE execution_id = ?1 ORDER BY id",
-            )?;
-            let rows = statement
-                .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            Ok(rows)
-        })
-        .unwrap()
-}
 
 /// A message that arrives between the receive's look and its park is taken at once; the
 /// execution never parks.
@@ -81,7 +56,7 @@ async fn a_send_between_the_look_and_the_park_declines_the_park() {
         .await
         .unwrap();
     let handle = runtime
-        .start::<_, Option<bool>>("approval", id, &(), StartOptions::default())
+        .start::<_, Option<bool>>("approval", id, &WEEK_MINUTES, StartOptions::default())
         .await
         .unwrap();
     assert_eq!(handle.result().await.unwrap(), Some(true));
@@ -94,19 +69,17 @@ async fn a_send_between_the_look_and_the_park_declines_the_park() {
         "the park declined: it ran once, start to end"
     );
     assert!(!event_kinds(&f.journal, id).contains(&"parked".to_owned()));
-    assert_eq!(consumption(&f.journal, id)[0].1, Some(1));
+    assert_eq!(consumption(&f.journal, id)[0].1, Some(2));
 }
 
 /// The child: serves the receiver with `FAILPOINTS` from the parent, so it aborts right after
 /// the consuming transaction. Does nothing when run as an ordinary test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some((_role, db, id)) = support::child_spec(CHILD_ENV) else {
         return;
     };
     let _failpoints = fail::FailScenario::setup();
-    let (db, id) = spec.split_once(' ').unwrap();
-    let id: Uuid = id.parse().unwrap();
     let runtime = Runtime::builder(Journal::open(db).unwrap())
         .register("approval", 1, approval)
         .start()
@@ -127,18 +100,10 @@ async fn a_crash_after_consuming_replays_the_same_message() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("journal.db");
     let journal = Journal::open(&db).unwrap();
-    let client = Client::new(journal.clone()).await.unwrap();
-    let id = durably_journal::new_execution_id();
-    let options = StartOptions::default().allow_unregistered_kind();
-    client
-        .start::<_, Option<bool>>("approval", id, &(), options)
-        .await
-        .unwrap();
+    let (client, id) = start_queued(&journal, "approval", &WEEK_MINUTES).await;
     client.send(id, "approval", &true, None).await.unwrap();
 
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, format!("{} {id}", db.display()))
+    let status = child_command(CHILD_ENV, &format!("serve {} {id}", db.display()))
         .env("FAILPOINTS", "runtime::after-consume-commit=return")
         .status()
         .unwrap();
@@ -147,7 +112,7 @@ async fn a_crash_after_consuming_replays_the_same_message() {
     assert_eq!(consumed.len(), 1);
     assert_eq!(
         consumed[0].1,
-        Some(1),
+        Some(2),
         "consumed with the recv step, before the crash"
     );
     assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Running);
@@ -163,6 +128,6 @@ async fn a_crash_after_consuming_replays_the_same_message() {
         Some(true)
     );
     let consumed = consumption(&journal, id);
-    assert_eq!(consumed[0].1, Some(1));
+    assert_eq!(consumed[0].1, Some(2));
     assert_eq!(consumed[1].1, None, "the replay consumed another message");
 }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use messages::{
-    PendingMessage, consume_message, first_pending_message, insert_message, message_by_key,
+    StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
 };
 pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
 pub(crate) use started::{

@@ -205,3 +205,91 @@ pub fn locked(journal: &Journal, id: Uuid) -> bool {
         .unwrap()
         > 0
 }
+
+/// A workflow that waits for a person: publishes `status` "awaiting approval", receives one
+/// answer on topic `approval` within `minutes` (steps 1 and 2: the deadline, the receive),
+/// publishes "decided", and returns the answer.
+pub async fn approval(
+    mut context: durably_runtime::WorkflowContext,
+    minutes: u64,
+) -> Result<Option<bool>, durably_runtime::WorkflowError> {
+    context.set_event("status", &"awaiting approval").await?;
+    let answer = context
+        .recv::<bool>("approval", std::time::Duration::from_secs(minutes * 60))
+        .await?;
+    context.set_event("status", &"decided").await?;
+    Ok(answer)
+}
+
+/// A week, in minutes: an approval's usual timeout, long enough to park.
+pub const WEEK_MINUTES: u64 = 7 * 24 * 60;
+
+/// Starts execution of `kind` with `input` through a plain client, which no runtime serves
+/// yet: it stays queued until one does.
+pub async fn start_queued<I: serde::Serialize + 'static>(
+    journal: &Journal,
+    kind: &str,
+    input: &I,
+) -> (durably_runtime::Client, Uuid) {
+    let client = durably_runtime::Client::new(journal.clone()).await.unwrap();
+    let id = durably_journal::new_execution_id();
+    let options = durably_runtime::StartOptions::default().allow_unregistered_kind();
+    client
+        .start::<_, serde_json::Value>(kind, id, input, options)
+        .await
+        .unwrap();
+    (client, id)
+}
+
+/// Each message sent to execution `id`, in arrival order: its topic, and the seq of the recv
+/// step that consumed it.
+pub fn consumption(journal: &Journal, id: Uuid) -> Vec<(String, Option<u32>)> {
+    journal
+        .read(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT topic, consumed_seq FROM messages WHERE execution_id = ?1 ORDER BY id",
+            )?;
+            let rows = statement
+                .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .unwrap()
+}
+
+/// This test binary run again as a child process running only its test named `child`, with
+/// `env` set to `spec` (the role and what it works on).
+pub fn child_command(env: &str, spec: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+        .env(env, spec);
+    command
+}
+
+/// In a child started with [`child_command`]: the role, the database path and the execution id
+/// in `env`, or `None` when this is not such a child.
+pub fn child_spec(env: &str) -> Option<(String, String, Uuid)> {
+    let spec = std::env::var(env).ok()?;
+    let mut words = spec.splitn(3, ' ');
+    let (role, db, id) = (
+        words.next().unwrap(),
+        words.next().unwrap(),
+        words.next().unwrap(),
+    );
+    Some((role.to_owned(), db.to_owned(), id.parse().unwrap()))
+}
+
+/// Sends `true` on topic `approval` to execution `id`, with idempotency key `click-1`, from a
+/// new client on `journal`, and checks that it was stored.
+pub async fn send_approval(journal: Journal, id: Uuid) {
+    let client = durably_runtime::Client::new(journal).await.unwrap();
+    let sent = client
+        .send(id, "approval", &true, Some("click-1"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(sent, durably_runtime::SendOutcome::Sent { .. }),
+        "{sent:?}"
+    );
+}
