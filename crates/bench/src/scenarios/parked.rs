@@ -36,7 +36,8 @@ const RSS_BOUND_KIB: i64 = 10 * 1024;
 /// How long each runtime process idles before it reports.
 const IDLE: Duration = Duration::from_secs(2);
 
-/// The sleep step each parked execution recorded before parking.
+/// The timer each parked execution sleeps on, and the step that records it.
+const TIMER: &str = "nap";
 const SLEEP_STEP: &str = "durably:sleep/nap";
 
 /// When the parked executions wake: never, within the run.
@@ -120,8 +121,13 @@ fn park(conn: &Connection, rows: u32) -> durably::Result<()> {
     let now = format_timestamp(SystemClock.now());
     // The workflow's input: one idempotent step (`runtime_load::Input`).
     let input = serde_json::json!([1, false]).to_string();
-    let detail = serde_json::json!({ "step": SLEEP_STEP, "until": WAKE_AT }).to_string();
-    let result = serde_json::json!({ "wake_at": WAKE_AT }).to_string();
+    // As the runtime's park on a timer writes them (`crate::timers` of durably-runtime).
+    let detail = serde_json::json!({ "timer": TIMER, "wake_at": WAKE_AT });
+    let event = serde_json::json!({ "due_at": WAKE_AT, "detail": detail }).to_string();
+    let (detail, result) = (
+        detail.to_string(),
+        serde_json::json!({ "wake_at": WAKE_AT }).to_string(),
+    );
     let mut executions = conn.prepare_cached(
         "INSERT INTO executions (execution_id, kind, name, status, input, opens, created_at,
                                  updated_at, due_at, status_detail)
@@ -147,7 +153,7 @@ fn park(conn: &Connection, rows: u32) -> durably::Result<()> {
         runtime_rows.execute(params![id])?;
         steps.execute(params![id, SLEEP_STEP, key, result, now])?;
         locks.execute(params![id, now])?;
-        events.execute(params![now, id, detail])?;
+        events.execute(params![now, id, event])?;
     }
     Ok(())
 }
