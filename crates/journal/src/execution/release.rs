@@ -147,7 +147,7 @@ impl Parking {
 
 impl Execution {
     /// Ends this run without finishing the execution: in one transaction, `also`'s rows, the
-    /// status `running` → `to` (with its `due_at`, `wait_topic` and `detail` as
+    /// rows the handle kept pending, the status `running` → `to` (with its `due_at`, `wait_topic` and `detail` as
     /// `status_detail`), the audit event (`parked`, `yielded` or `stuck`) and the lock's
     /// release. Allowed on a halted handle (a run stopped by non-determinism is parked
     /// `stuck`). Afterwards the handle writes nothing more, and dropping it releases nothing.
@@ -179,9 +179,9 @@ impl Execution {
         let parking = Parking::new(&to, detail);
         let status = parking.status;
         let release = Arc::clone(&self.fence);
+        // First in the transaction: if it declines, what is pending stays pending.
         self.fence
-            .write(move |conn, resource, now| {
-                also(conn)?;
+            .write_first(Box::new(also), move |conn, resource, now| {
                 parking.record(conn, resource, now)?;
                 release.release_in(conn)?;
                 fail::fail_point!("journal::before-release-commit", |_| {
