@@ -5,14 +5,13 @@
 use std::sync::Arc;
 
 use rusqlite::Connection;
-use serde::Serialize;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::execution::{DeferredOpen, Execution, Fence, OpenHook, Opening};
 use crate::handles::HandleClaim;
 use crate::journal::Journal;
-use crate::payload;
+use crate::payload::Payload;
 use crate::records::ExecutionRecord;
 use crate::replay::Replay;
 
@@ -38,21 +37,23 @@ impl Journal {
     /// If another handle or process created the execution or holds its lock first, that first
     /// write fails with [`Error::OpenRaced`] and writes nothing.
     ///
+    /// The input is encoded by the caller, under the journal's cap
+    /// ([`Journal::encode_payload`]), as for [`crate::lifecycle::insert_execution`].
+    ///
     /// # Errors
-    /// [`Error::OpenRaced`] when a live handle of this journal has the id;
-    /// [`Error::PayloadTooLarge`] for an oversized input; a storage error.
+    /// [`Error::OpenRaced`] when a live handle of this journal has the id; a storage error.
     pub fn begin_execution<A>(
         &self,
         id: Uuid,
         kind: &str,
         name: &str,
-        input: &impl Serialize,
+        input: &Payload,
         with_open: A,
     ) -> Result<Begun>
     where
         A: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
-        let input = payload::encode(input, "the execution input", self.payload_bytes_max())?;
+        let input = input.as_json().to_owned();
         if let Some(record) = self.get(id)? {
             return Ok(Begun::Exists(record));
         }

@@ -24,10 +24,14 @@ use serde_json::json;
 use support::{Scratch, create_table, start};
 use uuid::Uuid;
 
+fn input(journal: &Journal) -> durably_journal::Payload {
+    journal.encode_payload(&"input", "the input").unwrap()
+}
+
 /// A deferring handle on a new execution.
 fn begin(journal: &Journal, id: Uuid) -> Execution {
     match journal
-        .begin_execution(id, "test", "a test", &"input", |_| Ok(()))
+        .begin_execution(id, "test", "a test", &input(journal), |_| Ok(()))
         .unwrap()
     {
         Begun::New(mut execution) => {
@@ -236,7 +240,7 @@ async fn a_lost_open_race_writes_nothing() {
     let id = durably_journal::new_execution_id();
     let mut winner = begin(&winner_journal, id);
     let mut loser = begin(&loser_journal, id);
-    let again = winner_journal.begin_execution(id, "test", "", &"input", |_| Ok(()));
+    let again = winner_journal.begin_execution(id, "test", "", &input(&winner_journal), |_| Ok(()));
     assert!(
         matches!(again, Err(Error::OpenRaced(raced)) if raced == id),
         "{again:?}"
@@ -263,7 +267,7 @@ async fn a_lost_open_race_writes_nothing() {
         Status::Completed
     );
     assert!(matches!(
-        winner_journal.begin_execution(id, "test", "", &"input", |_| Ok(())),
+        winner_journal.begin_execution(id, "test", "", &input(&winner_journal), |_| Ok(())),
         Ok(Begun::Exists(_))
     ));
 }
@@ -277,7 +281,7 @@ async fn a_declined_write_keeps_what_is_pending() {
     create_table(&journal, "CREATE TABLE side (note TEXT)").await;
     let id = durably_journal::new_execution_id();
     let Begun::New(mut execution) = journal
-        .begin_execution(id, "test", "", &"input", |conn| {
+        .begin_execution(id, "test", "", &input(&journal), |conn| {
             conn.execute("INSERT INTO side (note) VALUES ('opened')", [])?;
             Ok(())
         })
