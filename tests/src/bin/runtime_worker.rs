@@ -18,11 +18,11 @@
 //! `O_APPEND` file, so lines of processes never interleave and a crash right after one keeps
 //! it. Built with the `failpoints` feature, `FAILPOINTS` makes it abort where it says.
 
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use durably::runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError};
 use durably::{Guarded, Journal, Policy, StepError};
+use durably_tests::worker_io::{append, say, wait_for_a_line};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -43,35 +43,7 @@ async fn main() -> Outcome {
         other => return Err(format!("go or gate, not {other:?}").into()),
     };
     let answer = run(Path::new(db), PathBuf::from(ledger), id.parse()?, gate).await?;
-    say(&answer)
-}
-
-fn say(value: &Value) -> Outcome {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")?;
-    out.flush()?;
-    Ok(())
-}
-
-/// Appends one line to the ledger in a single `write` on an `O_APPEND` file.
-fn append(ledger: &Path, line: &str) -> Result<(), StepError> {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(ledger)
-        .map_err(|error| StepError::fatal(format!("cannot open the ledger: {error}")))?;
-    file.write_all(format!("{line}\n").as_bytes())
-        .map_err(|error| StepError::fatal(format!("cannot append to the ledger: {error}")))
-}
-
-async fn wait_for_a_line() -> Result<(), StepError> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(|_| ())
-    })
-    .await
-    .map_err(|error| StepError::fatal(error.to_string()))?
-    .map_err(|error| StepError::fatal(error.to_string()))
+    Ok(say(&answer)?)
 }
 
 async fn workflow(

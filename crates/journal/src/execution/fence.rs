@@ -188,7 +188,16 @@ impl Fence {
                 }
             };
             let slot = hooked.then(|| Arc::clone(&first));
-            match self.submit(undo, true, slot, |_, _, _, _| Ok(())).await {
+            // Every row of the write is in by then: a hooked step's row, its hook, the rest.
+            let last = move |_: &Connection, _: &str, _, _: &str| {
+                if hooked {
+                    fail::fail_point!("journal::before-hooked-result-commit", |_| {
+                        std::process::abort()
+                    });
+                }
+                Ok(())
+            };
+            match self.submit(undo, true, slot, last).await {
                 Err(Error::Busy { .. })
                     if try_number < CARRY_WRITE_TRIES_MAX
                         && !self.carry().is_empty()
