@@ -180,7 +180,8 @@ impl Execution {
         let status = parking.status;
         let release = Arc::clone(&self.fence);
         // First in the transaction: if it declines, what is pending stays pending.
-        self.fence
+        let released = self
+            .fence
             .write_first(Box::new(also), move |conn, resource, now| {
                 parking.record(conn, resource, now)?;
                 release.release_in(conn)?;
@@ -189,7 +190,15 @@ impl Execution {
                 });
                 Ok(())
             })
-            .await?;
+            .await;
+        if let Err(error) = released {
+            // Any other failure took what was pending with it: the handle must not go on
+            // past steps the journal does not hold.
+            if !matches!(error, Error::Aborted(_)) {
+                self.halted_at.get_or_insert(self.next_seq);
+            }
+            return Err(error);
+        }
         fail::fail_point!("journal::after-release-commit", |_| std::process::abort());
         self.released_to = Some(status);
         self.finalized = true;
