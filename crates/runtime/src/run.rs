@@ -100,7 +100,8 @@ impl Runtime {
                 return observe(self, kind, record).await;
             }
         };
-        let ran = task::run(execution, version, workflow).await;
+        let waits = std::sync::Arc::clone(&dispatch.waits);
+        let ran = task::run(execution, version, workflow, waits).await;
         drop(place);
         match ran? {
             Ran::Completed(output) => {
@@ -120,7 +121,8 @@ impl Runtime {
                 // The dispatcher resumes it under its failure accounting.
                 record_halt(dispatch, id, reason).await;
             }
-            Ran::Failed | Ran::BadInput | Ran::Raced => {}
+            // Parked: a runtime serving the kind claims it when it is woken.
+            Ran::Failed | Ran::BadInput | Ran::Raced | Ran::Parked => {}
         }
         client.handle(id).result().await
     }
