@@ -248,14 +248,8 @@ impl Execution {
     where
         F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
     {
-        let (id, journal) = (self.id(), self.journal().clone());
-        let claimer = journal.claimer();
-        let claimed = self
-            .complete_returning(output, move |conn| {
-                claim_beside_end(conn, id, claimer, select)
-            })
-            .await?;
-        Ok(journal.committed(claimed))
+        let (journal, beside) = claims_beside_end(&self, select);
+        Ok(journal.committed(self.complete_returning(output, beside).await?))
     }
 
     /// Fails the execution as [`Execution::fail`] does and claims beside its end, as
@@ -267,15 +261,28 @@ impl Execution {
     where
         F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
     {
-        let (id, journal) = (self.id(), self.journal().clone());
-        let claimer = journal.claimer();
-        let claimed = self
-            .fail_returning(error, move |conn| {
-                claim_beside_end(conn, id, claimer, select)
-            })
-            .await?;
-        Ok(journal.committed(claimed))
+        let (journal, beside) = claims_beside_end(&self, select);
+        Ok(journal.committed(self.fail_returning(error, beside).await?))
     }
+}
+
+/// The journal of `execution`, and the hook of its end that runs `select` with a new
+/// [`Claimer`] ([`claim_beside_end`]).
+fn claims_beside_end<F>(
+    execution: &Execution,
+    select: F,
+) -> (
+    Journal,
+    impl FnOnce(&Connection) -> Result<Vec<Claimed>> + Send + 'static,
+)
+where
+    F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
+{
+    let (id, journal) = (execution.id(), execution.journal().clone());
+    let claimer = journal.claimer();
+    (journal, move |conn: &Connection| {
+        claim_beside_end(conn, id, claimer, select)
+    })
 }
 
 /// Runs `select` beside the end of execution `id`, inside [`END_CLAIMS_SAVEPOINT`]: its

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
-use crate::handover::HandOver;
+use crate::handover::{Ending, HandOver, end};
 use crate::registry::Workflow;
 use crate::waiting::Waits;
 
@@ -82,18 +82,19 @@ pub(crate) async fn run(
     }
     let (ended, ran) = match outcome {
         Some(Ok(output)) => {
-            let ended = match hand_over {
-                Some(hand_over) => hand_over.complete(execution, &output).await,
-                None => execution.complete(&output).await,
-            };
+            let ended = end(execution, Ending::Completed, &output, hand_over).await;
             (ended, Ran::Completed(output))
         }
-        Some(Err(error)) => (fail(execution, &error, hand_over).await, Ran::Failed),
+        Some(Err(error)) => {
+            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            (ended, Ran::Failed)
+        }
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
             let error = json!({ "bad_input": reason });
-            (fail(execution, &error, hand_over).await, Ran::BadInput)
+            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            (ended, Ran::BadInput)
         }
     };
     match ended {
@@ -104,18 +105,6 @@ pub(crate) async fn run(
             fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
             Ok(ran)
         }
-    }
-}
-
-/// Fails `execution` with `error`, claiming its successor beside the end with a `hand_over`.
-async fn fail(
-    execution: Execution,
-    error: &impl serde::Serialize,
-    hand_over: Option<&HandOver>,
-) -> durably_journal::Result<()> {
-    match hand_over {
-        Some(hand_over) => hand_over.fail(execution, error).await,
-        None => execution.fail(error).await,
     }
 }
 

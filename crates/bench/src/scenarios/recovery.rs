@@ -36,7 +36,7 @@ use crate::report::Outcome;
 use crate::scenarios::runtime_load::{
     self, CONCURRENCY, KIND, Load, Occupancy, PRODUCERS, StepSamples,
 };
-use crate::scenarios::{WriterSnapshot, batching_note, child, count};
+use crate::scenarios::{WriterSnapshot, batching_note, child, count, execution_ids};
 use crate::stats::Samples;
 
 /// Steps per workflow.
@@ -180,17 +180,10 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 
 /// The executions the killed process left unfinished, in creation order.
 fn unfinished(journal: &Journal) -> Result<Vec<Uuid>> {
-    let ids: Vec<String> = journal.read(|conn| {
-        let mut statement = conn.prepare(
-            "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
-        )?;
-        let ids = statement.query_map([], |row| row.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
-    })?;
-    ids.iter()
-        .map(|id| Uuid::parse_str(id))
-        .collect::<Result<Vec<Uuid>, _>>()
-        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+    execution_ids(
+        journal,
+        "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
+    )
 }
 
 /// The recovery: the orphan sweep, a runtime's start, and every `unfinished` workflow's

@@ -30,7 +30,7 @@ use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::report::Outcome;
 use crate::scenarios::runtime_load::{CONCURRENCY, PRODUCERS};
-use crate::scenarios::{STEP_NAME, child, count};
+use crate::scenarios::{STEP_NAME, child, count, execution_ids};
 use crate::stats::Samples;
 
 /// The workflow kind of this scenario.
@@ -127,16 +127,10 @@ fn monotonic_ns() -> u64 {
 
 /// The parked receivers, in start order.
 fn parked_receivers(journal: &Journal) -> Result<Vec<Uuid>> {
-    let ids: Vec<String> = journal.read(|conn| {
-        let mut statement = conn
-            .prepare("SELECT execution_id FROM executions WHERE status = 'waiting' ORDER BY id")?;
-        let ids = statement.query_map([], |row| row.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
-    })?;
-    ids.iter()
-        .map(|id| Uuid::parse_str(id))
-        .collect::<Result<Vec<Uuid>, _>>()
-        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+    execution_ids(
+        journal,
+        "SELECT execution_id FROM executions WHERE status = 'waiting' ORDER BY id",
+    )
 }
 
 /// The worker's stdout, a line at a time, read on a thread of its own.
