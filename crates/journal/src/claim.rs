@@ -224,9 +224,13 @@ impl Journal {
     }
 }
 
-/// The savepoint the claims beside an execution's end run in, so that claims that fail are
-/// taken back alone and the end still commits.
-const END_CLAIMS_SAVEPOINT: &str = "durably_end_claims";
+/// The statements of the savepoint the claims beside an execution's end run in, so that claims
+/// that fail are taken back alone and the end still commits: open, release, roll back.
+const END_CLAIMS_SAVEPOINT: [&str; 3] = [
+    "SAVEPOINT durably_end_claims",
+    "RELEASE durably_end_claims",
+    "ROLLBACK TO durably_end_claims",
+];
 
 impl Execution {
     /// Completes the execution as [`Execution::complete`] does and, in the same transaction,
@@ -296,16 +300,18 @@ fn claim_beside_end<F>(
 where
     F: FnOnce(&Connection, &mut Claimer) -> Result<()>,
 {
-    conn.execute_batch(&format!("SAVEPOINT {END_CLAIMS_SAVEPOINT}"))?;
+    let [open, release, roll_back] = END_CLAIMS_SAVEPOINT;
+    // Cached: they run at every end of a runtime's run.
+    let run = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(drop);
+    run(open)?;
     match select(conn, &mut claimer) {
         Ok(()) => {
-            conn.execute_batch(&format!("RELEASE {END_CLAIMS_SAVEPOINT}"))?;
+            run(release)?;
             Ok(claimer.claimed)
         }
         Err(error) => {
-            conn.execute_batch(&format!(
-                "ROLLBACK TO {END_CLAIMS_SAVEPOINT}; RELEASE {END_CLAIMS_SAVEPOINT}"
-            ))?;
+            run(roll_back)?;
+            run(release)?;
             tracing::warn!(execution_id = %id, %error, "the claims beside an execution's end failed; it ends without them");
             Ok(Vec::new())
         }
