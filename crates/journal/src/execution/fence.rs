@@ -3,13 +3,19 @@
 //! Invariant: every write made through a fence first checks, in the same transaction, that
 //! the fence's epoch is still the lock's epoch. A handle whose lock was taken over writes
 //! nothing ([`crate::Error::LockLost`]).
+//!
+//! Invariant (R5): once a cancel request has committed, no write through a fence commits but
+//! a guarded step's result (its intent committed before the request), `fail` and
+//! `finish_cancelled`. Every other write checks, after the epoch and in the same transaction,
+//! that no request is pending, and is refused with nothing written
+//! ([`crate::Error::CancelRequested`]): the order of commits, not a clock, decides.
 
 use std::sync::Arc;
 
 use durably_lock::{Clock, Locker, format_timestamp};
 use rusqlite::Connection;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::step::FencingToken;
 use crate::writer::{Undo, Writer};
@@ -47,7 +53,7 @@ impl Fence {
     }
 
     /// Runs `work(conn, resource, now)` in the writer after the fence check, in the same
-    /// transaction, inside its own savepoint.
+    /// transaction, inside its own savepoint. Refused while a cancel request is pending.
     pub(crate) async fn write<T, W>(&self, work: W) -> Result<T>
     where
         T: Send + 'static,
@@ -64,12 +70,31 @@ impl Fence {
         T: Send + 'static,
         W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
     {
+        self.write_fenced(undo, CancelRequests::Refuse, work).await
+    }
+
+    /// Runs `work` after the epoch check, and after the cancel check unless `requests` admits
+    /// the write: only a guarded step's result, `fail` and `finish_cancelled` are admitted
+    /// (R5).
+    pub(super) async fn write_fenced<T, W>(
+        &self,
+        undo: Undo,
+        requests: CancelRequests,
+        work: W,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
+    {
         let locker = Arc::clone(&self.locker);
         let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
         let now = format_timestamp(self.clock.now());
         self.writer
             .write_with(undo, move |conn| {
                 locker.fence(conn, &resource, epoch)?;
+                if requests == CancelRequests::Refuse {
+                    refuse_if_cancel_requested(conn, &resource)?;
+                }
                 work(conn, &resource, &now)
             })
             .await
@@ -117,6 +142,32 @@ impl Fence {
             Ok(())
         });
     }
+}
+
+/// What a fenced write does when a cancel request is pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CancelRequests {
+    /// Refuse it, writing nothing.
+    Refuse,
+    /// Write anyway.
+    Admit,
+}
+
+/// Refuses a write to execution `resource` while a cancel request is pending (one seek on the
+/// primary key), so that R5 holds by commit order.
+fn refuse_if_cancel_requested(conn: &Connection, resource: &str) -> Result<()> {
+    let Some(reason) = crate::lifecycle::pending_cancel_of(conn, resource)? else {
+        return Ok(());
+    };
+    let execution_id = uuid::Uuid::parse_str(resource).map_err(|error| {
+        Error::Inconsistent(format!(
+            "a fence guards {resource:?}, not an execution id: {error}"
+        ))
+    })?;
+    Err(Error::CancelRequested {
+        execution_id,
+        reason,
+    })
 }
 
 /// Releases a lock if this instance still holds it; a lock already lost needs no release.

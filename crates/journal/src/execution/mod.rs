@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
+use fence::CancelRequests;
 pub(crate) use fence::Fence;
 use protocol::{IntentHook, StepOutcome};
 pub(crate) use step_rows::first_open_intent;
@@ -29,6 +30,7 @@ use crate::payload;
 use crate::replay::Replay;
 use crate::states::Status;
 use crate::step::{Effect, FencingToken, Guarded, Policy, StepKey};
+use crate::writer::Undo;
 
 /// The handle that drives one open execution. Steps are numbered in call order; on a resumed
 /// execution, steps already recorded return their recorded outcome without calling the closure.
@@ -264,9 +266,11 @@ impl Execution {
     }
 
     /// Finalizes the execution as failed with `error`, and releases its lock, in one transaction.
+    /// Failing is allowed after a step error that stops the execution, and while a cancel
+    /// request is pending.
     ///
     /// # Errors
-    /// As [`Execution::complete`], apart from the two refusals: failing is always allowed.
+    /// As [`Execution::complete`], apart from the refusals: failing is always allowed.
     pub async fn fail(self, error: &impl Serialize) -> Result<()> {
         self.fail_with(error, |_| Ok(())).await
     }
@@ -288,14 +292,52 @@ impl Execution {
         self.finalize(Status::Failed, error, also).await
     }
 
+    /// Finalizes the execution as cancelled, with error `{"cancelled": reason}`, a `cancelled`
+    /// event and the lock's release, in one transaction with `also`: what a holder does when a
+    /// step was refused [`Error::CancelRequested`], or when it decides to stop on its own (a
+    /// deadline). Allowed while a request is pending and after a step error that stops the
+    /// execution. A step left in the ambiguous window stays there, for an operator.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`], [`Error::PayloadTooLarge`] for a reason over
+    /// [`crate::lifecycle::CANCEL_REASON_BYTES_MAX`], `also`'s own error (nothing is written
+    /// then), or a storage error.
+    pub async fn finish_cancelled<F>(mut self, reason: &str, also: F) -> Result<()>
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        let (id, reason) = (self.id, reason.to_owned());
+        let release = Arc::clone(&self.fence);
+        self.fence
+            .write_fenced(
+                Undo::Savepoint,
+                CancelRequests::Admit,
+                move |conn, _, now| {
+                    crate::lifecycle::cancel_row(conn, id, Status::Running, now, &reason)?;
+                    also(conn)?;
+                    release.release_in(conn)
+                },
+            )
+            .await?;
+        self.finalized = true;
+        tracing::info!(execution_id = %self.id, status = "cancelled", "finalized");
+        Ok(())
+    }
+
     async fn finalize<F>(mut self, status: Status, payload: String, also: F) -> Result<()>
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let (id, next_seq) = (self.id, self.next_seq);
         let release = Arc::clone(&self.fence);
+        // Completing loses to a committed cancel request; failing does not.
+        let requests = if status == Status::Completed {
+            CancelRequests::Refuse
+        } else {
+            CancelRequests::Admit
+        };
         self.fence
-            .write(move |conn, resource, now| {
+            .write_fenced(Undo::Savepoint, requests, move |conn, resource, now| {
                 if status == Status::Completed
                     && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
                 {

@@ -12,6 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
+use super::fence::CancelRequests;
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
@@ -319,9 +320,18 @@ impl Execution {
         for tries in 1..=retry.attempts_max.max(1) {
             match f(step_key).await {
                 Err(error) if error.retryable && tries < retry.attempts_max => {
-                    let detail = json!({ "attempt": attempt, "error": error.message });
-                    self.write_attempt(call, attempt.saturating_add(1), detail)
-                        .await?;
+                    let detail = json!({ "attempt": attempt, "error": error.message.clone() });
+                    match self
+                        .write_attempt(call, attempt.saturating_add(1), detail)
+                        .await
+                    {
+                        // A cancel request committed: a next attempt would be a new effect, so
+                        // a guarded step records this failure as its result (R5 admits it).
+                        Err(Error::CancelRequested { .. }) if call.effect == Effect::Guarded => {
+                            return Ok((Err(error), attempt));
+                        }
+                        written => written?,
+                    }
                     tokio::time::sleep(retry.backoff_before(tries + 1)).await;
                     attempt += 1;
                 }
@@ -400,12 +410,19 @@ impl Execution {
             error,
             attempts,
         };
+        // A guarded step's result closes an intent committed before any request (R5); a pure
+        // or idempotent result after a request is refused and the step is not recorded.
+        let requests = if call.effect == Effect::Guarded {
+            CancelRequests::Admit
+        } else {
+            CancelRequests::Refuse
+        };
         // A busy database means the batch never began, so trying again cannot write twice.
         for try_number in 1..=RESULT_WRITE_TRIES_MAX {
             let row = row.clone();
             match self
                 .fence
-                .write_with(Undo::OneStatement, move |conn, resource, now| {
+                .write_fenced(Undo::OneStatement, requests, move |conn, resource, now| {
                     row.record(conn, resource, now)
                 })
                 .await
@@ -522,6 +539,7 @@ fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
         Err(Error::Ambiguous { .. }) => "ambiguous",
         Err(Error::LockLost(_)) => "lock_lost",
         Err(Error::NonDeterminism { .. }) => "non_determinism",
+        Err(Error::CancelRequested { .. }) => "cancel_requested",
         Err(_) => "error",
     }
 }
