@@ -4,7 +4,8 @@
 //! as `LockedBy` and runs nothing; a failing body is retried up to the job's bound, each attempt
 //! recorded as its own guarded step and in the ledger's `attempts`; a changed job definition is
 //! detected from its stored hash and keeps the high-water mark; a fire's state is read from
-//! its ledger row, never from its execution.
+//! its ledger row, never from its execution; a fire whose execution an operator cancels while
+//! it runs is recorded skipped, its running attempt finished and no further attempt started.
 //!
 //! Method: real journals on a scratch file and a hand-moved clock; the body counts its calls,
 //! and the `fires`, `steps` and `events` tables are read back with plain SQL.
@@ -345,4 +346,91 @@ async fn a_finished_fire_is_reported_from_its_row_and_a_disagreement_is_an_error
         "the row is left for a person to look at"
     );
     assert_eq!(calls.total(), 1, "the body never ran again");
+}
+
+/// An operator cancels a fire's execution while its body runs: the running attempt finishes
+/// and is recorded (a guarded step in flight finishes its protocol), no further attempt starts,
+/// and the fire is recorded skipped with the execution cancelled. Both ways the request is
+/// seen: at the completion (the attempt succeeded), and at the next attempt's intent (it
+/// failed with a retryable error).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_cancelled_while_it_runs_is_recorded_skipped() {
+    for succeeds in [true, false] {
+        let scratch = Scratch::new();
+        let clock = ManualClock::at_millis(T0_MS);
+        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let calls = Calls::default();
+        let job = {
+            let (started, release, calls) = (started.clone(), release.clone(), calls.clone());
+            Job::builder("cancelled")
+                .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
+                .retry(RetryPolicy {
+                    attempts_max: 3,
+                    backoff_initial: Duration::from_millis(1),
+                    backoff_max: Duration::from_millis(5),
+                })
+                .body(move |context| {
+                    let (started, release, calls) =
+                        (started.clone(), release.clone(), calls.clone());
+                    async move {
+                        calls.record(&context);
+                        started.notify_one();
+                        release.notified().await;
+                        if succeeds {
+                            Ok(serde_json::Value::Null)
+                        } else {
+                            Err(StepError::retryable("try again"))
+                        }
+                    }
+                })
+                .build()
+                .unwrap()
+        };
+        let scheduler = scratch.scheduler(&clock).await;
+        let _ = scheduler.register(job).await.unwrap();
+        let job = JobId::new("cancelled").unwrap();
+        let running = tokio::spawn({
+            let (scheduler, job) = (scheduler.clone(), job.clone());
+            async move { scheduler.fire(&job, slot(T0_MS)).await }
+        });
+        tokio::time::timeout(Duration::from_secs(10), started.notified())
+            .await
+            .unwrap();
+        let operator = scratch.journal(&clock);
+        let id = scheduler
+            .journal()
+            .list(&durably_journal::ListFilter::default())
+            .unwrap()[0]
+            .execution_id;
+        let outcome = operator.operator().cancel(id, "not today").await.unwrap();
+        assert!(
+            matches!(outcome, durably_journal::CancelOutcome::Requested { .. }),
+            "{outcome:?}"
+        );
+        release.notify_one();
+
+        let done = running.await.unwrap().unwrap();
+        let FireOutcome::Skipped { reason, .. } = &done else {
+            panic!("{done:?}");
+        };
+        assert!(
+            reason.contains("cancelled by an operator: not today"),
+            "{reason}"
+        );
+        assert_eq!(
+            scheduler.fire_state(&job, slot(T0_MS)).unwrap().unwrap().0,
+            FireState::Skipped
+        );
+        let record = operator.get(id).unwrap().unwrap();
+        assert_eq!(record.status, durably_journal::Status::Cancelled);
+        let states: Vec<_> = operator
+            .steps(id)
+            .unwrap()
+            .iter()
+            .map(|step| step.state.as_str())
+            .collect();
+        let expected = if succeeds { "completed" } else { "failed" };
+        assert_eq!(states, [expected], "one attempt, recorded");
+        assert_eq!(calls.total(), 1);
+    }
 }
