@@ -16,15 +16,17 @@ use durably_journal::Status;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
+use crate::cancel::{RunWatch, Runs, cancel_if_requested};
 use crate::client::Client;
 use crate::clock::Clock;
+use crate::deadlines;
 use crate::error::Result;
 use crate::recovery::recover;
 use crate::store;
 use crate::task::{self, Ran};
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
-    Wake, claimable, clear_not_before, due, next_due, record_execution_event, recorded_steps,
+    Wake, claimable, clear_not_before, due, record_execution_event, recorded_steps,
     running_in_queue, wake,
 };
 use rusqlite::Connection;
@@ -106,6 +108,8 @@ pub(crate) struct Dispatch {
     pub(crate) sweep_interval: Duration,
     /// Set when a run here stopped abnormally, so the next pass recovers it at once.
     pub(crate) recover_soon: AtomicBool,
+    /// The runs of this process, whose signals cancel requests trip.
+    pub(crate) runs: Arc<Runs>,
 }
 
 /// Runs passes until stopped.
@@ -156,8 +160,9 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
 async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
     let rooms = dispatch.capacity.rooms();
     let now = dispatch.clock.now();
+    deadlines::enforce(&dispatch.client, now).await?;
     let (work, next) = dispatch.client.journal().read(|conn| {
-        let next = next_due(conn)?;
+        let next = deadlines::next_wake(conn)?;
         let mut work = next.is_some_and(|at| at <= now);
         for (queue, _) in &rooms {
             if work {
@@ -171,7 +176,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
         return Ok(next);
     }
     claim_pass(dispatch, rooms, now).await?;
-    Ok(dispatch.client.journal().read(next_due)?)
+    Ok(dispatch.client.journal().read(deadlines::next_wake)?)
 }
 
 fn watcher_ended() -> crate::Error {
@@ -260,6 +265,10 @@ async fn claim_pass(
                     if !served.iter().any(|(k, v)| *k == kind && *v == version) {
                         continue;
                     }
+                    // Its holder released it with a cancel request pending: cancel, not run.
+                    if cancel_if_requested(conn, id, now)? {
+                        continue;
+                    }
                     if claimer.claim(conn, id, Status::Queued)?.is_none() {
                         continue;
                     }
@@ -286,7 +295,13 @@ async fn claim_pass(
         let dispatch = Arc::clone(dispatch);
         tokio::spawn(async move {
             if let Some(workflow) = dispatch.client.registry().get(&row.kind, version) {
-                match task::run(execution, version, workflow).await {
+                let watch = RunWatch::start(
+                    &dispatch.client,
+                    &dispatch.clock,
+                    &dispatch.runs,
+                    row.execution_id,
+                );
+                match task::run(execution, version, workflow, &watch).await {
                     Ok(Ran::Halted(reason)) => {
                         tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
                         record_halt(&dispatch, row.execution_id, reason).await;

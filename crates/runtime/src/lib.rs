@@ -48,9 +48,11 @@
 //! ```
 
 mod builder;
+mod cancel;
 mod client;
 mod clock;
 mod context;
+mod deadlines;
 mod dispatcher;
 mod error;
 mod handle;
@@ -62,17 +64,22 @@ mod registry;
 mod resume;
 mod runtime;
 mod start;
+mod steps;
 mod store;
 mod task;
 mod watcher;
 
 pub use builder::{CONCURRENCY_MAX_DEFAULT, QueueConfig, RuntimeBuilder, SWEEP_INTERVAL_DEFAULT};
+pub use cancel::CancelSignal;
 pub use client::{Client, SendOutcome};
 pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use context::WorkflowContext;
+pub use deadlines::DEADLINE_REASON;
+pub use durably_journal::CancelOutcome;
 pub use error::{Error, Result, WorkflowError};
 pub use handle::WorkflowHandle;
 pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
-pub use options::{Deadline, OnDuplicate, StartOptions};
+pub use options::{Deadline, OnDuplicate, ResumeOptions, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
+pub use steps::StepBuilder;

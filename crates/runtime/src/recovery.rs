@@ -15,6 +15,7 @@ use durably_journal::lifecycle::{park_stuck, recorded_steps, requeue_interrupted
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::cancel::cancel_if_requested;
 use crate::client::Client;
 use crate::error::Result;
 use crate::store;
@@ -62,6 +63,10 @@ pub(crate) async fn recover(client: &Client, resume_failures_max: u32) -> Result
             .write(move |conn| {
                 let (mut requeued, mut stuck) = (0, 0);
                 for id in batch {
+                    // Its holder died with a cancel request pending: cancel, not resume.
+                    if cancel_if_requested(conn, id, now)? {
+                        continue;
+                    }
                     let steps = recorded_steps(conn, id)?;
                     // Hand-driven executions of a served kind have no runtime row: not ours.
                     let Some((failures, last)) = store::count_failed_run(conn, id, steps)? else {

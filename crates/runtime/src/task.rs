@@ -3,9 +3,11 @@
 use durably_journal::Execution;
 use serde_json::json;
 
-use crate::context::WorkflowContext;
+use crate::cancel::RunWatch;
+use crate::context::{Stop, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::registry::Workflow;
+use crate::store;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -17,17 +19,30 @@ pub(crate) enum Ran {
     /// The stored input does not decode as the workflow's input type (a start from a process
     /// that could not check it): the execution failed with `{"bad_input": reason}`.
     BadInput,
+    /// The run was asked to stop (a cancel request, its deadline): the execution is
+    /// `cancelled`.
+    Cancelled,
+    /// A pure or idempotent step ran past its timeout: the execution failed with reason
+    /// `step_timeout`, resumable.
+    TimedOut,
     /// A step error stopped the execution (lock lost, non-determinism, an ambiguous step left
-    /// to an operator, storage): nothing was finalized and the lock is released, so the
-    /// execution is resumed or parked by whoever accounts for failed runs.
+    /// to an operator, storage, a guarded step past its timeout): nothing was finalized and
+    /// the lock is released, so the execution is resumed or parked by whoever accounts for
+    /// failed runs.
     Halted(String),
 }
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock.
-pub(crate) async fn run(execution: Execution, version: u32, workflow: &Workflow) -> Result<Ran> {
+/// with what the workflow returned, in the transaction that releases the lock; `cancelled`
+/// when the run was asked to stop, whatever the workflow returned.
+pub(crate) async fn run(
+    execution: Execution,
+    version: u32,
+    workflow: &Workflow,
+    watch: &RunWatch,
+) -> Result<Ran> {
     let input: serde_json::Value = execution.input()?;
-    let (context, slot) = WorkflowContext::new(execution, version);
+    let (context, slot) = WorkflowContext::new(execution, version, watch);
     let outcome = match workflow.start(context, input) {
         Ok(running) => Some(running.await),
         Err(_) => None,
@@ -38,25 +53,36 @@ pub(crate) async fn run(execution: Execution, version: u32, workflow: &Workflow)
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
-    if let Some(reason) = slot.halted.take() {
-        // Dropping the handle releases the lock and leaves the execution to be resumed.
-        drop(execution);
-        return Ok(Ran::Halted(reason));
+    // A cancel wins over every other ending: the operator or the deadline said to stop.
+    let stopped = slot.stopped.take();
+    if let Some(reason) = watch.signal().reason() {
+        return watch.finish_cancelled(execution, &reason).await;
     }
+    match stopped {
+        Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
+        Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
+        Some(Stop::Halted(reason)) => {
+            // Dropping the handle releases the lock and leaves the execution to be resumed.
+            drop(execution);
+            return Ok(Ran::Halted(reason));
+        }
+        None => {}
+    }
+    let id = execution.id();
+    let clear_deadline = move |conn: &rusqlite::Connection| store::set_deadline(conn, id, None);
     match outcome {
         Some(Ok(output)) => {
-            execution.complete(&output).await?;
-            Ok(Ran::Completed)
+            let completed = execution.complete_with(&output, clear_deadline).await;
+            watch.unless_cancelled(completed, Ran::Completed).await
         }
         Some(Err(error)) => {
-            execution.fail(&error).await?;
+            execution.fail_with(&error, clear_deadline).await?;
             Ok(Ran::Failed)
         }
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
-            execution
-                .fail(&json!({ "bad_input": format!("the input does not decode as {}", workflow.input_type()) }))
-                .await?;
+            let bad_input = json!({ "bad_input": format!("the input does not decode as {}", workflow.input_type()) });
+            execution.fail_with(&bad_input, clear_deadline).await?;
             Ok(Ran::BadInput)
         }
     }
@@ -87,6 +113,8 @@ mod tests {
     }
 
     async fn run_on(journal: &Journal, input: &serde_json::Value) -> (uuid::Uuid, Ran) {
+        let client = crate::Client::new(journal.clone()).await.unwrap();
+        let clock: std::sync::Arc<dyn crate::Clock> = std::sync::Arc::new(crate::SystemClock);
         let mut registry = Registry::default();
         registry.register("double", 1, double);
         let (_, workflow) = registry.latest("double").unwrap();
@@ -98,7 +126,8 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow).await.unwrap())
+        let watch = RunWatch::start(&client, &clock, &std::sync::Arc::default(), id);
+        (id, run(execution, 1, workflow, &watch).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded
