@@ -1,0 +1,295 @@
+//! Cancellation across processes (plan §4.6, R5): `cancel` from this process reaches an
+//! execution that a runtime in another, live process is running. That process stops the run
+//! and ends it `cancelled`; a guarded step already in flight finishes first; and no step row
+//! is committed after the request (the `cancel_requested` event names the newest step row at
+//! its commit, and no row of the execution is newer). If the holder is SIGKILLed with the
+//! request pending, the next runtime's recovery cancels the execution instead of running it.
+//!
+//! Method: the other process is this test binary run again with `CHILD_ENV` set, which runs
+//! only the `child` test: a runtime serving the workflows below, until the execution named
+//! ends. Its workflows print `EVENT <what>` lines the parent reads from the child's stdout, and
+//! a step that must hold reads a line from the child's stdin, which the parent writes: every
+//! cancel lands at a known point without sleeping.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use durably_journal::{Journal, Policy, Status, StepError};
+use durably_runtime::{
+    CancelOutcome, Client, Error, Runtime, StartOptions, WorkflowContext, WorkflowError,
+};
+use uuid::Uuid;
+
+/// Set in the child: `<database path> <execution id>`.
+const CHILD_ENV: &str = "DURABLY_RUNTIME_CANCEL_CHILD";
+
+/// The most steps `counter` takes: far more than any cancel needs to land in.
+const COUNTER_STEPS_MAX: u32 = 100_000;
+
+/// How long a wait for the other process may take before the test fails instead of hanging.
+const WAIT_MAX: Duration = Duration::from_mins(1);
+
+fn event(what: &str) {
+    println!("EVENT {what}");
+}
+
+/// Idempotent steps, one after another, announcing the third.
+async fn counter(mut context: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    for step in 0..COUNTER_STEPS_MAX {
+        context
+            .idempotent(&format!("count {step}"), |_key| async move {
+                Ok::<_, StepError>(step)
+            })
+            .await?;
+        if step == 2 {
+            event("counting");
+        }
+    }
+    Ok(COUNTER_STEPS_MAX)
+}
+
+/// A pure step, a guarded step that holds until the parent writes a line, and a last step.
+async fn charge(mut context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    context.pure("quote", || async { Ok(1250_u32) }).await?;
+    let _receipt = context
+        .guarded("charge", Policy::Fail, |_key| async {
+            event("charging");
+            let line = tokio::task::spawn_blocking(|| {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).map(|_| line)
+            })
+            .await
+            .map_err(|error| StepError::fatal(error.to_string()))?
+            .map_err(|error| StepError::fatal(error.to_string()))?;
+            Ok(line.trim().to_owned())
+        })
+        .await?;
+    context
+        .pure("receipt", || async { Ok("sent".to_owned()) })
+        .await?;
+    Ok("charged".to_owned())
+}
+
+/// A pure step that announces itself and never ends.
+async fn hang(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    context
+        .pure("hang", || async {
+            event("hanging");
+            std::future::pending::<Result<(), StepError>>().await
+        })
+        .await?;
+    Ok(())
+}
+
+fn serving(journal: Journal) -> durably_runtime::RuntimeBuilder {
+    Runtime::builder(journal)
+        .register("counter", 1, counter)
+        .register("charge", 1, charge)
+        .register("hang", 1, hang)
+}
+
+/// The child's side; does nothing when run as an ordinary test.
+#[tokio::test]
+async fn child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (db, id) = spec.split_once(' ').unwrap();
+    let runtime = serving(Journal::open(db).unwrap()).start().await.unwrap();
+    let id: Uuid = id.parse().unwrap();
+    let ended = runtime.handle::<serde_json::Value>(id).result().await;
+    event(&format!(
+        "ended {}",
+        matches!(ended, Err(Error::Cancelled { .. }))
+    ));
+}
+
+/// The child running a runtime until execution `id` ends, and its standard streams.
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Option<BufReader<ChildStdout>>,
+}
+
+impl Holder {
+    fn spawn(db: &std::path::Path, id: Uuid) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, format!("{} {id}", db.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = Some(BufReader::new(child.stdout.take().unwrap()));
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn pid(&self) -> i64 {
+        i64::from(self.child.id())
+    }
+
+    /// Reads the child's output until `EVENT <what>`.
+    async fn wait_for(&mut self, what: &str) {
+        let mut stdout = self.stdout.take().unwrap();
+        let wanted = format!("EVENT {what}");
+        let read = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                assert!(
+                    stdout.read_line(&mut line).unwrap() > 0,
+                    "the child ended before {wanted:?}"
+                );
+                // The test harness's "test child ... " has no newline of its own.
+                if line.trim_end().ends_with(&wanted) {
+                    return stdout;
+                }
+            }
+        });
+        self.stdout = Some(tokio::time::timeout(WAIT_MAX, read).await.unwrap().unwrap());
+    }
+
+    fn wait_success(mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the child failed: {status}");
+    }
+}
+
+/// A journal in a temporary directory, a client on it, and a started execution of `kind`.
+async fn started(kind: &str) -> (tempfile::TempDir, Journal, Client, Uuid) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+    let client = Client::new(journal.clone()).await.unwrap();
+    let id = durably_journal::new_execution_id();
+    client
+        .start::<_, serde_json::Value>(
+            kind,
+            id,
+            &(),
+            StartOptions::default().allow_unregistered_kind(),
+        )
+        .await
+        .unwrap();
+    (dir, journal, client, id)
+}
+
+/// The `last_step_id` the `cancel_requested` event names, and the newest step row now.
+fn request_and_newest_row(journal: &Journal, id: Uuid) -> (i64, i64) {
+    let requested = journal
+        .events(id)
+        .unwrap()
+        .into_iter()
+        .find(|event| event.kind == "cancel_requested")
+        .expect("a cancel_requested event");
+    let named = requested.detail.to_value().unwrap()["last_step_id"]
+        .as_i64()
+        .unwrap();
+    let newest = journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT max(id) FROM steps WHERE execution_id = ?1",
+                [id.to_string()],
+                |row| row.get(0),
+            )?)
+        })
+        .unwrap();
+    (named, newest)
+}
+
+async fn cancelled_reason(client: &Client, id: Uuid) -> String {
+    let result = tokio::time::timeout(WAIT_MAX, client.handle::<serde_json::Value>(id).result())
+        .await
+        .unwrap();
+    match result {
+        Err(Error::Cancelled { reason, .. }) => reason,
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
+}
+
+/// A run in another process stops after the request, and ends cancelled with its reason; no
+/// step row is newer than the request.
+#[tokio::test]
+async fn a_run_in_another_process_ends_cancelled_with_no_step_after_the_request() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let (dir, journal, client, id) = started("counter").await;
+    let mut holder = Holder::spawn(&dir.path().join("journal.db"), id);
+    holder.wait_for("counting").await;
+
+    let outcome = client.cancel(id, "stop counting").await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Requested { pid: holder.pid() });
+    assert_eq!(cancelled_reason(&client, id).await, "stop counting");
+    holder.wait_for("ended true").await;
+    holder.wait_success();
+
+    let (named, newest) = request_and_newest_row(&journal, id);
+    assert_eq!(named, newest, "a step row was committed after the request");
+    let steps = journal.steps(id).unwrap().len();
+    assert!((3..COUNTER_STEPS_MAX as usize).contains(&steps), "{steps}");
+    assert!(journal.lock_holders().unwrap().is_empty());
+}
+
+/// A guarded step whose closure runs when the request commits records its result; the step
+/// after it never runs.
+#[tokio::test]
+async fn a_guarded_step_in_flight_finishes_before_the_run_stops() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let (dir, journal, client, id) = started("charge").await;
+    let mut holder = Holder::spawn(&dir.path().join("journal.db"), id);
+    holder.wait_for("charging").await;
+
+    let outcome = client.cancel(id, "customer left").await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Requested { pid: holder.pid() });
+    writeln!(holder.stdin, "receipt 42").unwrap();
+    assert_eq!(cancelled_reason(&client, id).await, "customer left");
+    holder.wait_for("ended true").await;
+    holder.wait_success();
+
+    let steps = journal.steps(id).unwrap();
+    let names: Vec<_> = steps.iter().map(|step| step.name.as_str()).collect();
+    assert_eq!(names, ["quote", "charge"], "receipt never ran");
+    assert_eq!(
+        steps[1].result.as_ref().unwrap().as_json(),
+        "\"receipt 42\""
+    );
+    let (named, newest) = request_and_newest_row(&journal, id);
+    assert_eq!(named, newest, "the guarded result updated its intent's row");
+}
+
+/// A holder SIGKILLed with a request pending leaves a running execution with no live holder;
+/// the next runtime's recovery cancels it with the request's reason instead of running it.
+#[tokio::test]
+async fn a_holder_killed_with_a_request_pending_is_cancelled_by_recovery() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let (dir, journal, client, id) = started("hang").await;
+    let mut holder = Holder::spawn(&dir.path().join("journal.db"), id);
+    holder.wait_for("hanging").await;
+    let outcome = client.cancel(id, "operator gave up").await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Requested { pid: holder.pid() });
+    holder.child.kill().unwrap();
+    holder.child.wait().unwrap();
+    assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Running);
+
+    let runtime = serving(journal.clone()).start().await.unwrap();
+    assert_eq!(runtime.recovery_report().requeued, 0);
+    assert_eq!(cancelled_reason(&client, id).await, "operator gave up");
+    let cancelled = journal
+        .events(id)
+        .unwrap()
+        .into_iter()
+        .find(|event| event.kind == "cancelled")
+        .unwrap();
+    assert_eq!(cancelled.detail.to_value().unwrap()["was"], "interrupted");
+}
