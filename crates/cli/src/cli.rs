@@ -68,7 +68,9 @@ pub enum Command {
     Gc(GcArgs),
     /// Answer for a step stuck in the ambiguous window (intent recorded, no result).
     Resolve(ResolveArgs),
-    /// Cancel an execution that no live process holds. It never runs again.
+    /// Cancel an execution. One that no live process runs is cancelled at once; the process
+    /// that runs one is asked to stop, and ends it cancelled before its next step (a guarded
+    /// step already running finishes first). It does not run again unless resumed.
     Cancel {
         /// The execution id (a UUID; `durably ls` lists them).
         #[arg(value_parser = parse_execution_id)]

@@ -235,8 +235,7 @@ where
     let status = status_of(conn, id)?;
     if status.is_final() {
         return Err(Error::Refused(format!(
-            "execution {id} has already ended ({status}); only an unfinished execution can be \
-             cancelled"
+            "execution {id} is already {status}; only an unfinished execution can be cancelled"
         )));
     }
     // As for every operator action: a handle of this journal may be driving it, else a lock
