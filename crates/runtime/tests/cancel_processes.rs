@@ -5,11 +5,16 @@
 //! its commit, and no row of the execution is newer). If the holder is SIGKILLed with the
 //! request pending, the next runtime's recovery cancels the execution instead of running it.
 //!
+//! With the `failpoints` feature, each new write of cancellation, deadlines, resume and step
+//! timeouts is crashed right after its commit (`abort()` at its failpoint), and what survives
+//! is checked: the commit stands, and the next process goes on from it.
+//!
 //! Method: the other process is this test binary run again with `CHILD_ENV` set, which runs
-//! only the `child` test: a runtime serving the workflows below, until the execution named
-//! ends. Its workflows print `EVENT <what>` lines the parent reads from the child's stdout, and
-//! a step that must hold reads a line from the child's stdin, which the parent writes: every
-//! cancel lands at a known point without sleeping.
+//! only the `child` test in a role: a runtime serving the workflows below until the execution
+//! named ends, or one cancel, or one resume. Its workflows print `EVENT <what>` lines the
+//! parent reads from the child's stdout, and a step that must hold reads a line from the
+//! child's stdin, which the parent writes: every cancel lands at a known point without
+//! sleeping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -18,11 +23,13 @@ use std::time::Duration;
 
 use durably_journal::{Journal, Policy, Status, StepError};
 use durably_runtime::{
-    CancelOutcome, Client, Error, Runtime, StartOptions, WorkflowContext, WorkflowError,
+    CancelOutcome, Client, Error, ResumeOptions, Runtime, StartOptions, WorkflowContext,
+    WorkflowError,
 };
 use uuid::Uuid;
 
-/// Set in the child: `<database path> <execution id>`.
+/// Set in the child: `<role> <database path> <execution id>`, the role `serve`, `cancel` or
+/// `resume`.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_CANCEL_CHILD";
 
 /// The most steps `counter` takes: far more than any cancel needs to land in.
@@ -83,11 +90,22 @@ async fn hang(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError>
     Ok(())
 }
 
+/// A pure step that never ends, under a short timeout.
+async fn slow(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    context
+        .step("slow")
+        .timeout(Duration::from_millis(20))
+        .pure(std::future::pending::<Result<(), StepError>>)
+        .await?;
+    Ok(())
+}
+
 fn serving(journal: Journal) -> durably_runtime::RuntimeBuilder {
     Runtime::builder(journal)
         .register("counter", 1, counter)
         .register("charge", 1, charge)
         .register("hang", 1, hang)
+        .register("slow", 1, slow)
 }
 
 /// The child's side; does nothing when run as an ordinary test.
@@ -96,14 +114,31 @@ async fn child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (db, id) = spec.split_once(' ').unwrap();
-    let runtime = serving(Journal::open(db).unwrap()).start().await.unwrap();
-    let id: Uuid = id.parse().unwrap();
-    let ended = runtime.handle::<serde_json::Value>(id).result().await;
-    event(&format!(
-        "ended {}",
-        matches!(ended, Err(Error::Cancelled { .. }))
-    ));
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    let mut words = spec.splitn(3, ' ');
+    let (role, journal, id) = (
+        words.next().unwrap(),
+        Journal::open(words.next().unwrap()).unwrap(),
+        words.next().unwrap().parse::<Uuid>().unwrap(),
+    );
+    match role {
+        "serve" => {
+            let runtime = serving(journal).start().await.unwrap();
+            let ended = runtime.handle::<serde_json::Value>(id).result().await;
+            let cancelled = matches!(ended, Err(Error::Cancelled { .. }));
+            event(&format!("ended {cancelled}"));
+        }
+        "cancel" => {
+            let client = Client::new(journal).await.unwrap();
+            client.cancel(id, "from a child").await.unwrap();
+        }
+        "resume" => {
+            let client = Client::new(journal).await.unwrap();
+            client.resume(id, ResumeOptions::default()).await.unwrap();
+        }
+        other => panic!("unknown child role {other}"),
+    }
 }
 
 /// The child running a runtime until execution `id` ends, and its standard streams.
@@ -113,11 +148,26 @@ struct Holder {
     stdout: Option<BufReader<ChildStdout>>,
 }
 
+/// The child process running `role` on execution `id`, with `failpoints` when given.
+fn child_command(role: &str, db: &std::path::Path, id: Uuid, failpoints: Option<&str>) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, format!("{role} {} {id}", db.display()))
+        .env_remove("FAILPOINTS");
+    if let Some(failpoints) = failpoints {
+        command.env("FAILPOINTS", failpoints);
+    }
+    command
+}
+
 impl Holder {
     fn spawn(db: &std::path::Path, id: Uuid) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
-            .env(CHILD_ENV, format!("{} {id}", db.display()))
+        Self::spawn_with(db, id, None)
+    }
+
+    fn spawn_with(db: &std::path::Path, id: Uuid, failpoints: Option<&str>) -> Self {
+        let mut child = child_command("serve", db, id, failpoints)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -292,4 +342,139 @@ async fn a_holder_killed_with_a_request_pending_is_cancelled_by_recovery() {
         .find(|event| event.kind == "cancelled")
         .unwrap();
     assert_eq!(cancelled.detail.to_value().unwrap()["was"], "interrupted");
+}
+
+/// Crashes right after each new commit of cancellation, deadlines, resume and step timeouts:
+/// the commit stands, and the next process goes on from it.
+#[cfg(feature = "failpoints")]
+mod crashes {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// The signal `abort()` raises.
+    const SIGABRT: i32 = 6;
+
+    /// Runs the child `role` with `failpoint` armed, and checks that it aborted there.
+    fn run_aborting(role: &str, db: &std::path::Path, id: Uuid, failpoint: &str) {
+        let status = child_command(role, db, id, Some(&format!("{failpoint}=return")))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(SIGABRT), "{failpoint}: {status}");
+    }
+
+    fn path(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("journal.db")
+    }
+
+    /// `journal::after-cancel-request-commit`: the request stands; the live holder sees it and
+    /// ends the run cancelled with no step after it.
+    #[tokio::test]
+    async fn a_request_stands_after_a_crash_right_after_it() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let (dir, journal, client, id) = started("counter").await;
+        let mut holder = Holder::spawn(&path(&dir), id);
+        holder.wait_for("counting").await;
+        run_aborting(
+            "cancel",
+            &path(&dir),
+            id,
+            "journal::after-cancel-request-commit",
+        );
+        assert_eq!(cancelled_reason(&client, id).await, "from a child");
+        holder.wait_for("ended true").await;
+        holder.wait_success();
+        let (named, newest) = request_and_newest_row(&journal, id);
+        assert_eq!(named, newest);
+    }
+
+    /// `journal::after-cancel-commit`: a queued execution cancelled at once stays cancelled.
+    #[tokio::test]
+    async fn a_cancel_stands_after_a_crash_right_after_it() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let (dir, _journal, client, id) = started("elsewhere").await;
+        run_aborting("cancel", &path(&dir), id, "journal::after-cancel-commit");
+        assert_eq!(cancelled_reason(&client, id).await, "from a child");
+    }
+
+    /// `runtime::after-cancel-observed`: a holder that dies as it observes the request, before
+    /// `finish_cancelled`, leaves the request pending; recovery cancels the execution.
+    #[tokio::test]
+    async fn a_holder_dying_as_it_observes_a_request_is_cancelled_by_recovery() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let (dir, journal, client, id) = started("counter").await;
+        let failpoint = "runtime::after-cancel-observed=return";
+        let mut holder = Holder::spawn_with(&path(&dir), id, Some(failpoint));
+        holder.wait_for("counting").await;
+        client.cancel(id, "stop counting").await.unwrap();
+        let status = holder.child.wait().unwrap();
+        assert_eq!(status.signal(), Some(SIGABRT), "{status}");
+
+        let _runtime = serving(journal.clone()).start().await.unwrap();
+        assert_eq!(cancelled_reason(&client, id).await, "stop counting");
+        let (named, newest) = request_and_newest_row(&journal, id);
+        assert_eq!(named, newest);
+    }
+
+    /// `runtime::after-deadline-commit`: a deadline's cancel stands.
+    #[tokio::test]
+    async fn a_deadline_cancel_stands_after_a_crash_right_after_it() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(path(&dir)).unwrap();
+        let client = Client::new(journal.clone()).await.unwrap();
+        let id = durably_journal::new_execution_id();
+        let soon = durably_runtime::Deadline::In(Duration::from_millis(50));
+        let options = StartOptions::default()
+            .allow_unregistered_kind()
+            .deadline(soon);
+        client
+            .start::<_, serde_json::Value>("elsewhere", id, &(), options)
+            .await
+            .unwrap();
+        run_aborting("serve", &path(&dir), id, "runtime::after-deadline-commit");
+        assert_eq!(cancelled_reason(&client, id).await, "timeout");
+    }
+
+    /// `runtime::after-step-timeout-commit`: a step timeout's failure stands, resumable.
+    #[tokio::test]
+    async fn a_step_timeout_failure_stands_after_a_crash_right_after_it() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let (dir, journal, client, id) = started("slow").await;
+        run_aborting(
+            "serve",
+            &path(&dir),
+            id,
+            "runtime::after-step-timeout-commit",
+        );
+        let record = journal.get(id).unwrap().unwrap();
+        assert_eq!(record.status, Status::Failed);
+        assert_eq!(record.status_detail.unwrap()["reason"], "step_timeout");
+        client.resume(id, ResumeOptions::default()).await.unwrap();
+        assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Queued);
+    }
+
+    /// `runtime::after-resume-commit`: a resume stands; the execution is queued again.
+    #[tokio::test]
+    async fn a_resume_stands_after_a_crash_right_after_it() {
+        if std::env::var(CHILD_ENV).is_ok() {
+            return;
+        }
+        let (dir, journal, client, id) = started("elsewhere").await;
+        client.cancel(id, "for now").await.unwrap();
+        run_aborting("resume", &path(&dir), id, "runtime::after-resume-commit");
+        let record = journal.get(id).unwrap().unwrap();
+        assert_eq!((record.status, record.error), (Status::Queued, None));
+    }
 }
