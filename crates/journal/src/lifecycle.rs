@@ -438,10 +438,8 @@ pub(crate) fn request_cancel_at(
     if changed == 0 {
         return Ok(false);
     }
-    let last_step_id: Option<i64> = conn
-        .prepare_cached("SELECT max(id) FROM steps WHERE execution_id = ?1")?
-        .query_row(params![resource], |row| row.get(0))?;
-    let detail = serde_json::json!({ "reason": reason, "last_step_id": last_step_id });
+    let detail =
+        serde_json::json!({ "reason": reason, "last_step_id": newest_step_row(conn, id)? });
     events::record(
         conn,
         now,
@@ -451,6 +449,19 @@ pub(crate) fn request_cancel_at(
         &detail,
     )?;
     Ok(true)
+}
+
+/// The id of execution `id`'s newest step row (`steps.id`: rows are inserted at a guarded
+/// step's intent or another step's result, in commit order, and a guarded step's result
+/// updates its intent's row). `None` before its first step. What a `cancel_requested` event
+/// records as `last_step_id`: no row of the execution is newer after the request (R5).
+///
+/// # Errors
+/// A storage error.
+pub fn newest_step_row(conn: &Connection, id: Uuid) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT max(id) FROM steps WHERE execution_id = ?1")?
+        .query_row(params![id.to_string()], |row| row.get(0))?)
 }
 
 /// Cancels execution `id` at once if it is parked (`queued`, `waiting`, `stuck`,

@@ -32,13 +32,7 @@ fn request_event_and_last_row(journal: &Journal, id: Uuid) -> (serde_json::Value
         .collect();
     assert_eq!(events.len(), 1, "one request event: {events:?}");
     let last_row = journal
-        .read(|conn| {
-            Ok(conn.query_row(
-                "SELECT max(id) FROM steps WHERE execution_id = ?1",
-                [id.to_string()],
-                |row| row.get(0),
-            )?)
-        })
+        .read(|conn| lifecycle::newest_step_row(conn, id))
         .unwrap();
     (events[0].detail.to_value().unwrap(), last_row)
 }

@@ -46,6 +46,20 @@ pub(crate) struct StepTimeout {
     effect: Effect,
 }
 
+/// The body of a [`StepBuilder`] effect method: takes the slot (refused once the run was asked
+/// to stop), runs `$call` on the execution under the builder's timeout, and remembers an
+/// outcome that stops the run. A macro, because the step's future borrows the execution that
+/// the slot lends, which no closure signature can say.
+macro_rules! run_step {
+    ($builder:ident, $effect:expr, |$execution:ident, $name:ident| $call:expr) => {{
+        let (context, $name) = (&*$builder.context, $builder.name);
+        let (mut slot, seq) = context.begin_step($name).await?;
+        let $execution = slot.execution(context.id())?;
+        let outcome = timed($call, context.timer($builder.timeout)).await;
+        slot.remember(context.id(), outcome, || $builder.timed_out(seq, $effect))
+    }};
+}
+
 impl<'a> StepBuilder<'a> {
     pub(crate) fn new(context: &'a mut WorkflowContext, name: &'a str) -> Self {
         Self {
@@ -73,11 +87,8 @@ impl<'a> StepBuilder<'a> {
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        let (context, name) = (&*self.context, self.name);
-        let (mut slot, seq) = context.begin_step(name).await?;
-        let step = slot.execution(context.id())?.pure(name, f);
-        let outcome = timed(step, context.timer(self.timeout)).await;
-        slot.remember(context.id(), outcome, || self.timed_out(seq, Effect::Pure))
+        run_step!(self, Effect::Pure, |execution, name| execution
+            .pure(name, f))
     }
 
     /// Runs it as an idempotent step; see [`WorkflowContext::idempotent`].
@@ -90,13 +101,8 @@ impl<'a> StepBuilder<'a> {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        let (context, name) = (&*self.context, self.name);
-        let (mut slot, seq) = context.begin_step(name).await?;
-        let step = slot.execution(context.id())?.idempotent(name, f);
-        let outcome = timed(step, context.timer(self.timeout)).await;
-        slot.remember(context.id(), outcome, || {
-            self.timed_out(seq, Effect::Idempotent)
-        })
+        run_step!(self, Effect::Idempotent, |execution, name| execution
+            .idempotent(name, f))
     }
 
     /// Runs it as a guarded step; see [`WorkflowContext::guarded`].
@@ -109,13 +115,8 @@ impl<'a> StepBuilder<'a> {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        let (context, name) = (&*self.context, self.name);
-        let (mut slot, seq) = context.begin_step(name).await?;
-        let step = slot.execution(context.id())?.guarded(name, policy, f);
-        let outcome = timed(step, context.timer(self.timeout)).await;
-        slot.remember(context.id(), outcome, || {
-            self.timed_out(seq, Effect::Guarded)
-        })
+        run_step!(self, Effect::Guarded, |execution, name| execution
+            .guarded(name, policy, f))
     }
 
     fn timed_out(&self, seq: u32, effect: Effect) -> StepTimeout {

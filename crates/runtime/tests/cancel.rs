@@ -22,7 +22,7 @@ use durably_runtime::{
     CancelOutcome, Client, Deadline, Error, ResumeOptions, Runtime, RuntimeBuilder, StartOptions,
     WorkflowContext, WorkflowError, WorkflowHandle,
 };
-use support::Scratch;
+use support::{Scratch, cancelled_reason, on_test_clock, request_and_newest_row};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -82,39 +82,6 @@ fn step_names(journal: &Journal, id: Uuid) -> Vec<String> {
         .collect()
 }
 
-/// The `cancel_requested` event's `last_step_id`, and the largest step row id now.
-fn last_step_ids(journal: &Journal, id: Uuid) -> (Option<i64>, Option<i64>) {
-    let requested = journal
-        .events(id)
-        .unwrap()
-        .into_iter()
-        .find(|event| event.kind == "cancel_requested")
-        .expect("a cancel_requested event");
-    let named = requested.detail.to_value().unwrap()["last_step_id"].as_i64();
-    let newest = journal
-        .read(|conn| {
-            Ok(conn.query_row(
-                "SELECT max(id) FROM steps WHERE execution_id = ?1",
-                [id.to_string()],
-                |row| row.get(0),
-            )?)
-        })
-        .unwrap();
-    (named, newest)
-}
-
-async fn cancelled_with<O: serde::de::DeserializeOwned + std::fmt::Debug>(
-    handle: &WorkflowHandle<O>,
-) -> String {
-    let result = tokio::time::timeout(Duration::from_secs(30), handle.result())
-        .await
-        .expect("the execution ends");
-    match result {
-        Err(Error::Cancelled { reason, .. }) => reason,
-        other => panic!("expected a cancellation, got {other:?}"),
-    }
-}
-
 /// A run asked to stop inside step `b` records nothing after the request and never starts
 /// `c`; resumed, it continues from `b`, the last step not recorded, and `a` replays.
 #[tokio::test]
@@ -140,10 +107,10 @@ async fn a_running_execution_stops_before_its_next_step_and_resumes_there() {
         }
     );
     probe.release.notify_one();
-    assert_eq!(cancelled_with(&handle).await, "not needed");
+    assert_eq!(cancelled_reason(&handle).await, "not needed");
     assert_eq!(step_names(&scratch.journal, id), ["a"]);
     assert_eq!(probe.calls(), [1, 1, 0], "c never started");
-    let (named, newest) = last_step_ids(&scratch.journal, id);
+    let (named, newest) = request_and_newest_row(&scratch.journal, id);
     assert_eq!(named, newest, "no step row after the request");
     assert!(scratch.journal.lock_holders().unwrap().is_empty());
 
@@ -200,19 +167,15 @@ async fn queued_and_parked_executions_are_cancelled_at_once() {
         }
         let outcome = client.cancel(handle.id(), "withdrawn").await.unwrap();
         assert_eq!(outcome, CancelOutcome::Cancelled { was: status });
-        assert_eq!(cancelled_with(&handle).await, "withdrawn");
+        assert_eq!(cancelled_reason(&handle).await, "withdrawn");
         let record = scratch.journal.get(handle.id()).unwrap().unwrap();
         assert_eq!((record.due_at, record.wait_topic), (None, None));
     }
 }
 
 /// A runtime on a `TestClock`, serving `stepper`.
-async fn on_test_clock(scratch: &Scratch, probe: &Arc<Probe>) -> (Arc<TestClock>, Runtime) {
-    let clock = Arc::new(TestClock::default());
-    let journal = Journal::builder(scratch.journal.path())
-        .clock(clock.clone())
-        .open()
-        .unwrap();
+async fn stepper_on_test_clock(scratch: &Scratch, probe: &Arc<Probe>) -> (Arc<TestClock>, Runtime) {
+    let (clock, journal) = on_test_clock(scratch.journal.path());
     let runtime = stepper(Runtime::builder(journal), probe)
         .clock(clock.clone())
         .start()
@@ -240,7 +203,7 @@ fn deadline_at(journal: &Journal, id: Uuid) -> Option<String> {
 async fn a_deadline_cancels_parked_and_running_executions() {
     let scratch = Scratch::new();
     let probe = Arc::new(Probe::default());
-    let (clock, runtime) = on_test_clock(&scratch, &probe).await;
+    let (clock, runtime) = stepper_on_test_clock(&scratch, &probe).await;
     let in_an_hour = StartOptions::default().deadline(Deadline::In(Duration::from_hours(1)));
     let later = durably_lock::Clock::now(clock.as_ref()) + Duration::from_hours(2);
     let queued = start_elsewhere(&runtime, in_an_hour.clone().not_before(later)).await;
@@ -256,11 +219,11 @@ async fn a_deadline_cancels_parked_and_running_executions() {
     clock.advance(Duration::from_secs(3599));
     assert_eq!(queued.status().unwrap(), Status::Queued);
     clock.advance(Duration::from_secs(1));
-    assert_eq!(cancelled_with(&queued).await, "timeout");
-    assert_eq!(cancelled_with(&waiting).await, "timeout");
+    assert_eq!(cancelled_reason(&queued).await, "timeout");
+    assert_eq!(cancelled_reason(&waiting).await, "timeout");
     // The pass that cancelled those asked the running one to stop in the same transaction.
     probe.release.notify_one();
-    assert_eq!(cancelled_with(&running).await, "timeout");
+    assert_eq!(cancelled_reason(&running).await, "timeout");
     assert_eq!(probe.calls(), [1, 1, 0]);
     for handle in [&queued, &waiting, &running] {
         assert_eq!(deadline_at(&scratch.journal, handle.id()), None);

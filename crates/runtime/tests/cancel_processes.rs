@@ -17,6 +17,8 @@
 //! sleeping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -26,6 +28,7 @@ use durably_runtime::{
     CancelOutcome, Client, Error, ResumeOptions, Runtime, StartOptions, WorkflowContext,
     WorkflowError,
 };
+use support::request_and_newest_row;
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`, the role `serve`, `cancel` or
@@ -230,37 +233,8 @@ async fn started(kind: &str) -> (tempfile::TempDir, Journal, Client, Uuid) {
     (dir, journal, client, id)
 }
 
-/// The `last_step_id` the `cancel_requested` event names, and the newest step row now.
-fn request_and_newest_row(journal: &Journal, id: Uuid) -> (i64, i64) {
-    let requested = journal
-        .events(id)
-        .unwrap()
-        .into_iter()
-        .find(|event| event.kind == "cancel_requested")
-        .expect("a cancel_requested event");
-    let named = requested.detail.to_value().unwrap()["last_step_id"]
-        .as_i64()
-        .unwrap();
-    let newest = journal
-        .read(|conn| {
-            Ok(conn.query_row(
-                "SELECT max(id) FROM steps WHERE execution_id = ?1",
-                [id.to_string()],
-                |row| row.get(0),
-            )?)
-        })
-        .unwrap();
-    (named, newest)
-}
-
 async fn cancelled_reason(client: &Client, id: Uuid) -> String {
-    let result = tokio::time::timeout(WAIT_MAX, client.handle::<serde_json::Value>(id).result())
-        .await
-        .unwrap();
-    match result {
-        Err(Error::Cancelled { reason, .. }) => reason,
-        other => panic!("expected a cancellation, got {other:?}"),
-    }
+    support::cancelled_reason(&client.handle::<serde_json::Value>(id)).await
 }
 
 /// A run in another process stops after the request, and ends cancelled with its reason; no

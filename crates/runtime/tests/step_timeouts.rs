@@ -9,6 +9,8 @@
 //! clock past the timeout. Nothing sleeps.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -45,11 +47,7 @@ async fn runtime_with(
     register: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
 ) -> (tempfile::TempDir, Journal, Arc<TestClock>, Runtime) {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(TestClock::default());
-    let journal = Journal::builder(dir.path().join("journal.db"))
-        .clock(clock.clone())
-        .open()
-        .unwrap();
+    let (clock, journal) = support::on_test_clock(&dir.path().join("journal.db"));
     let runtime = register(Runtime::builder(journal.clone()))
         .clock(clock.clone())
         .start()

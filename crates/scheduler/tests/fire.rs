@@ -24,6 +24,13 @@ use durably_scheduler::{
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 use tokio::sync::Notify;
 
+/// Three attempts with millisecond backoffs, so retries cost the tests no time.
+const THREE_QUICK_ATTEMPTS: RetryPolicy = RetryPolicy {
+    attempts_max: 3,
+    backoff_initial: Duration::from_millis(1),
+    backoff_max: Duration::from_millis(5),
+};
+
 /// A scheduler on `scratch` with the counting job `report` registered.
 async fn registered_report(
     scratch: &Scratch,
@@ -98,6 +105,22 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     assert_eq!(scheduler.high_water_mark(&job).unwrap(), Some(slot(T0_MS)));
 }
 
+/// Fires `job`'s slot at T0 in a task of its own, and waits until its body has `started`.
+async fn fire_until_started(
+    scheduler: &Scheduler,
+    job: &JobId,
+    started: &Notify,
+) -> tokio::task::JoinHandle<durably_scheduler::Result<FireOutcome>> {
+    let running = tokio::spawn({
+        let (scheduler, job) = (scheduler.clone(), job.clone());
+        async move { scheduler.fire(&job, slot(T0_MS)).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .unwrap();
+    running
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
     let scratch = Scratch::new();
@@ -119,13 +142,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
     let first = scratch.scheduler(&clock).await;
     let _ = first.register(blocking).await.unwrap();
     let job = JobId::new("slow").unwrap();
-    let running = tokio::spawn({
-        let (first, job) = (first.clone(), job.clone());
-        async move { first.fire(&job, slot(T0_MS)).await }
-    });
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let running = fire_until_started(&first, &job, &started).await;
 
     let calls = Calls::default();
     let second = scratch.scheduler(&clock).await;
@@ -153,11 +170,7 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
         let calls = calls.clone();
         Job::builder("flaky")
             .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-            .retry(RetryPolicy {
-                attempts_max: 3,
-                backoff_initial: Duration::from_millis(1),
-                backoff_max: Duration::from_millis(5),
-            })
+            .retry(THREE_QUICK_ATTEMPTS)
             .body(move |context| {
                 let calls = calls.clone();
                 async move {
@@ -364,11 +377,7 @@ async fn a_fire_cancelled_while_it_runs_is_recorded_skipped() {
             let (started, release, calls) = (started.clone(), release.clone(), calls.clone());
             Job::builder("cancelled")
                 .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-                .retry(RetryPolicy {
-                    attempts_max: 3,
-                    backoff_initial: Duration::from_millis(1),
-                    backoff_max: Duration::from_millis(5),
-                })
+                .retry(THREE_QUICK_ATTEMPTS)
                 .body(move |context| {
                     let (started, release, calls) =
                         (started.clone(), release.clone(), calls.clone());
@@ -389,13 +398,7 @@ async fn a_fire_cancelled_while_it_runs_is_recorded_skipped() {
         let scheduler = scratch.scheduler(&clock).await;
         let _ = scheduler.register(job).await.unwrap();
         let job = JobId::new("cancelled").unwrap();
-        let running = tokio::spawn({
-            let (scheduler, job) = (scheduler.clone(), job.clone());
-            async move { scheduler.fire(&job, slot(T0_MS)).await }
-        });
-        tokio::time::timeout(Duration::from_secs(10), started.notified())
-            .await
-            .unwrap();
+        let running = fire_until_started(&scheduler, &job, &started).await;
         let operator = scratch.journal(&clock);
         let id = scheduler
             .journal()
