@@ -31,8 +31,8 @@ use durably_runtime::{
 use support::request_and_newest_row;
 use uuid::Uuid;
 
-/// Set in the child: `<role> <database path> <execution id>`, the role `serve`, `cancel` or
-/// `resume`.
+/// Set in the child: `<role> <database path> <execution id>`, the role `serve` (until the
+/// execution ends), `idle` (serving until killed), `cancel` or `resume`.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_CANCEL_CHILD";
 
 /// The most steps `counter` takes: far more than any cancel needs to land in.
@@ -131,6 +131,12 @@ async fn child() {
             let ended = runtime.handle::<serde_json::Value>(id).result().await;
             let cancelled = matches!(ended, Err(Error::Cancelled { .. }));
             event(&format!("ended {cancelled}"));
+        }
+        "idle" => {
+            // Runs until killed, or aborted by a failpoint: a child that ended once it saw the
+            // execution end could exit before its own task reached the failpoint.
+            let _runtime = serving(journal).start().await.unwrap();
+            std::future::pending::<()>().await;
         }
         "cancel" => {
             let client = Client::new(journal).await.unwrap();
@@ -329,12 +335,27 @@ mod crashes {
     /// The signal `abort()` raises.
     const SIGABRT: i32 = 6;
 
-    /// Runs the child `role` with `failpoint` armed, and checks that it aborted there.
-    fn run_aborting(role: &str, db: &std::path::Path, id: Uuid, failpoint: &str) {
-        let status = child_command(role, db, id, Some(&format!("{failpoint}=return")))
+    /// Runs the child `role` with `failpoint` armed, and checks that it aborted there (within
+    /// [`WAIT_MAX`]; an `idle` child that never reaches it is killed and the test fails).
+    async fn run_aborting(role: &str, db: &std::path::Path, id: Uuid, failpoint: &str) {
+        let mut child = child_command(role, db, id, Some(&format!("{failpoint}=return")))
             .stdout(Stdio::null())
-            .status()
+            .spawn()
             .unwrap();
+        let waited = tokio::time::timeout(WAIT_MAX, async {
+            // Polls for the exit: std's `Child` has no asynchronous wait.
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let Ok(status) = waited else {
+            child.kill().unwrap();
+            panic!("{failpoint} was never reached");
+        };
         assert_eq!(status.signal(), Some(SIGABRT), "{failpoint}: {status}");
     }
 
@@ -357,7 +378,8 @@ mod crashes {
             &path(&dir),
             id,
             "journal::after-cancel-request-commit",
-        );
+        )
+        .await;
         assert_eq!(cancelled_reason(&client, id).await, "from a child");
         holder.wait_for("ended true").await;
         holder.wait_success();
@@ -372,7 +394,7 @@ mod crashes {
             return;
         }
         let (dir, _journal, client, id) = started("elsewhere").await;
-        run_aborting("cancel", &path(&dir), id, "journal::after-cancel-commit");
+        run_aborting("cancel", &path(&dir), id, "journal::after-cancel-commit").await;
         assert_eq!(cancelled_reason(&client, id).await, "from a child");
     }
 
@@ -415,7 +437,7 @@ mod crashes {
             .start::<_, serde_json::Value>("elsewhere", id, &(), options)
             .await
             .unwrap();
-        run_aborting("serve", &path(&dir), id, "runtime::after-deadline-commit");
+        run_aborting("idle", &path(&dir), id, "runtime::after-deadline-commit").await;
         assert_eq!(cancelled_reason(&client, id).await, "timeout");
     }
 
@@ -427,11 +449,12 @@ mod crashes {
         }
         let (dir, journal, client, id) = started("slow").await;
         run_aborting(
-            "serve",
+            "idle",
             &path(&dir),
             id,
             "runtime::after-step-timeout-commit",
-        );
+        )
+        .await;
         let record = journal.get(id).unwrap().unwrap();
         assert_eq!(record.status, Status::Failed);
         assert_eq!(record.status_detail.unwrap()["reason"], "step_timeout");
@@ -447,7 +470,7 @@ mod crashes {
         }
         let (dir, journal, client, id) = started("elsewhere").await;
         client.cancel(id, "for now").await.unwrap();
-        run_aborting("resume", &path(&dir), id, "runtime::after-resume-commit");
+        run_aborting("resume", &path(&dir), id, "runtime::after-resume-commit").await;
         let record = journal.get(id).unwrap().unwrap();
         assert_eq!((record.status, record.error), (Status::Queued, None));
     }
