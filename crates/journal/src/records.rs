@@ -338,6 +338,12 @@ pub mod event_kind {
     /// An operator asked the live holder of a running execution to stop; the detail names the
     /// newest step row (`last_step_id`) at that commit, after which no step row is added (R5).
     pub const CANCEL_REQUESTED: &str = "cancel_requested";
+    /// A running execution was parked `waiting` for a time or a message, its lock released.
+    pub const PARKED: &str = "parked";
+    /// A running execution was put back `queued`, its lock released.
+    pub const YIELDED: &str = "yielded";
+    /// A running execution was parked `stuck` for an operator's resume, its lock released.
+    pub const STUCK: &str = "stuck";
 }
 
 /// Parses column `index` with `parse`; a failure is a conversion error naming the column, which

@@ -24,11 +24,11 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::clock::Clock;
 use crate::dispatcher::Dispatch;
 use crate::error::{Error, Result};
 use crate::store;
 use crate::task::Ran;
+use crate::waiting::Waits;
 
 /// The most pending requests one check after a commit reads. Requests are pending only until
 /// their holders see them (a poll) or are found dead (a sweep), so more than this at once is
@@ -41,12 +41,14 @@ pub(crate) const CANCEL_REQUESTS_SCAN_MAX: u32 = 4096;
 /// closure early (a closure is never interrupted by the runtime).
 #[derive(Debug, Clone)]
 pub struct CancelSignal {
+    execution_id: Uuid,
     reason: Arc<watch::Sender<Option<String>>>,
 }
 
 impl CancelSignal {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(execution_id: Uuid) -> Self {
         Self {
+            execution_id,
             reason: Arc::new(watch::Sender::new(None)),
         }
     }
@@ -65,6 +67,15 @@ impl CancelSignal {
     /// Why the run was asked to stop; `None` while it was not.
     pub fn reason(&self) -> Option<String> {
         self.reason.borrow().clone()
+    }
+
+    /// [`Error::Cancelled`] with the reason, once the run was asked to stop: what a wait of
+    /// the run returns then.
+    pub(crate) async fn stopped(&self) -> Error {
+        Error::Cancelled {
+            execution_id: self.execution_id,
+            reason: self.cancelled().await,
+        }
     }
 
     /// Ends when the run is asked to stop, with the reason; at once if it was already.
@@ -136,8 +147,8 @@ impl Runs {
 pub(crate) struct RunWatch {
     id: Uuid,
     signal: CancelSignal,
-    client: Client,
-    clock: Arc<dyn Clock>,
+    /// The client, clock and parking threshold of the run's waits.
+    waits: Arc<Waits>,
     runs: Arc<Runs>,
     deadline: Option<tokio::task::JoinHandle<()>>,
 }
@@ -146,15 +157,10 @@ impl RunWatch {
     /// Watches the run of `id` that is about to start, registered with `runs`. A request
     /// committed before the run was registered trips its signal at once, since no later
     /// change may announce it.
-    pub(crate) fn start(
-        client: &Client,
-        clock: &Arc<dyn Clock>,
-        runs: &Arc<Runs>,
-        id: Uuid,
-    ) -> Self {
-        let signal = CancelSignal::new();
+    pub(crate) fn start(waits: &Arc<Waits>, runs: &Arc<Runs>, id: Uuid) -> Self {
+        let signal = CancelSignal::new(id);
         runs.insert(id, signal.clone());
-        let found = client.journal().read(|conn| {
+        let found = waits.client.journal().read(|conn| {
             Ok((
                 durably_journal::lifecycle::pending_cancel(conn, id)?,
                 store::deadline_at(conn, id)?,
@@ -170,7 +176,7 @@ impl RunWatch {
             signal.trip(&reason);
         }
         let deadline = deadline.map(|at| {
-            let (clock, signal) = (Arc::clone(clock), signal.clone());
+            let (clock, signal) = (Arc::clone(&waits.clock), signal.clone());
             // The holder's own timer: the deadline trips the run without waiting for the due
             // pass's request to be seen.
             tokio::spawn(async move {
@@ -181,8 +187,7 @@ impl RunWatch {
         Self {
             id,
             signal,
-            client: client.clone(),
-            clock: Arc::clone(clock),
+            waits: Arc::clone(waits),
             runs: Arc::clone(runs),
             deadline,
         }
@@ -192,8 +197,8 @@ impl RunWatch {
         &self.signal
     }
 
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+    pub(crate) fn waits(&self) -> &Arc<Waits> {
+        &self.waits
     }
 
     /// Ends the run's execution `cancelled` with `reason`, clearing its deadline in the same
@@ -219,7 +224,7 @@ impl RunWatch {
         match ended {
             Ok(()) => Ok(ran),
             Err(durably_journal::Error::CancelRequested { reason, .. }) => {
-                self.client.cancel(self.id, &reason).await?;
+                self.waits.client.cancel(self.id, &reason).await?;
                 Ok(Ran::Cancelled)
             }
             Err(error) => Err(error.into()),

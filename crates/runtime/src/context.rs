@@ -7,30 +7,34 @@ use std::sync::Arc;
 use durably_journal::{Execution, Guarded, Policy, StepError, StepKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, Notify};
 use uuid::Uuid;
 
-use crate::cancel::{CancelSignal, RunWatch};
-use crate::clock::{Clock, Sleep};
+use crate::cancel::CancelSignal;
+use crate::clock::Sleep;
 use crate::error::{Error, Result};
 use crate::names;
 use crate::steps::{StepBuilder, StepTimeout};
+use crate::waiting::Waits;
 
 /// The handle a workflow function gets: its execution's id, version and steps. Steps are
 /// numbered in call order; on a resumed execution, steps already recorded return their
 /// recorded outcome without calling their closure.
 #[derive(Debug)]
 pub struct WorkflowContext {
-    id: Uuid,
+    pub(crate) id: Uuid,
     version: u32,
     is_resume: bool,
     /// Shared with the task that runs the workflow, which takes the execution back to end it
     /// when the workflow's future returns, whether or not the workflow kept its context.
-    slot: Arc<Mutex<Slot>>,
-    /// Tripped when the run is asked to stop; checked before every step.
+    pub(crate) slot: Arc<Mutex<Slot>>,
+    /// The clock, the client and the parking threshold of timers and receives.
+    pub(crate) waits: Arc<Waits>,
+    /// Notified once a wait has parked the execution: the task then drops the workflow's
+    /// future, which never runs again in this process.
+    pub(crate) parked: Arc<Notify>,
+    /// Tripped when the run is asked to stop (the slot holds it too, to check every step).
     signal: CancelSignal,
-    /// The runtime's clock, which step timeouts run on.
-    clock: Arc<dyn Clock>,
 }
 
 /// The execution a context drives, and why it stopped, if it did.
@@ -40,33 +44,43 @@ pub(crate) struct Slot {
     pub(crate) execution: Option<Execution>,
     /// Why the run stopped taking steps, if it did: the first step error that stops the
     /// execution (any journal error but a step's own recorded failure), a cancel, or a step
-    /// timeout.
+    /// timeout. The task ends the run on it instead of recording the workflow's result.
     pub(crate) stopped: Option<Stop>,
+    /// Whether the first write lost the deferred open's race ([`durably_journal::Error::OpenRaced`]):
+    /// the execution is another run's, and this one wrote nothing.
+    pub(crate) raced: bool,
+    /// Tripped when the run is asked to stop: no step starts after it.
+    signal: CancelSignal,
 }
 
 impl WorkflowContext {
-    /// A context for `execution` at `version`, stopped by `watch`'s signal and timed on its
-    /// clock, and the slot its task ends it from.
+    /// A context for `execution` at `version`, stopped by `signal`, the slot its task ends it
+    /// from, and the signal of a park.
     pub(crate) fn new(
         execution: Execution,
         version: u32,
-        watch: &RunWatch,
-    ) -> (Self, Arc<Mutex<Slot>>) {
+        waits: Arc<Waits>,
+        signal: CancelSignal,
+    ) -> (Self, Arc<Mutex<Slot>>, Arc<Notify>) {
         let id = execution.id();
         let is_resume = execution.is_resume();
         let slot = Arc::new(Mutex::new(Slot {
             execution: Some(execution),
             stopped: None,
+            raced: false,
+            signal: signal.clone(),
         }));
+        let parked = Arc::new(Notify::new());
         let context = Self {
             id,
             version,
             is_resume,
             slot: Arc::clone(&slot),
-            signal: watch.signal().clone(),
-            clock: Arc::clone(watch.clock()),
+            waits,
+            parked: Arc::clone(&parked),
+            signal,
         };
-        (context, slot)
+        (context, slot, parked)
     }
 
     /// The execution's id.
@@ -145,20 +159,11 @@ impl WorkflowContext {
         self.step(name).guarded(policy, f).await
     }
 
-    /// Checks `name`, takes the slot and checks that the run may take a step: not asked to
-    /// stop. The step's sequence number is the execution's next.
+    /// Checks `name` and takes the slot for a step, refused once the run was asked to stop.
+    /// Returns the step's sequence number too: the execution's next.
     pub(crate) async fn begin_step(&self, name: &str) -> Result<(MutexGuard<'_, Slot>, u32)> {
         names::check_step_name(name)?;
         let mut slot = self.slot.lock().await;
-        if let Some(reason) = self.signal.reason() {
-            slot.stop(Stop::Cancelled(reason));
-        }
-        if let Some(Stop::Cancelled(reason)) = &slot.stopped {
-            return Err(Error::Cancelled {
-                execution_id: self.id,
-                reason: reason.clone(),
-            });
-        }
         let seq = running(&mut slot, self.id)?.next_seq();
         Ok((slot, seq))
     }
@@ -166,17 +171,33 @@ impl WorkflowContext {
     /// A timer of `timeout` on the run's clock, if there is a timeout.
     pub(crate) fn timer(&self, timeout: Option<std::time::Duration>) -> Option<Sleep<'_>> {
         let after = chrono::TimeDelta::from_std(timeout?).ok()?;
-        let at = self.clock.now().checked_add_signed(after)?;
-        Some(self.clock.sleep_until(at))
+        let at = durably_lock::Clock::now(self.waits.clock.as_ref()).checked_add_signed(after)?;
+        Some(self.waits.clock.sleep_until(at))
     }
 }
 
-/// The execution, or an error once its task has taken it back (a step called from a future
-/// the workflow spawned and left running after it returned).
-fn running(slot: &mut Slot, id: Uuid) -> Result<&mut Execution> {
+/// The execution, for a step: an error once the run was asked to stop (no step starts after
+/// that), or once its task has taken it back (a step called from a future the workflow
+/// spawned and left running after it returned).
+pub(crate) fn running(slot: &mut Slot, id: Uuid) -> Result<&mut Execution> {
+    if let Some(reason) = slot.signal.reason() {
+        slot.stop(Stop::Cancelled(reason));
+    }
+    if let Some(Stop::Cancelled(reason)) = &slot.stopped {
+        return Err(Error::Cancelled {
+            execution_id: id,
+            reason: reason.clone(),
+        });
+    }
     slot.execution
         .as_mut()
         .ok_or(Error::StepAfterEnd { execution_id: id })
+}
+
+/// Whether the execution's next step is recorded, so calling it replays its outcome and writes
+/// nothing.
+pub(crate) fn replays(execution: &Execution) -> bool {
+    execution.next_seq() < execution.recorded_steps()
 }
 
 /// Why a run stopped taking steps, whatever its workflow does next. The task ends the run on
@@ -194,6 +215,11 @@ pub(crate) enum Stop {
 }
 
 impl Slot {
+    /// What tells the run it was asked to stop.
+    pub(crate) fn signal(&self) -> &CancelSignal {
+        &self.signal
+    }
+
     /// Remembers why the run stopped; the first reason stays.
     pub(crate) fn stop(&mut self, stop: Stop) {
         if self.stopped.is_none() {
@@ -201,39 +227,46 @@ impl Slot {
         }
     }
 
-    /// The execution a step runs on.
-    pub(crate) fn execution(&mut self, id: Uuid) -> Result<&mut Execution> {
-        running(self, id)
+    /// Passes a step's outcome on, remembering the first error that stops the execution. A
+    /// write refused by a cancel request stops the run as the request says.
+    pub(crate) fn remember<T>(&mut self, outcome: durably_journal::Result<T>) -> Result<T> {
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(error @ durably_journal::Error::StepFailed { .. }) => Err(error.into()),
+            Err(durably_journal::Error::CancelRequested {
+                execution_id,
+                reason,
+            }) => {
+                self.stop(Stop::Cancelled(reason.clone()));
+                Err(Error::Cancelled {
+                    execution_id,
+                    reason,
+                })
+            }
+            Err(error) => {
+                if self.stopped.is_none() {
+                    self.raced = matches!(error, durably_journal::Error::OpenRaced(_));
+                }
+                self.stop(Stop::Halted(error.to_string()));
+                Err(error.into())
+            }
+        }
     }
 
-    /// Passes a step's outcome on (`None`: it timed out, as `timed_out` describes),
-    /// remembering the first error that stops the execution.
-    pub(crate) fn remember<T>(
+    /// [`Slot::remember`] for a step run under a timeout: `None` when it timed out, as
+    /// `timed_out` describes.
+    pub(crate) fn remember_timed<T>(
         &mut self,
         id: Uuid,
         outcome: Option<durably_journal::Result<T>>,
         timed_out: impl FnOnce() -> StepTimeout,
     ) -> Result<T> {
-        match outcome {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(error @ durably_journal::Error::StepFailed { .. })) => Err(error.into()),
-            Some(Err(durably_journal::Error::CancelRequested { reason, .. })) => {
-                self.stop(Stop::Cancelled(reason.clone()));
-                Err(Error::Cancelled {
-                    execution_id: id,
-                    reason,
-                })
-            }
-            Some(Err(error)) => {
-                self.stop(Stop::Halted(error.to_string()));
-                Err(error.into())
-            }
-            None => {
-                let timeout = timed_out();
-                let error = timeout.error(id);
-                self.stop(Stop::TimedOut(timeout));
-                Err(error)
-            }
-        }
+        let Some(outcome) = outcome else {
+            let timeout = timed_out();
+            let error = timeout.error(id);
+            self.stop(Stop::TimedOut(timeout));
+            return Err(error);
+        };
+        self.remember(outcome)
     }
 }

@@ -21,13 +21,15 @@ use crate::client::Client;
 use crate::clock::Clock;
 use crate::deadlines;
 use crate::error::Result;
+use crate::parking::wake_parked;
 use crate::recovery::recover;
 use crate::store;
 use crate::task::{self, Ran};
+use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
     Wake, claimable, clear_not_before, due, record_execution_event, recorded_steps,
-    running_in_queue, wake,
+    running_in_queue,
 };
 use rusqlite::Connection;
 
@@ -83,7 +85,25 @@ impl Capacity {
             .collect()
     }
 
-    fn add(&self, queue: &QueueKey, delta: i64) {
+    /// Takes one place in `queue` for a run this process starts itself ([`crate::Runtime::run`])
+    /// if it has room; give it back with `add(queue, -1)`.
+    pub(crate) fn try_take(&self, queue: &QueueKey) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: u32 = running.values().sum();
+        let max = self
+            .process_concurrency_max
+            .get(queue)
+            .copied()
+            .unwrap_or(0);
+        let mine = running.entry(queue.clone()).or_default();
+        if total >= self.concurrency_max || *mine >= max {
+            return false;
+        }
+        *mine += 1;
+        true
+    }
+
+    pub(crate) fn add(&self, queue: &QueueKey, delta: i64) {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let count = running.entry(queue.clone()).or_default();
         *count = u32::try_from(i64::from(*count) + delta).unwrap_or(0);
@@ -108,6 +128,8 @@ pub(crate) struct Dispatch {
     pub(crate) sweep_interval: Duration,
     /// Set when a run here stopped abnormally, so the next pass recovers it at once.
     pub(crate) recover_soon: AtomicBool,
+    /// The clock, the client and the parking threshold every task's waits use.
+    pub(crate) waits: Arc<Waits>,
     /// The runs of this process, whose signals cancel requests trip.
     pub(crate) runs: Arc<Runs>,
 }
@@ -189,7 +211,7 @@ pub(crate) const EVENT_CLAIMED: &str = "claimed";
 
 /// Records why a run here stopped abnormally and has the next pass recover it: its handle is
 /// gone, so the sweep finds it `interrupted` and the recovery counts the failure.
-async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
+pub(crate) async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
     let failure = serde_json::json!({ "message": reason });
     let recorded = dispatch
         .client
@@ -203,12 +225,14 @@ async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
 }
 
 /// Moves what is due at `now` (at most [`DUE_BATCH_MAX`]): a waiting execution is woken
-/// (queued again), a queued one whose not-before time has come becomes claimable.
-fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<()> {
+/// (queued again), a queued one whose not-before time has come becomes claimable. Returns how
+/// many were woken.
+fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<usize> {
+    let mut woken = 0;
     for (id, status) in due(conn, now, DUE_BATCH_MAX)? {
         match status {
             Status::Waiting => {
-                wake(conn, id, now, Wake::Due)?;
+                woken += usize::from(wake_parked(conn, id, now, Wake::Due)?);
             }
             Status::Queued => {
                 clear_not_before(conn, id)?;
@@ -216,7 +240,7 @@ fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<()
             _ => {}
         }
     }
-    Ok(())
+    Ok(woken)
 }
 
 /// One claim pass after the due pass, in the same transaction: claims what fits, opens each
@@ -234,11 +258,13 @@ async fn claim_pass(
         .collect();
     let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, u32>::new()));
     let picked = Arc::clone(&versions);
+    let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let woke = Arc::clone(&woken);
     let claims = dispatch
         .client
         .journal()
         .claim_executions(move |conn, claimer| {
-            due_pass(conn, now)?;
+            woke.store(due_pass(conn, now)?, Ordering::SeqCst);
             let mut picked = picked.lock().unwrap_or_else(PoisonError::into_inner);
             for (queue, room) in rooms {
                 let limited = match &queue {
@@ -284,6 +310,9 @@ async fn claim_pass(
             Ok(())
         })
         .await?;
+    if woken.load(Ordering::SeqCst) > 0 {
+        fail::fail_point!("runtime::after-wake-commit", |_| std::process::abort());
+    }
     let versions = std::mem::take(&mut *versions.lock().unwrap_or_else(PoisonError::into_inner));
     for claim in claims {
         let row = claim.row().clone();
@@ -295,12 +324,7 @@ async fn claim_pass(
         let dispatch = Arc::clone(dispatch);
         tokio::spawn(async move {
             if let Some(workflow) = dispatch.client.registry().get(&row.kind, version) {
-                let watch = RunWatch::start(
-                    &dispatch.client,
-                    &dispatch.clock,
-                    &dispatch.runs,
-                    row.execution_id,
-                );
+                let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, row.execution_id);
                 match task::run(execution, version, workflow, &watch).await {
                     Ok(Ran::Halted(reason)) => {
                         tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");

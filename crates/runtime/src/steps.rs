@@ -23,7 +23,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::clock::Sleep;
-use crate::context::WorkflowContext;
+use crate::context::{WorkflowContext, running};
 use crate::error::{Error, Result, WorkflowError};
 use crate::store;
 use crate::task::Ran;
@@ -54,9 +54,9 @@ macro_rules! run_step {
     ($builder:ident, $effect:expr, |$execution:ident, $name:ident| $call:expr) => {{
         let (context, $name) = (&*$builder.context, $builder.name);
         let (mut slot, seq) = context.begin_step($name).await?;
-        let $execution = slot.execution(context.id())?;
+        let $execution = running(&mut slot, context.id())?;
         let outcome = timed($call, context.timer($builder.timeout)).await;
-        slot.remember(context.id(), outcome, || $builder.timed_out(seq, $effect))
+        slot.remember_timed(context.id(), outcome, || $builder.timed_out(seq, $effect))
     }};
 }
 
@@ -156,20 +156,26 @@ impl StepTimeout {
         u64::try_from(self.after.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Ends the run of `execution`, whose step timed out: see the module's documentation.
-    pub(crate) async fn end(self, execution: Execution) -> Result<Ran> {
-        let message = format!(
+    /// Whether the step's intent stays in the ambiguous window, left to its policy (a guarded
+    /// step): the run then stops as after a crash, without ending the execution.
+    pub(crate) fn keeps_intent(&self) -> bool {
+        self.effect == Effect::Guarded
+    }
+
+    /// Why the run stopped, for people and the failure accounting.
+    pub(crate) fn message(&self) -> String {
+        format!(
             "step {} ({:?}) timed out after {} ms",
             self.seq,
             self.step,
             self.after_ms()
-        );
-        if self.effect == Effect::Guarded {
-            // The intent stays, to its policy, as after a crash: dropping the halted handle
-            // releases the lock and leaves the execution to recovery.
-            drop(execution);
-            return Ok(Ran::Halted(message));
-        }
+        )
+    }
+
+    /// Ends `execution`, whose pure or idempotent step timed out: `failed`, resumable, with the
+    /// rows the run kept pending.
+    pub(crate) async fn fail(self, execution: Execution) -> Result<Ran> {
+        let message = self.message();
         let id = execution.id();
         let detail = json!({
             "reason": crate::resume::STEP_TIMEOUT_REASON,

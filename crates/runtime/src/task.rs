@@ -1,4 +1,8 @@
 //! One run of a workflow on an open execution, and how it ends.
+//!
+//! Runs write behind ([`Execution::defer_results`]): step results ride on the run's next
+//! write, and the end (completed or failed) rides on the last step's, so a workflow of N
+//! idempotent steps costs N commits.
 
 use durably_journal::Execution;
 use serde_json::json;
@@ -13,7 +17,7 @@ use crate::store;
 #[derive(Debug)]
 pub(crate) enum Ran {
     /// The workflow returned its output, recorded as the execution's.
-    Completed,
+    Completed(serde_json::Value),
     /// The workflow returned its error, recorded as the execution's.
     Failed,
     /// The stored input does not decode as the workflow's input type (a start from a process
@@ -30,21 +34,35 @@ pub(crate) enum Ran {
     /// the lock is released, so the execution is resumed or parked by whoever accounts for
     /// failed runs.
     Halted(String),
+    /// The run's first write lost a deferred open's race: the execution is another run's, and
+    /// this one wrote nothing.
+    Raced,
+    /// A wait parked the execution (`waiting`, its lock released): the workflow's future was
+    /// dropped, and a later claim resumes it.
+    Parked,
 }
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock; `cancelled`
-/// when the run was asked to stop, whatever the workflow returned.
+/// with what the workflow returned, in the transaction that releases the lock; parked by one
+/// of its waits; or `cancelled` when the run was asked to stop, whatever the workflow
+/// returned.
 pub(crate) async fn run(
-    execution: Execution,
+    mut execution: Execution,
     version: u32,
     workflow: &Workflow,
     watch: &RunWatch,
 ) -> Result<Ran> {
+    execution.defer_results();
     let input: serde_json::Value = execution.input()?;
-    let (context, slot) = WorkflowContext::new(execution, version, watch);
+    let waits = std::sync::Arc::clone(watch.waits());
+    let (context, slot, parked) =
+        WorkflowContext::new(execution, version, waits, watch.signal().clone());
     let outcome = match workflow.start(context, input) {
-        Ok(running) => Some(running.await),
+        Ok(running) => tokio::select! {
+            outcome = running => Some(outcome),
+            // The park has released the execution; dropping the future ends the run here.
+            () = parked.notified() => return Ok(Ran::Parked),
+        },
         Err(_) => None,
     };
     let mut slot = slot.lock().await;
@@ -60,32 +78,63 @@ pub(crate) async fn run(
     }
     match stopped {
         Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
-        Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
-        Some(Stop::Halted(reason)) => {
-            // Dropping the handle releases the lock and leaves the execution to be resumed.
-            drop(execution);
-            return Ok(Ran::Halted(reason));
+        Some(Stop::TimedOut(timeout)) if timeout.keeps_intent() => {
+            return Ok(halt(execution, timeout.message()).await);
         }
+        Some(Stop::TimedOut(timeout)) => return timeout.fail(execution).await,
+        Some(Stop::Halted(_)) if slot.raced => {
+            drop(execution);
+            return Ok(Ran::Raced);
+        }
+        Some(Stop::Halted(reason)) => return Ok(halt(execution, reason).await),
         None => {}
     }
     let id = execution.id();
     let clear_deadline = move |conn: &rusqlite::Connection| store::set_deadline(conn, id, None);
-    match outcome {
+    let (ended, ran) = match outcome {
         Some(Ok(output)) => {
-            let completed = execution.complete_with(&output, clear_deadline).await;
-            watch.unless_cancelled(completed, Ran::Completed).await
+            let ended = execution.complete_with(&output, clear_deadline).await;
+            (ended, Ran::Completed(output))
         }
-        Some(Err(error)) => {
-            execution.fail_with(&error, clear_deadline).await?;
-            Ok(Ran::Failed)
-        }
+        Some(Err(error)) => (
+            execution.fail_with(&error, clear_deadline).await,
+            Ran::Failed,
+        ),
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
-            let bad_input = json!({ "bad_input": format!("the input does not decode as {}", workflow.input_type()) });
-            execution.fail_with(&bad_input, clear_deadline).await?;
-            Ok(Ran::BadInput)
+            let reason = format!("the input does not decode as {}", workflow.input_type());
+            let bad_input = json!({ "bad_input": reason });
+            (
+                execution.fail_with(&bad_input, clear_deadline).await,
+                Ran::BadInput,
+            )
+        }
+    };
+    match ended {
+        // The end was the run's first write (no step wrote before it), and it lost the race.
+        Err(durably_journal::Error::OpenRaced(_)) => Ok(Ran::Raced),
+        ended @ Err(durably_journal::Error::CancelRequested { .. }) => {
+            watch.unless_cancelled(ended, ran).await
+        }
+        Err(error) => Err(error.into()),
+        Ok(()) => {
+            fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
+            Ok(ran)
         }
     }
+}
+
+/// Ends a run that a step error (or a guarded step's timeout) stopped, without ending its
+/// execution. What the run recorded before it stopped stays recorded, so the failure
+/// accounting sees its progress; a flush that fails (the lock is lost, a cancel request)
+/// loses only steps that run again. Dropping the handle then releases the lock and leaves
+/// the execution to be resumed.
+async fn halt(mut execution: Execution, reason: String) -> Ran {
+    if let Err(error) = execution.flush().await {
+        tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
+    }
+    drop(execution);
+    Ran::Halted(reason)
 }
 
 #[cfg(test)]
@@ -113,8 +162,11 @@ mod tests {
     }
 
     async fn run_on(journal: &Journal, input: &serde_json::Value) -> (uuid::Uuid, Ran) {
-        let client = crate::Client::new(journal.clone()).await.unwrap();
-        let clock: std::sync::Arc<dyn crate::Clock> = std::sync::Arc::new(crate::SystemClock);
+        let waits = std::sync::Arc::new(crate::waiting::Waits {
+            client: crate::Client::new(journal.clone()).await.unwrap(),
+            clock: std::sync::Arc::new(crate::SystemClock),
+            park_after: crate::waiting::PARK_AFTER_DEFAULT,
+        });
         let mut registry = Registry::default();
         registry.register("double", 1, double);
         let (_, workflow) = registry.latest("double").unwrap();
@@ -126,7 +178,7 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        let watch = RunWatch::start(&client, &clock, &std::sync::Arc::default(), id);
+        let watch = RunWatch::start(&waits, &std::sync::Arc::default(), id);
         (id, run(execution, 1, workflow, &watch).await.unwrap())
     }
 
@@ -139,7 +191,7 @@ mod tests {
         let journal = Journal::open(dir.path().join("journal.db")).unwrap();
 
         let (id, ran) = run_on(&journal, &serde_json::json!(21)).await;
-        assert!(matches!(ran, Ran::Completed), "{ran:?}");
+        assert!(matches!(ran, Ran::Completed(_)), "{ran:?}");
         let record = journal.get(id).unwrap().unwrap();
         assert_eq!(record.output.unwrap().decode::<u64>().unwrap(), 42);
 

@@ -1,13 +1,13 @@
 //! Cancellation, resume and deadlines in one process (plan §4.6, §9): a running execution
 //! asked to stop ends `cancelled` before its next step, with no step recorded after the
-//! request; queued and parked executions are cancelled at once; a deadline cancels parked and
+//! request, and at once while it waits; queued and parked executions are cancelled at once; a deadline cancels parked and
 //! running executions with reason `timeout`; a resume continues from the last recorded step;
 //! bad cancels and resumes are typed errors that change nothing.
 //!
 //! Method: workflows report to the test through a shared probe and hold inside a step until
-//! the test releases them, so each cancel lands at a known point without sleeping. Time is a
-//! `TestClock` the test moves. Parked statuses the runtime cannot reach yet without a timer
-//! (`waiting`, `stuck`) are set with SQL, as parking writes them.
+//! their run is asked to stop, so each cancel lands at a known point without sleeping; a
+//! `sleeper` workflow parks on a long timer (`waiting`). Time is a `TestClock` the test moves.
+//! `stuck`, which takes three failed runs to reach, is set with SQL, as parking writes it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -17,12 +17,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use durably_journal::{Journal, Status};
-use durably_runtime::testing::TestClock;
 use durably_runtime::{
     CancelOutcome, Client, Deadline, Error, ResumeOptions, Runtime, RuntimeBuilder, StartOptions,
     WorkflowContext, WorkflowError, WorkflowHandle,
 };
-use support::{Scratch, cancelled_reason, on_test_clock, request_and_newest_row};
+use support::{Clocked, Scratch, cancelled_reason, request_and_newest_row};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -33,8 +32,6 @@ struct Probe {
     calls: [AtomicU32; 3],
     /// Notified when step `b`'s closure runs for the first time.
     entered: Notify,
-    /// Step `b`'s first call waits for this.
-    release: Notify,
 }
 
 impl Probe {
@@ -43,31 +40,49 @@ impl Probe {
             .each_ref()
             .map(|calls| calls.load(Ordering::SeqCst))
     }
+
+    fn count(&self, index: usize) -> u32 {
+        self.calls[index].fetch_add(1, Ordering::SeqCst) + 1
+    }
 }
 
-/// Registers `stepper`: pure steps `a`, `b` (whose first call holds until released) and `c`.
+/// Registers `sleeper`, which parks on a timer of a day, and `stepper`: pure step `a`,
+/// idempotent step `b`, pure step `c`. `b`'s first call
+/// holds until the run is asked to stop, as a closure that gives up long work early does
+/// (`WorkflowContext::cancellation`). Runs write behind, so `a`'s result is durable once `b`'s
+/// closure starts (an idempotent closure runs only on durable inputs), and `b`'s would ride on
+/// a later write.
 fn stepper(builder: RuntimeBuilder, probe: &Arc<Probe>) -> RuntimeBuilder {
     let probe = Arc::clone(probe);
+    let builder = builder.register(
+        "sleeper",
+        1,
+        |mut context: WorkflowContext, (): ()| async move {
+            context.sleep("nap", Duration::from_hours(24)).await?;
+            Ok::<_, WorkflowError>("rested".to_owned())
+        },
+    );
     builder.register("stepper", 1, move |mut context: WorkflowContext, (): ()| {
         let probe = Arc::clone(&probe);
         async move {
-            let step = |index: usize| {
-                let probe = Arc::clone(&probe);
-                move || {
-                    let probe = Arc::clone(&probe);
+            let a = Arc::clone(&probe);
+            context.pure("a", || async { Ok(a.count(0)) }).await?;
+            let cancellation = context.cancellation();
+            let b = Arc::clone(&probe);
+            context
+                .idempotent("b", |_key| {
+                    let (b, cancellation) = (Arc::clone(&b), cancellation.clone());
                     async move {
-                        let calls = probe.calls[index].fetch_add(1, Ordering::SeqCst) + 1;
-                        if index == 1 && calls == 1 {
-                            probe.entered.notify_one();
-                            probe.release.notified().await;
+                        if b.count(1) == 1 {
+                            b.entered.notify_one();
+                            cancellation.cancelled().await;
                         }
-                        Ok(u32::try_from(index).unwrap())
+                        Ok(1_u32)
                     }
-                }
-            };
-            context.pure("a", step(0)).await?;
-            context.pure("b", step(1)).await?;
-            context.pure("c", step(2)).await?;
+                })
+                .await?;
+            let c = Arc::clone(&probe);
+            context.pure("c", || async { Ok(c.count(2)) }).await?;
             Ok::<_, WorkflowError>("done".to_owned())
         }
     })
@@ -83,7 +98,7 @@ fn step_names(journal: &Journal, id: Uuid) -> Vec<String> {
 }
 
 /// A run asked to stop inside step `b` records nothing after the request and never starts
-/// `c`; resumed, it continues from `b`, the last step not recorded, and `a` replays.
+/// `c`; resumed, it continues from `b`, the first step not recorded, and `a` replays.
 #[tokio::test]
 async fn a_running_execution_stops_before_its_next_step_and_resumes_there() {
     let scratch = Scratch::new();
@@ -106,7 +121,6 @@ async fn a_running_execution_stops_before_its_next_step_and_resumes_there() {
             pid: i64::from(std::process::id())
         }
     );
-    probe.release.notify_one();
     assert_eq!(cancelled_reason(&handle).await, "not needed");
     assert_eq!(step_names(&scratch.journal, id), ["a"]);
     assert_eq!(probe.calls(), [1, 1, 0], "c never started");
@@ -120,25 +134,55 @@ async fn a_running_execution_stops_before_its_next_step_and_resumes_there() {
     assert_eq!(step_names(&scratch.journal, id), ["a", "b", "c"]);
 }
 
-/// Sets execution `id` (queued) to a parked status with SQL, as parking writes it.
-async fn park(journal: &Journal, id: Uuid, status: &'static str) {
+/// A run waiting in memory (a timer shorter than `park_after`) stops at once when it is asked
+/// to: the clock never moves, yet the run ends `cancelled`, its timer's step recorded and
+/// nothing after it.
+#[tokio::test]
+async fn a_run_waiting_in_memory_stops_at_once() {
+    let clocked = Clocked::new();
+    let runtime = stepper(clocked.runtime(), &Arc::default())
+        .park_after(Duration::from_hours(48))
+        .start()
+        .await
+        .unwrap();
+    let id = durably_journal::new_execution_id();
+    let handle = runtime
+        .start::<_, String>("sleeper", id, &(), StartOptions::default())
+        .await
+        .unwrap();
+    support::wait_for_steps(&clocked.journal, id, 1).await;
+    let outcome = runtime.cancel(id, "no more waiting").await.unwrap();
+    assert!(
+        matches!(outcome, CancelOutcome::Requested { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(cancelled_reason(&handle).await, "no more waiting");
+    assert_eq!(step_names(&clocked.journal, id), ["durably:sleep/nap"]);
+}
+
+/// Sets execution `id` (queued) `stuck` with SQL, as the recovery writes it.
+async fn set_stuck(journal: &Journal, id: Uuid) {
     journal
         .write(move |conn| {
-            let (due_at, topic) = if status == "waiting" {
-                (Some("2099-01-01T00:00:00.000Z"), Some("approval"))
-            } else {
-                (None, None)
-            };
             conn.execute(
-                "UPDATE executions SET status = ?2, due_at = ?3, wait_topic = ?4,
-                                       status_detail = '{\"parked\":true}'
+                "UPDATE executions SET status = 'stuck', status_detail = '{\"failures\":3}'
                  WHERE execution_id = ?1",
-                durably_journal::rusqlite::params![id.to_string(), status, due_at, topic],
+                [id.to_string()],
             )?;
             Ok(())
         })
         .await
         .unwrap();
+}
+
+/// Starts a `sleeper` and waits until it has parked.
+async fn parked_sleeper(runtime: &Runtime, options: StartOptions) -> WorkflowHandle<String> {
+    let handle = runtime
+        .start::<_, String>("sleeper", durably_journal::new_execution_id(), &(), options)
+        .await
+        .unwrap();
+    support::wait_for_status(runtime.journal(), handle.id(), Status::Waiting).await;
+    handle
 }
 
 /// Starts an execution of a kind no runtime here serves: it stays queued.
@@ -154,34 +198,29 @@ async fn start_elsewhere(client: &Client, options: StartOptions) -> WorkflowHand
         .unwrap()
 }
 
-/// Queued, waiting and stuck executions are cancelled at once, their wait cleared, and their
-/// handles return the reason.
+/// Queued, waiting (a parked timer) and stuck executions are cancelled at once, their wait
+/// cleared, and their handles return the reason.
 #[tokio::test]
 async fn queued_and_parked_executions_are_cancelled_at_once() {
     let scratch = Scratch::new();
-    let client = Client::new(scratch.journal.clone()).await.unwrap();
+    let runtime = stepper(Runtime::builder(scratch.journal.clone()), &Arc::default())
+        .start()
+        .await
+        .unwrap();
     for status in [Status::Queued, Status::Waiting, Status::Stuck] {
-        let handle = start_elsewhere(&client, StartOptions::default()).await;
-        if status != Status::Queued {
-            park(&scratch.journal, handle.id(), status.as_str()).await;
+        let handle = match status {
+            Status::Waiting => parked_sleeper(&runtime, StartOptions::default()).await,
+            _ => start_elsewhere(&runtime, StartOptions::default()).await,
+        };
+        if status == Status::Stuck {
+            set_stuck(&scratch.journal, handle.id()).await;
         }
-        let outcome = client.cancel(handle.id(), "withdrawn").await.unwrap();
+        let outcome = runtime.cancel(handle.id(), "withdrawn").await.unwrap();
         assert_eq!(outcome, CancelOutcome::Cancelled { was: status });
         assert_eq!(cancelled_reason(&handle).await, "withdrawn");
         let record = scratch.journal.get(handle.id()).unwrap().unwrap();
         assert_eq!((record.due_at, record.wait_topic), (None, None));
     }
-}
-
-/// A runtime on a `TestClock`, serving `stepper`.
-async fn stepper_on_test_clock(scratch: &Scratch, probe: &Arc<Probe>) -> (Arc<TestClock>, Runtime) {
-    let (clock, journal) = on_test_clock(scratch.journal.path());
-    let runtime = stepper(Runtime::builder(journal), probe)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap();
-    (clock, runtime)
 }
 
 fn deadline_at(journal: &Journal, id: Uuid) -> Option<String> {
@@ -197,18 +236,18 @@ fn deadline_at(journal: &Journal, id: Uuid) -> Option<String> {
 }
 
 /// At its deadline an execution is cancelled with reason `timeout`: queued (of a kind this
-/// runtime does not even serve) or waiting at once, running before its next step. Resumed
+/// runtime does not even serve) or parked on a timer at once, running before its next step. Resumed
 /// with a new deadline, it runs to its end and the deadline is cleared.
 #[tokio::test]
 async fn a_deadline_cancels_parked_and_running_executions() {
-    let scratch = Scratch::new();
+    let clocked = Clocked::new();
     let probe = Arc::new(Probe::default());
-    let (clock, runtime) = stepper_on_test_clock(&scratch, &probe).await;
+    let runtime = stepper(clocked.runtime(), &probe).start().await.unwrap();
+    let (clock, journal) = (&clocked.clock, &clocked.journal);
     let in_an_hour = StartOptions::default().deadline(Deadline::In(Duration::from_hours(1)));
-    let later = durably_lock::Clock::now(clock.as_ref()) + Duration::from_hours(2);
+    let later = clocked.now() + Duration::from_hours(2);
     let queued = start_elsewhere(&runtime, in_an_hour.clone().not_before(later)).await;
-    let waiting = start_elsewhere(&runtime, in_an_hour.clone()).await;
-    park(&scratch.journal, waiting.id(), "waiting").await;
+    let waiting = parked_sleeper(&runtime, in_an_hour.clone()).await;
     let id = durably_journal::new_execution_id();
     let running = runtime
         .start::<_, String>("stepper", id, &(), in_an_hour)
@@ -221,23 +260,17 @@ async fn a_deadline_cancels_parked_and_running_executions() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(cancelled_reason(&queued).await, "timeout");
     assert_eq!(cancelled_reason(&waiting).await, "timeout");
-    // The pass that cancelled those asked the running one to stop in the same transaction.
-    probe.release.notify_one();
     assert_eq!(cancelled_reason(&running).await, "timeout");
     assert_eq!(probe.calls(), [1, 1, 0]);
     for handle in [&queued, &waiting, &running] {
-        assert_eq!(deadline_at(&scratch.journal, handle.id()), None);
+        assert_eq!(deadline_at(journal, handle.id()), None);
     }
 
     let again = ResumeOptions::default().deadline(Deadline::In(Duration::from_hours(1)));
     runtime.resume(id, again).await.unwrap();
-    assert!(deadline_at(&scratch.journal, id).is_some());
+    assert!(deadline_at(journal, id).is_some());
     assert_eq!(running.result().await.unwrap(), "done");
-    assert_eq!(
-        deadline_at(&scratch.journal, id),
-        None,
-        "cleared at the end"
-    );
+    assert_eq!(deadline_at(journal, id), None, "cleared at the end");
 }
 
 /// Bad cancels and resumes are typed errors, not retryable, and change nothing: an unknown

@@ -262,8 +262,10 @@ async fn a_run_in_another_process_ends_cancelled_with_no_step_after_the_request(
 
     let (named, newest) = request_and_newest_row(&journal, id);
     assert_eq!(named, newest, "a step row was committed after the request");
+    // The third step announced itself; the two before it are durable (an idempotent closure
+    // runs only once what came before is), its own result may have been dropped with the run.
     let steps = journal.steps(id).unwrap().len();
-    assert!((3..COUNTER_STEPS_MAX as usize).contains(&steps), "{steps}");
+    assert!((2..COUNTER_STEPS_MAX as usize).contains(&steps), "{steps}");
     assert!(journal.lock_holders().unwrap().is_empty());
 }
 

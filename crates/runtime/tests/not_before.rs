@@ -5,8 +5,6 @@
 //! journal's is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +21,11 @@ async fn echo(_context: WorkflowContext, tag: u32) -> Result<u32, WorkflowError>
 #[tokio::test]
 async fn a_delayed_start_runs_when_the_clock_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (clock, journal) = support::on_test_clock(&dir.path().join("journal.db"));
+    let clock = Arc::new(TestClock::default());
+    let journal = Journal::builder(dir.path().join("journal.db"))
+        .clock(clock.clone())
+        .open()
+        .unwrap();
     let runtime = Runtime::builder(journal)
         .register("echo", 1, echo)
         .clock(clock.clone())

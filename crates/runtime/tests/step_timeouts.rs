@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use durably_journal::{Guarded, Journal, Policy, Status, StepState};
+use durably_journal::{Guarded, Policy, Status, StepState};
 use durably_runtime::testing::TestClock;
 use durably_runtime::{
     Error, ResumeOptions, Runtime, RuntimeBuilder, StartOptions, WorkflowContext, WorkflowError,
@@ -45,15 +45,10 @@ impl Calls {
 
 async fn runtime_with(
     register: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
-) -> (tempfile::TempDir, Journal, Arc<TestClock>, Runtime) {
-    let dir = tempfile::tempdir().unwrap();
-    let (clock, journal) = support::on_test_clock(&dir.path().join("journal.db"));
-    let runtime = register(Runtime::builder(journal.clone()))
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap();
-    (dir, journal, clock, runtime)
+) -> (support::Clocked, Runtime) {
+    let clocked = support::Clocked::new();
+    let runtime = register(clocked.runtime()).start().await.unwrap();
+    (clocked, runtime)
 }
 
 /// Waits for the hanging call, then for its step's timer, and moves the clock past it.
@@ -72,7 +67,7 @@ async fn time_out(calls: &Calls, clock: &TestClock) {
 async fn a_pure_step_past_its_timeout_fails_the_execution_resumably() {
     let calls = Arc::new(Calls::default());
     let in_workflow = Arc::clone(&calls);
-    let (_dir, journal, clock, runtime) = runtime_with(|builder| {
+    let (clocked, runtime) = runtime_with(|builder| {
         builder.register("slow", 1, move |mut context: WorkflowContext, (): ()| {
             let calls = Arc::clone(&in_workflow);
             async move {
@@ -99,7 +94,7 @@ async fn a_pure_step_past_its_timeout_fails_the_execution_resumably() {
         .start::<_, u32>("slow", id, &(), StartOptions::default())
         .await
         .unwrap();
-    time_out(&calls, &clock).await;
+    time_out(&calls, &clocked.clock).await;
 
     let Err(Error::WorkflowFailed {
         error: Some(error), ..
@@ -112,13 +107,13 @@ async fn a_pure_step_past_its_timeout_fails_the_execution_resumably() {
         error.message.contains("timed out after 10000 ms"),
         "{error:?}"
     );
-    let record = journal.get(id).unwrap().unwrap();
+    let record = clocked.journal.get(id).unwrap().unwrap();
     assert_eq!(record.status, Status::Failed);
     assert_eq!(
         record.status_detail.unwrap(),
         serde_json::json!({ "reason": "step_timeout", "seq": 1, "step": "slow", "after_ms": 10_000 })
     );
-    let steps = journal.steps(id).unwrap();
+    let steps = clocked.journal.steps(id).unwrap();
     assert_eq!(steps.len(), 1, "the timed-out step is not recorded");
     assert_eq!(steps[0].name, "fast");
 
@@ -133,7 +128,7 @@ async fn a_pure_step_past_its_timeout_fails_the_execution_resumably() {
 async fn a_guarded_step_past_its_timeout_is_left_to_its_policy() {
     let calls = Arc::new(Calls::default());
     let in_workflow = Arc::clone(&calls);
-    let (_dir, journal, clock, runtime) = runtime_with(|builder| {
+    let (clocked, runtime) = runtime_with(|builder| {
         builder.register("charge", 1, move |mut context: WorkflowContext, (): ()| {
             let calls = Arc::clone(&in_workflow);
             async move {
@@ -158,16 +153,16 @@ async fn a_guarded_step_past_its_timeout_is_left_to_its_policy() {
         .start::<_, u32>("charge", id, &(), StartOptions::default())
         .await
         .unwrap();
-    time_out(&calls, &clock).await;
+    time_out(&calls, &clocked.clock).await;
 
     assert_eq!(handle.result().await.unwrap(), 2, "the second call's value");
-    let steps = journal.steps(id).unwrap();
+    let steps = clocked.journal.steps(id).unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(
         (steps[0].state, steps[0].attempts),
         (StepState::Completed, 2)
     );
-    let events = journal.events(id).unwrap();
+    let events = clocked.journal.events(id).unwrap();
     assert!(
         events.iter().any(|event| event.kind == "ambiguity_retried"),
         "{events:?}"

@@ -28,14 +28,24 @@
 //!   `wait`, the closure first prints `{"inside":<token>}` and waits for a line on stdin (on a
 //!   blocking thread: the lease heartbeat goes on meanwhile). A done step completes the
 //!   execution.
+//! - `hooked <db> <execution-id> <step|release>`: opens the execution (creating the side table
+//!   `side (execution_id, seq, note)` first), runs the pure step `prepare`, then either the
+//!   idempotent step `consume` through `step_with`, whose hook inserts a `consumed` row into
+//!   `side`, and completes (`step`); or parks the execution `waiting` on topic `t` through
+//!   `release_to`, whose hook inserts a `parked` row (`release`). Built with the `failpoints`
+//!   feature, `journal::before-hooked-result-commit` and `journal::before-release-commit`
+//!   abort between the hook and the commit.
 //! - `inspect <db>`: opens the journal only to read it (`Journal::inspect`), and prints each
 //!   execution's id and status and each lock holder's resource and verdict, or the error.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use durably_journal::{Error, Guarded, Journal, ListFilter, Opened, Policy, StepError};
+use durably_journal::{
+    Effect, Error, Guarded, Journal, ListFilter, Opened, Policy, Release, StepError, Timing,
+};
 use durably_lock::Judgement;
+use durably_tests::worker_io::{append, say, wait_for_a_line};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -67,17 +77,11 @@ async fn main() -> Outcome {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
         },
+        ["hooked", db, id, mode] => hooked(Path::new(db), id.parse()?, mode).await?,
         ["inspect", db] => inspect(Path::new(db)).unwrap_or_else(|error| error_json(&error)),
         _ => return Err(format!("unknown command {args:?}").into()),
     };
-    say(&answer)
-}
-
-fn say(value: &Value) -> Outcome {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")?;
-    out.flush()?;
-    Ok(())
+    Ok(say(&answer)?)
 }
 
 /// A short name for each error the tests tell apart.
@@ -101,19 +105,6 @@ fn kind(error: &Error) -> &'static str {
 
 fn error_json(error: &Error) -> Value {
     json!({ "outcome": "error", "kind": kind(error), "message": error.to_string() })
-}
-
-/// Appends one line to the ledger in a single `write` on an `O_APPEND` file, so lines from
-/// successive processes never interleave, and a crash right after it keeps it.
-fn append(ledger: &Path, line: &str) -> Result<(), StepError> {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(ledger)
-        .map_err(|error| StepError::fatal(format!("cannot open the ledger: {error}")))?;
-    file.write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| file.flush())
-        .map_err(|error| StepError::fatal(format!("cannot append to the ledger: {error}")))
 }
 
 fn policy_of(word: &str) -> Outcome<Policy> {
@@ -174,6 +165,65 @@ async fn guarded(db: &Path, ledger: &Path, id: Uuid, policy: &str) -> Outcome<Va
             )
         }
         Err(error) => Ok(error_json(&error)),
+    }
+}
+
+async fn hooked(db: &Path, id: Uuid, mode: &str) -> Outcome<Value> {
+    let journal = Journal::open(db)?;
+    journal
+        .write(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS side (execution_id TEXT, seq INTEGER, note TEXT)",
+            )?;
+            Ok(())
+        })
+        .await?;
+    let mut execution = match journal
+        .open_execution(id, "worker", "hooked", &"input")
+        .await
+    {
+        Ok(Opened::Running(execution)) => execution,
+        Ok(Opened::Finished(finished)) => {
+            return Ok(json!({ "outcome": "finished", "status": finished.status.as_str() }));
+        }
+        Err(error) => return Ok(error_json(&error)),
+    };
+    execution.pure("prepare", || async { Ok(1_u32) }).await?;
+    let side = move |conn: &rusqlite::Connection, seq: Option<u32>, note: &str| {
+        conn.execute(
+            "INSERT INTO side (execution_id, seq, note) VALUES (?1, ?2, ?3)",
+            rusqlite::params![id.to_string(), seq, note],
+        )?;
+        Ok(())
+    };
+    match mode {
+        "step" => {
+            let value: u32 = execution
+                .step_with(
+                    "consume",
+                    Effect::Idempotent,
+                    Timing::Now,
+                    |_key| async { Ok(5) },
+                    move |conn, step| side(conn, Some(step.seq), "consumed"),
+                )
+                .await?;
+            execution.complete(&value).await?;
+            Ok(json!({ "outcome": "done", "value": value }))
+        }
+        "release" => {
+            let due_at = chrono::Utc::now() + chrono::TimeDelta::hours(1);
+            let to = Release::Waiting {
+                due_at,
+                topic: Some("t".to_owned()),
+            };
+            execution
+                .release_to(to, json!({ "waiting_for": "t" }), move |conn| {
+                    side(conn, None, "parked")
+                })
+                .await?;
+            Ok(json!({ "outcome": "released" }))
+        }
+        other => Err(format!("step or release, not {other:?}").into()),
     }
 }
 
@@ -307,16 +357,6 @@ async fn fenced_effect(
 
 /// Waits for a line on stdin on a blocking thread, so the runtime (and the lease heartbeat on
 /// it) goes on meanwhile.
-async fn wait_for_a_line() -> Result<(), StepError> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(drop)
-    })
-    .await
-    .map_err(|error| StepError::fatal(error.to_string()))?
-    .map_err(|error| StepError::fatal(error.to_string()))
-}
-
 /// The effect sink: performs the effect of `key` with fencing `token`, unless a write with a
 /// higher token has been seen for `key`, in which case it refuses. Every write, accepted or
 /// refused, is logged in `writes`; `highest` keeps the highest token accepted per key.

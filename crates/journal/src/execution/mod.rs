@@ -2,12 +2,18 @@
 //!
 //! The handle's files, one job each:
 //! - this file: the handle, its public step methods and its end (complete, fail, drop);
+//! - `hooks`: steps whose rows commit with the caller's own ([`Execution::step_with`]);
+//! - `deferred`: write-behind and the deferred open (what a write carries, and when);
+//! - `release`: the end that parks the execution instead ([`Execution::release_to`]);
 //! - `protocol`: the step protocol (replay, the ambiguity policies, retries);
 //! - `step_rows`: the SQL of step rows;
 //! - `fence`: the writer, lock and epoch the handle writes with.
 
+mod deferred;
 mod fence;
+mod hooks;
 mod protocol;
+mod release;
 mod step_rows;
 
 use std::future::Future;
@@ -18,9 +24,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use fence::CancelRequests;
+pub use deferred::{DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX};
+pub(crate) use deferred::{DeferredOpen, OpenHook};
 pub(crate) use fence::Fence;
-use protocol::{IntentHook, StepOutcome};
+use hooks::{Hook, IntentHook};
+pub use hooks::{StepRef, Timing};
+use protocol::StepOutcome;
+pub use release::{Release, STATUS_DETAIL_BYTES_MAX};
 pub(crate) use step_rows::first_open_intent;
 
 use crate::config::StepSettings;
@@ -30,7 +40,6 @@ use crate::payload;
 use crate::replay::Replay;
 use crate::states::Status;
 use crate::step::{Effect, FencingToken, Guarded, Policy, StepKey};
-use crate::writer::Undo;
 
 /// The handle that drives one open execution. Steps are numbered in call order; on a resumed
 /// execution, steps already recorded return their recorded outcome without calling the closure.
@@ -49,6 +58,11 @@ pub struct Execution {
     replay: Box<Replay>,
     next_seq: u32,
     halted_at: Option<u32>,
+    /// Write-behind ([`Execution::defer_results`]): results wait in the fence's carry.
+    deferring: bool,
+    /// Set by [`Execution::release_to`]: the status the execution was parked in. The handle
+    /// then writes nothing more.
+    released_to: Option<Status>,
     finalized: bool,
     // Keeps a lease alive while the handle lives; aborted on drop.
     heartbeat: Option<tokio::task::JoinHandle<()>>,
@@ -79,6 +93,8 @@ impl Execution {
             replay: Box::new(opening.replay),
             next_seq: 0,
             halted_at: None,
+            deferring: false,
+            released_to: None,
             finalized: false,
             heartbeat,
             _claim: opening.claim,
@@ -96,7 +112,8 @@ impl Execution {
     }
 
     /// The fencing token of this handle's lock; each step closure also gets it in its
-    /// [`StepKey`].
+    /// [`StepKey`]. `FencingToken(0)` until the first write of a handle from
+    /// [`crate::Journal::begin_execution`] has taken the lock.
     pub fn fencing_token(&self) -> FencingToken {
         self.fence.token()
     }
@@ -203,7 +220,8 @@ impl Execution {
         W: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let with_intent: IntentHook = Box::new(with_intent);
-        self.step(name, Effect::Guarded, Some(&policy), Some(with_intent), f)
+        let hook = Hook::Intent(with_intent);
+        self.step(name, Effect::Guarded, Some(&policy), Some(hook), f)
             .await
     }
 
@@ -252,11 +270,12 @@ impl Execution {
             "the execution output",
             self.settings.payload_bytes_max,
         )?;
+        self.refuse_if_released()?;
         // After an ambiguous step, a lost lock or non-determinism the journal is in doubt:
         // completing would bury the doubt under a final status. `fail` stays allowed. A lost
         // lock is the more useful answer when it is the reason, so the fence is asked first.
         if let Some(seq) = self.halted_at {
-            self.fence.write(|_, _, _| Ok(())).await?;
+            self.fence.check().await?;
             return Err(Error::Halted {
                 execution_id: self.id,
                 seq,
@@ -306,18 +325,15 @@ impl Execution {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        self.refuse_if_released()?;
         let (id, reason) = (self.id, reason.to_owned());
         let release = Arc::clone(&self.fence);
         self.fence
-            .write_fenced(
-                Undo::Savepoint,
-                CancelRequests::Admit,
-                move |conn, _, now| {
-                    crate::lifecycle::cancel_row(conn, id, Status::Running, now, &reason)?;
-                    also(conn)?;
-                    release.release_in(conn)
-                },
-            )
+            .write_admitted(move |conn, _, now| {
+                crate::lifecycle::cancel_row(conn, id, Status::Running, now, &reason)?;
+                also(conn)?;
+                release.release_in(conn)
+            })
             .await?;
         self.finalized = true;
         tracing::info!(execution_id = %self.id, status = "cancelled", "finalized");
@@ -328,29 +344,28 @@ impl Execution {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        self.refuse_if_released()?;
         let (id, next_seq) = (self.id, self.next_seq);
         let release = Arc::clone(&self.fence);
-        // Completing loses to a committed cancel request; failing does not.
-        let requests = if status == Status::Completed {
-            CancelRequests::Refuse
-        } else {
-            CancelRequests::Admit
+        let write = move |conn: &Connection, resource: &str, now: &str| {
+            if status == Status::Completed
+                && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
+            {
+                return Err(Error::Refused(format!(
+                    "execution {id} cannot complete while step {seq} is in the ambiguous \
+                     window; resolve it first, or finalize the execution as failed"
+                )));
+            }
+            step_rows::finalize_row(conn, resource, status, &payload, now)?;
+            also(conn)?;
+            release.release_in(conn)
         };
-        self.fence
-            .write_fenced(Undo::Savepoint, requests, move |conn, resource, now| {
-                if status == Status::Completed
-                    && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
-                {
-                    return Err(Error::Refused(format!(
-                        "execution {id} cannot complete while step {seq} is in the ambiguous \
-                         window; resolve it first, or finalize the execution as failed"
-                    )));
-                }
-                step_rows::finalize_row(conn, resource, status, &payload, now)?;
-                also(conn)?;
-                release.release_in(conn)
-            })
-            .await?;
+        // Completing loses to a committed cancel request; failing does not.
+        if status == Status::Completed {
+            self.fence.write(write).await?;
+        } else {
+            self.fence.write_admitted(write).await?;
+        }
         self.finalized = true;
         tracing::info!(execution_id = %self.id, status = status.as_str(), "finalized");
         Ok(())

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::Execution;
 use super::fence::CancelRequests;
+use super::hooks::{Hook, IntentHook, ResultHook, Timing};
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
@@ -62,13 +63,6 @@ impl StepCall<'_> {
 
 pub(super) type StepOutcome<T> = std::result::Result<T, StepError>;
 
-/// The caller's writes that go into a guarded step's intent transaction.
-pub(super) type IntentHook = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
-
-/// How many times a step's result write is tried when the database is busy. The effect has
-/// already run, so giving up early would leave an ambiguous step for no good reason.
-const RESULT_WRITE_TRIES_MAX: u32 = 3;
-
 impl Execution {
     /// Runs one step call: replays it when it is recorded, runs it otherwise.
     pub(super) async fn step<T, F, Fut>(
@@ -76,7 +70,7 @@ impl Execution {
         name: &str,
         effect: Effect,
         policy: Option<&Policy>,
-        with_intent: Option<IntentHook>,
+        hook: Option<Hook>,
         f: F,
     ) -> Result<Guarded<T>>
     where
@@ -84,6 +78,7 @@ impl Execution {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        self.refuse_if_released()?;
         if let Some(seq) = self.halted_at {
             return Err(Error::Halted {
                 execution_id: self.id,
@@ -118,15 +113,21 @@ impl Execution {
                     .await
             }
             Ok(None) => {
-                self.run_fresh(&call, with_intent, f)
+                self.run_fresh(&call, hook, f)
                     .instrument(span.clone())
                     .await
             }
         };
         span.record("outcome", outcome_word(&result));
-        if matches!(&result, Ok(_) | Err(Error::StepFailed { .. })) {
-            self.next_seq += 1;
-            self.halted_at = None;
+        match &result {
+            Ok(_) | Err(Error::StepFailed { .. }) => {
+                self.next_seq += 1;
+                self.halted_at = None;
+            }
+            // The caller's hook declined: nothing of the step was written, so the same step
+            // may be called again at the same seq.
+            Err(Error::Aborted(_)) => self.halted_at = None,
+            Err(_) => {}
         }
         result
     }
@@ -134,7 +135,7 @@ impl Execution {
     async fn run_fresh<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
-        with_intent: Option<IntentHook>,
+        hook: Option<Hook>,
         mut f: F,
     ) -> Result<Guarded<T>>
     where
@@ -142,11 +143,16 @@ impl Execution {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        let (with_intent, with_result) = match hook {
+            None => (None, None),
+            Some(Hook::Intent(hook)) => (Some(hook), None),
+            Some(Hook::Result(hook, timing)) => (None, Some((hook, timing))),
+        };
         if let Some(policy) = call.policy {
             self.write_intent(call, policy, with_intent).await?;
             fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
         }
-        self.run_and_record(call, 1, &mut f).await
+        self.run_and_record(call, 1, &mut f, with_result).await
     }
 
     async fn replay_step<T, F, Fut>(
@@ -250,7 +256,7 @@ impl Execution {
                 let detail = json!({ "policy": "retry", "attempt": next_attempt });
                 self.write_rerun(call, attempts, event_kind::AMBIGUITY_RETRIED, detail)
                     .await?;
-                self.run_and_record(call, next_attempt, f).await
+                self.run_and_record(call, next_attempt, f, None).await
             }
             Policy::Reconcile(probe) => {
                 let answer = probe(call.key())
@@ -267,7 +273,7 @@ impl Execution {
                     json!({ "policy": "reconcile", "found": false, "attempt": next_attempt });
                 self.write_rerun(call, attempts, event_kind::AMBIGUITY_RECONCILED, detail)
                     .await?;
-                self.run_and_record(call, next_attempt, f).await
+                self.run_and_record(call, next_attempt, f, None).await
             }
         }
     }
@@ -281,22 +287,30 @@ impl Execution {
         }
     }
 
-    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome.
+    /// Calls the closure (with bounded retries of retryable errors) after what must be durable
+    /// before it is, and journals its outcome, with `with_result`'s rows in the same
+    /// transaction.
     async fn run_and_record<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         first_attempt: u32,
         f: &mut F,
+        with_result: Option<(ResultHook, Timing)>,
     ) -> Result<Guarded<T>>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        self.before_closure(call.effect).await?;
         let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
         fail::fail_point!("journal::after-effect", |_| std::process::abort());
-        self.write_result(call, &outcome, attempts).await?;
-        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        if self
+            .write_result(call, &outcome, attempts, with_result)
+            .await?
+        {
+            fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        }
         outcome
             .map(Guarded::Done)
             .map_err(|error| call.failed(error))
@@ -343,9 +357,9 @@ impl Execution {
         ))
     }
 
-    /// Records a guarded step's intent, with `with_intent`'s rows when there are any. The
-    /// intent alone is one statement and needs no savepoint; with the caller's rows it takes
-    /// one.
+    /// Records a guarded step's intent, with `with_intent`'s rows when there are any (run
+    /// first in the transaction). The intent alone is one statement and needs no savepoint
+    /// (unless the write carries pending rows); with the caller's rows it takes one.
     async fn write_intent(
         &self,
         call: &StepCall<'_>,
@@ -358,25 +372,28 @@ impl Execution {
             policy: policy.kind(),
             key: call.key().to_string(),
         };
-        let undo = if with_intent.is_some() {
-            Undo::Savepoint
-        } else {
-            Undo::OneStatement
+        let record = move |conn: &rusqlite::Connection, resource: &str, now: &str| {
+            row.record(conn, resource, now)
         };
-        self.fence
-            .write_with(undo, move |conn, resource, now| {
-                row.record(conn, resource, now)?;
-                with_intent.map_or(Ok(()), |write| write(conn))
-            })
-            .await
+        match with_intent {
+            // First in the transaction: if it declines, what is pending stays pending.
+            Some(with_intent) => {
+                let requests = CancelRequests::Refuse;
+                self.fence.write_first(with_intent, requests, record).await
+            }
+            None => self.fence.write_with(Undo::OneStatement, record).await,
+        }
     }
 
+    /// Records a step's outcome, with `with_result`'s rows in the same transaction when there
+    /// is a hook. Returns whether it was written now (else it is pending in the handle).
     async fn write_result<T: Serialize>(
         &self,
         call: &StepCall<'_>,
         outcome: &StepOutcome<T>,
         attempts: u32,
-    ) -> Result<()> {
+        with_result: Option<(ResultHook, Timing)>,
+    ) -> Result<bool> {
         let cap = self.settings.payload_bytes_max;
         let encoded = match outcome {
             Ok(value) => payload::encode(value, "the step result", cap)
@@ -410,29 +427,11 @@ impl Execution {
             error,
             attempts,
         };
-        // A guarded step's result closes an intent committed before any request (R5); a pure
-        // or idempotent result after a request is refused and the step is not recorded.
-        let requests = if call.effect == Effect::Guarded {
-            CancelRequests::Admit
-        } else {
-            CancelRequests::Refuse
-        };
-        // A busy database means the batch never began, so trying again cannot write twice.
-        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
-            let row = row.clone();
-            match self
-                .fence
-                .write_fenced(Undo::OneStatement, requests, move |conn, resource, now| {
-                    row.record(conn, resource, now)
-                })
-                .await
-            {
-                Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
-                Err(error) => return Err(error),
-                Ok(()) => break,
-            }
-        }
-        unrecordable.map_or(Ok(()), |error| Err(call.failed(error)))
+        let (hook, timing) = with_result.map_or((None, Timing::Deferred), |(hook, timing)| {
+            (Some(hook), timing)
+        });
+        let written = self.record_result(row, hook, timing).await?;
+        unrecordable.map_or(Ok(written), |error| Err(call.failed(error)))
     }
 
     /// Records that an ambiguous step is about to run again (`kind` says why), unless it has
