@@ -129,7 +129,8 @@ impl Runtime {
             | Ran::Raced
             | Ran::Parked
             | Ran::Cancelled
-            | Ran::TimedOut => {}
+            | Ran::TimedOut
+            | Ran::Requeued => {}
         }
         client.handle(id).result().await
     }

@@ -7,16 +7,16 @@
 //!   `status_detail {"reason": "step_timeout", seq, step, after_ms}`, which
 //!   [`crate::Client::resume`] puts back to run the step again. Failing visibly beats running
 //!   again at once a call that is likely to hang again.
-//! - a **guarded** step's intent stays: the handle is dropped and the execution left to
-//!   recovery, which resumes it and applies the step's policy exactly as after a crash (Retry
-//!   bounded by `ambiguous_reruns_max`, then `awaiting_operator`).
+//! - a **guarded** step's intent stays: the execution is released back to its queue
+//!   (`yielded`, `status_detail` as above), and its next run applies the step's policy exactly
+//!   as after a crash (Retry bounded by `ambiguous_reruns_max`, then `awaiting_operator`).
 //!
 //! To handle a slow call in workflow code instead, time out inside the closure and return a
 //! [`StepError`], which is recorded and replays.
 
 use std::time::Duration;
 
-use durably_journal::{Effect, Execution, Guarded, Policy, StepError, StepKey};
+use durably_journal::{Effect, Execution, Guarded, Policy, Release, StepError, StepKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -156,33 +156,46 @@ impl StepTimeout {
         u64::try_from(self.after.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Whether the step's intent stays in the ambiguous window, left to its policy (a guarded
-    /// step): the run then stops as after a crash, without ending the execution.
-    pub(crate) fn keeps_intent(&self) -> bool {
-        self.effect == Effect::Guarded
-    }
-
-    /// Why the run stopped, for people and the failure accounting.
-    pub(crate) fn message(&self) -> String {
-        format!(
-            "step {} ({:?}) timed out after {} ms",
-            self.seq,
-            self.step,
-            self.after_ms()
-        )
-    }
-
-    /// Ends `execution`, whose pure or idempotent step timed out: `failed`, resumable, with the
-    /// rows the run kept pending.
-    pub(crate) async fn fail(self, execution: Execution) -> Result<Ran> {
-        let message = self.message();
-        let id = execution.id();
-        let detail = json!({
+    /// The status detail of the execution the timeout ends or requeues: names, never
+    /// payloads.
+    fn detail(&self) -> serde_json::Value {
+        json!({
             "reason": crate::resume::STEP_TIMEOUT_REASON,
             "seq": self.seq,
             "step": self.step,
             "after_ms": self.after_ms(),
-        });
+        })
+    }
+
+    /// Ends the run of `execution`, whose step timed out (see the module's documentation):
+    /// a guarded step's execution is requeued, another's fails.
+    pub(crate) async fn end(self, execution: Execution) -> Result<Ran> {
+        if self.effect == Effect::Guarded {
+            self.requeue(execution).await
+        } else {
+            self.fail(execution).await
+        }
+    }
+
+    /// Puts `execution` back in its queue with the guarded step's intent left to its policy,
+    /// as after a crash: the release carries what the run kept pending.
+    async fn requeue(self, mut execution: Execution) -> Result<Ran> {
+        let to = Release::Queued { due_at: None };
+        execution.release_to(to, self.detail(), |_| Ok(())).await?;
+        Ok(Ran::Requeued)
+    }
+
+    /// Ends `execution`, whose pure or idempotent step timed out: `failed`, resumable, with the
+    /// rows the run kept pending.
+    async fn fail(self, execution: Execution) -> Result<Ran> {
+        let message = format!(
+            "step {} ({:?}) timed out after {} ms",
+            self.seq,
+            self.step,
+            self.after_ms()
+        );
+        let id = execution.id();
+        let detail = self.detail();
         let error = WorkflowError {
             message,
             details: Some(detail.clone()),

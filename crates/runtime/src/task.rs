@@ -29,10 +29,12 @@ pub(crate) enum Ran {
     /// A pure or idempotent step ran past its timeout: the execution failed with reason
     /// `step_timeout`, resumable.
     TimedOut,
+    /// A guarded step ran past its timeout: the execution is back in its queue, the step's
+    /// intent left to its policy.
+    Requeued,
     /// A step error stopped the execution (lock lost, non-determinism, an ambiguous step left
-    /// to an operator, storage, a guarded step past its timeout): nothing was finalized and
-    /// the lock is released, so the execution is resumed or parked by whoever accounts for
-    /// failed runs.
+    /// to an operator, storage): nothing was finalized and the lock is released, so the
+    /// execution is resumed or parked by whoever accounts for failed runs.
     Halted(String),
     /// The run's first write lost a deferred open's race: the execution is another run's, and
     /// this one wrote nothing.
@@ -78,10 +80,7 @@ pub(crate) async fn run(
     }
     match stopped {
         Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
-        Some(Stop::TimedOut(timeout)) if timeout.keeps_intent() => {
-            return Ok(halt(execution, timeout.message()).await);
-        }
-        Some(Stop::TimedOut(timeout)) => return timeout.fail(execution).await,
+        Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
         Some(Stop::Halted(_)) if slot.raced => {
             drop(execution);
             return Ok(Ran::Raced);
@@ -124,8 +123,7 @@ pub(crate) async fn run(
     }
 }
 
-/// Ends a run that a step error (or a guarded step's timeout) stopped, without ending its
-/// execution. What the run recorded before it stopped stays recorded, so the failure
+/// Ends a run that a step error stopped, without ending its execution. What the run recorded before it stopped stays recorded, so the failure
 /// accounting sees its progress; a flush that fails (the lock is lost, a cancel request)
 /// loses only steps that run again. Dropping the handle then releases the lock and leaves
 /// the execution to be resumed.
