@@ -2,7 +2,8 @@
 //! once; one a live process holds gets a request, after which that holder's writes are refused
 //! (nothing written) but a guarded step's result, `fail` and `finish_cancelled`, so no step row
 //! commits after the request. A guarded step in flight finishes its protocol; an ambiguous
-//! intent survives a cancel; bad input writes nothing.
+//! intent survives a cancel; under write-behind a refused write keeps the guarded results it
+//! carries and drops the other pending rows; bad input writes nothing.
 //!
 //! Method: two journals on one file are two lock instances, as two processes would be: the
 //! holder drives an execution through one, the operator cancels through the other and finds
@@ -324,4 +325,77 @@ async fn bad_cancels_are_refused_and_write_nothing() {
         .await;
     assert!(matches!(hook, Err(Error::Refused(_))), "{hook:?}");
     assert_eq!((events(), operator.get(running).unwrap()), before);
+}
+
+/// Under write-behind, a write that meets a request keeps the guarded results it carries and
+/// drops the other pending rows: a pure step's pending result is dropped with the refused
+/// write of the next idempotent step (whose closure never runs), while a guarded step's
+/// pending result is written by the refused intent of the next guarded step.
+#[tokio::test]
+async fn pending_rows_are_dropped_but_guarded_results_written() {
+    let scratch = Scratch::new();
+    let (holder, operator) = (scratch.open(), scratch.open());
+
+    let id = durably_journal::new_execution_id();
+    let mut execution = start(&holder, id).await;
+    execution.defer_results();
+    let value: u32 = execution.pure("p0", || async { Ok(7) }).await.unwrap();
+    assert_eq!(value, 7);
+    operator.operator().cancel(id, "stop it").await.unwrap();
+    let called = Arc::new(AtomicU32::new(0));
+    let calls = Arc::clone(&called);
+    let error = execution
+        .idempotent("i1", move |_key| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<u32, StepError>(1) }
+        })
+        .await
+        .unwrap_err();
+    assert!(is_cancel_requested(&error, id), "{error:?}");
+    assert_eq!(called.load(Ordering::SeqCst), 0);
+    assert!(
+        holder.steps(id).unwrap().is_empty(),
+        "p0's pending row was dropped"
+    );
+    execution
+        .finish_cancelled("stop it", |_| Ok(()))
+        .await
+        .unwrap();
+
+    let id = durably_journal::new_execution_id();
+    let mut execution = start(&holder, id).await;
+    execution.defer_results();
+    let charged = execution
+        .guarded("g0", Policy::Retry, |_key| async {
+            Ok::<u32, StepError>(3)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(charged, Guarded::Done(3)));
+    assert_eq!(
+        holder.steps(id).unwrap()[0].state,
+        StepState::Intent,
+        "the result waits"
+    );
+    operator.operator().cancel(id, "stop it").await.unwrap();
+    let error = execution
+        .guarded("g1", Policy::Retry, |_key| async {
+            Ok::<u32, StepError>(4)
+        })
+        .await
+        .unwrap_err();
+    assert!(is_cancel_requested(&error, id), "{error:?}");
+    let steps = holder.steps(id).unwrap();
+    assert_eq!(steps.len(), 1, "g1's intent was refused");
+    assert_eq!(
+        steps[0].state,
+        StepState::Completed,
+        "g0's result was written"
+    );
+    let (detail, last_row) = request_event_and_last_row(&operator, id);
+    assert_eq!(detail["last_step_id"].as_i64(), last_row);
+    execution
+        .finish_cancelled("stop it", |_| Ok(()))
+        .await
+        .unwrap();
 }

@@ -312,17 +312,8 @@ impl Fence {
                 };
                 if let Some(reason) = request {
                     locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
-                    let dropped = match carry {
-                        Some(carry) => taken(&carry).write_guarded_results(conn, id, &resource)?,
-                        None => false,
-                    };
                     let hooked = first.as_deref().is_some_and(is_kept);
-                    let refused = match requests {
-                        CancelRequests::Refuse => true,
-                        CancelRequests::Admit => false,
-                        CancelRequests::Carried => dropped || hooked,
-                    };
-                    if refused {
+                    if refused_under_request(conn, (id, &resource), carry, hooked, requests)? {
                         return Ok(Fenced::Refused(reason));
                     }
                 } else if let Some(carry) = carry {
@@ -404,6 +395,28 @@ impl Fence {
             Ok(())
         });
     }
+}
+
+/// In a write's transaction that found a cancel request pending (R5): writes the guarded
+/// steps' results the write carries and drops its other pending rows, then says whether the
+/// write is refused. A write of what is pending alone is refused only if it dropped a row or
+/// has a hook of the caller's (a step of `step_with`, which is never guarded).
+fn refused_under_request(
+    conn: &Connection,
+    (id, resource): (Uuid, &str),
+    carry: Option<Arc<Mutex<Carry>>>,
+    hooked: bool,
+    requests: CancelRequests,
+) -> Result<bool> {
+    let dropped = match carry {
+        Some(carry) => taken(&carry).write_guarded_results(conn, id, resource)?,
+        None => false,
+    };
+    Ok(match requests {
+        CancelRequests::Refuse => true,
+        CancelRequests::Admit => false,
+        CancelRequests::Carried => dropped || hooked,
+    })
 }
 
 /// Takes what the handle carries, leaving it empty.
