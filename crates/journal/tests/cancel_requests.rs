@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use durably_journal::lifecycle::{self, CANCEL_REASON_BYTES_MAX, Inserted, NewExecution};
 use durably_journal::{
-    CancelOutcome, Error, Guarded, Journal, Policy, Status, StepError, StepState,
+    CancelOutcome, Error, Execution, Guarded, Journal, Policy, Status, StepError, StepState,
 };
 use support::{Scratch, barrier, leave_guarded_step_ambiguous, pure_steps, start};
 use uuid::Uuid;
@@ -38,6 +38,32 @@ fn request_event_and_last_row(journal: &Journal, id: Uuid) -> (serde_json::Value
     (events[0].detail.to_value().unwrap(), last_row)
 }
 
+/// A holder and an operator: two journals on one file (two lock instances), and an execution
+/// the holder opened and ran `steps` pure steps of.
+async fn held(steps: u32) -> (Scratch, Journal, Journal, Uuid, Execution) {
+    let scratch = Scratch::new();
+    let (holder, operator) = (scratch.open(), scratch.open());
+    let id = durably_journal::new_execution_id();
+    let mut execution = start(&holder, id).await;
+    pure_steps(&mut execution, 0..steps).await;
+    (scratch, holder, operator, id, execution)
+}
+
+/// Checks R5 (no step row of `id` is newer than the one its request named) and ends the
+/// execution `cancelled`.
+async fn finish_after_request(operator: &Journal, id: Uuid, execution: Execution) {
+    let (detail, last_row) = request_event_and_last_row(operator, id);
+    assert_eq!(
+        detail["last_step_id"].as_i64(),
+        last_row,
+        "a step row after the request"
+    );
+    execution
+        .finish_cancelled("stop it", |_| Ok(()))
+        .await
+        .unwrap();
+}
+
 fn is_cancel_requested(error: &Error, id: Uuid) -> bool {
     matches!(error, Error::CancelRequested { execution_id, reason }
         if *execution_id == id && reason == "stop it")
@@ -48,11 +74,7 @@ fn is_cancel_requested(error: &Error, id: Uuid) -> bool {
 /// no step row is newer than the one the request named.
 #[tokio::test]
 async fn a_live_holder_is_asked_and_its_writes_are_refused() {
-    let scratch = Scratch::new();
-    let (holder, operator) = (scratch.open(), scratch.open());
-    let id = durably_journal::new_execution_id();
-    let mut execution = start(&holder, id).await;
-    pure_steps(&mut execution, 0..2).await;
+    let (_scratch, holder, operator, id, mut execution) = held(2).await;
 
     let outcome = operator.operator().cancel(id, "stop it").await.unwrap();
     assert_eq!(
@@ -103,11 +125,7 @@ async fn a_live_holder_is_asked_and_its_writes_are_refused() {
 /// is refused; failing is allowed.
 #[tokio::test]
 async fn the_next_intent_and_the_completion_are_refused_but_fail_is_not() {
-    let scratch = Scratch::new();
-    let (holder, operator) = (scratch.open(), scratch.open());
-    let id = durably_journal::new_execution_id();
-    let mut execution = start(&holder, id).await;
-    pure_steps(&mut execution, 0..1).await;
+    let (_scratch, holder, operator, id, mut execution) = held(1).await;
     operator.operator().cancel(id, "stop it").await.unwrap();
 
     let called = Arc::new(AtomicU32::new(0));
@@ -189,12 +207,7 @@ async fn a_guarded_step_in_flight_finishes_its_protocol() {
         }
         assert_eq!(attempts.load(Ordering::SeqCst), 1, "no second attempt");
         // The result updated the intent's row: no row is newer than the request's.
-        let (detail, last_row) = request_event_and_last_row(&operator, id);
-        assert_eq!(detail["last_step_id"].as_i64(), last_row);
-        execution
-            .finish_cancelled("stop it", |_| Ok(()))
-            .await
-            .unwrap();
+        finish_after_request(&operator, id, execution).await;
     }
 }
 
@@ -333,11 +346,7 @@ async fn bad_cancels_are_refused_and_write_nothing() {
 /// pending result is written by the refused intent of the next guarded step.
 #[tokio::test]
 async fn pending_rows_are_dropped_but_guarded_results_written() {
-    let scratch = Scratch::new();
-    let (holder, operator) = (scratch.open(), scratch.open());
-
-    let id = durably_journal::new_execution_id();
-    let mut execution = start(&holder, id).await;
+    let (_scratch, holder, operator, id, mut execution) = held(0).await;
     execution.defer_results();
     let value: u32 = execution.pure("p0", || async { Ok(7) }).await.unwrap();
     assert_eq!(value, 7);
@@ -392,10 +401,5 @@ async fn pending_rows_are_dropped_but_guarded_results_written() {
         StepState::Completed,
         "g0's result was written"
     );
-    let (detail, last_row) = request_event_and_last_row(&operator, id);
-    assert_eq!(detail["last_step_id"].as_i64(), last_row);
-    execution
-        .finish_cancelled("stop it", |_| Ok(()))
-        .await
-        .unwrap();
+    finish_after_request(&operator, id, execution).await;
 }

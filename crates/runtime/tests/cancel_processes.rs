@@ -114,18 +114,13 @@ fn serving(journal: Journal) -> durably_runtime::RuntimeBuilder {
 /// The child's side; does nothing when run as an ordinary test.
 #[tokio::test]
 async fn child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some((role, db, id)) = support::child_spec(CHILD_ENV) else {
         return;
     };
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    let mut words = spec.splitn(3, ' ');
-    let (role, journal, id) = (
-        words.next().unwrap(),
-        Journal::open(words.next().unwrap()).unwrap(),
-        words.next().unwrap().parse::<Uuid>().unwrap(),
-    );
-    match role {
+    let journal = Journal::open(db).unwrap();
+    match role.as_str() {
         "serve" => {
             let runtime = serving(journal).start().await.unwrap();
             let ended = runtime.handle::<serde_json::Value>(id).result().await;
@@ -159,11 +154,8 @@ struct Holder {
 
 /// The child process running `role` on execution `id`, with `failpoints` when given.
 fn child_command(role: &str, db: &std::path::Path, id: Uuid, failpoints: Option<&str>) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, format!("{role} {} {id}", db.display()))
-        .env_remove("FAILPOINTS");
+    let mut command = support::child_command(CHILD_ENV, &format!("{role} {} {id}", db.display()));
+    command.env_remove("FAILPOINTS");
     if let Some(failpoints) = failpoints {
         command.env("FAILPOINTS", failpoints);
     }
