@@ -310,26 +310,25 @@ impl Fence {
                 } else {
                     crate::lifecycle::pending_cancel_of(conn, &resource)?
                 };
+                // The caller's first hook runs before the carry is taken, so that its refusal
+                // leaves what is pending untaken; under a request, only an admitted write runs
+                // it.
+                let hooked = first.as_deref().is_some_and(is_kept);
+                let run_hook = request.is_none() || requests == CancelRequests::Admit;
+                if let Some(hook) = first.as_deref().filter(|_| run_hook).and_then(take) {
+                    hook(conn)?;
+                }
                 if let Some(reason) = request {
                     locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
-                    let hooked = first.as_deref().is_some_and(is_kept);
                     if refused_under_request(conn, (id, &resource), carry, hooked, requests)? {
                         return Ok(Fenced::Refused(reason));
                     }
                 } else if let Some(carry) = carry {
                     // Taken here, in the transaction: if it does not commit, it is lost, and
-                    // the handle halts (see `super::deferred`). After the caller's first hook,
-                    // so that its refusal leaves the carry untaken.
-                    if let Some(hook) = first.as_deref().and_then(take) {
-                        hook(conn)?;
-                    }
+                    // the handle halts (see `super::deferred`).
                     taken(&carry).write(conn, &locker, (id, &resource), &epoch, &now)?;
-                    return work(conn, &resource, at, &now).map(Fenced::Done);
                 } else {
                     locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
-                }
-                if let Some(hook) = first.as_deref().and_then(take) {
-                    hook(conn)?;
                 }
                 work(conn, &resource, at, &now).map(Fenced::Done)
             })
