@@ -76,3 +76,4 @@ pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
+pub use start::StartOutcome;
