@@ -1,0 +1,237 @@
+//! A journal with real runtime rows for the CLI's tests: a runtime of this test process serves
+//! two kinds (`approval`, held at a gate the test opens, and `oversized`, whose every run fails
+//! without recording a step), and a kind nobody serves (`report`, in queue `reports`) is
+//! registered by a runtime that has stopped, so its executions stay queued.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use durably::runtime::{QueueConfig, Runtime, WorkflowContext, WorkflowError};
+use durably::{Journal, Status};
+use rusqlite::types::Value;
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+/// The payload cap of the test's journal: `oversized` returns more than this from a step.
+pub const PAYLOAD_BYTES_MAX: usize = 4096;
+
+/// The kind a runtime of this process serves, held until [`RuntimeJournal::open_gate`].
+pub const SERVED: &str = "approval";
+
+/// The kind registered by a stopped runtime: nobody claims its executions.
+pub const UNSERVED: &str = "report";
+
+/// The queue of [`UNSERVED`] executions, limit 2.
+pub const QUEUE: &str = "reports";
+
+/// A journal with a runtime serving [`SERVED`] and `oversized`.
+pub struct RuntimeJournal {
+    /// Keeps the files.
+    pub dir: tempfile::TempDir,
+    /// The database.
+    pub db: PathBuf,
+    /// Runs the runtime; dropped last.
+    pub tokio: tokio::runtime::Runtime,
+    /// The journal the runtime writes with.
+    pub journal: Journal,
+    /// The runtime; `None` once stopped.
+    pub runtime: Option<Runtime>,
+    gate: Arc<Semaphore>,
+}
+
+/// `approval`: fails when its input says `{"refuse": true}`, else waits for a permit of the
+/// gate and returns its input.
+async fn approval(
+    gate: Arc<Semaphore>,
+    input: serde_json::Value,
+) -> Result<serde_json::Value, WorkflowError> {
+    if input["refuse"] == true {
+        return Err(WorkflowError::new("refused by the test"));
+    }
+    gate.acquire().await.unwrap().forget();
+    Ok(input)
+}
+
+impl RuntimeJournal {
+    /// The journal, with the runtimes started.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("journal.db");
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let gate = Arc::new(Semaphore::new(0));
+        let (journal, runtime) = tokio.block_on(async {
+            let journal = Journal::builder(&db)
+                .payload_bytes_max(PAYLOAD_BYTES_MAX)
+                .open()
+                .unwrap();
+            let stopped = Runtime::builder(journal.clone())
+                .register(UNSERVED, 1, |_context: WorkflowContext, (): ()| async {
+                    Ok::<_, WorkflowError>(())
+                })
+                .queue(
+                    QUEUE,
+                    QueueConfig {
+                        concurrency_max: Some(2),
+                        process_concurrency_max: None,
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            stopped.shutdown();
+            drop(stopped);
+            let held = Arc::clone(&gate);
+            let runtime = Runtime::builder(journal.clone())
+                .register(SERVED, 1, move |_context: WorkflowContext, input| {
+                    approval(Arc::clone(&held), input)
+                })
+                .register(
+                    "oversized",
+                    1,
+                    |mut context: WorkflowContext, (): ()| async move {
+                        let text: String = context
+                            .pure("too big", || async { Ok("x".repeat(PAYLOAD_BYTES_MAX)) })
+                            .await?;
+                        Ok::<_, WorkflowError>(text)
+                    },
+                )
+                .resume_failures_max(3)
+                .start()
+                .await
+                .unwrap();
+            (journal, runtime)
+        });
+        Self {
+            dir,
+            db,
+            tokio,
+            journal,
+            runtime: Some(runtime),
+            gate,
+        }
+    }
+
+    /// The database path as an argument.
+    pub fn db_arg(&self) -> &str {
+        self.db.to_str().unwrap()
+    }
+
+    /// Lets one held `approval` finish.
+    pub fn open_gate(&self) {
+        self.gate.add_permits(1);
+    }
+
+    /// Stops the runtime from claiming anything more.
+    pub fn stop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown();
+        }
+    }
+
+    /// Runs `durably --db DB ARGS`, and fails the test if it runs past a minute.
+    pub fn durably(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--db", self.db_arg()];
+        all.extend(args);
+        crate::common::durably_within(&all, Duration::from_mins(1))
+    }
+
+    /// `durably --json start KIND JSON ARGS`: the started execution's id.
+    pub fn start(&self, kind: &str, input: &str, args: &[&str]) -> Uuid {
+        let mut all = vec!["--json", "start", kind, input];
+        all.extend(args);
+        let output = self.durably(&all);
+        crate::common::assert_code(&output, 0);
+        let started = crate::common::json(&output);
+        started["execution_id"].as_str().unwrap().parse().unwrap()
+    }
+
+    /// The status of `id`, read by the library.
+    pub fn status(&self, id: Uuid) -> Status {
+        self.journal.get(id).unwrap().unwrap().status
+    }
+
+    /// Waits until `id` has `status`: the runtime gets there through commits of its own that
+    /// the test cannot await one by one, so this reads until it sees it, for at most a minute.
+    pub fn wait_for(&self, id: Uuid, status: Status) {
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while self.status(id) != status {
+            assert!(
+                Instant::now() < deadline,
+                "{id} is {}, never {status}",
+                self.status(id)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Writes with plain SQL in the journal's transaction: for states that no API of the
+    /// runtime makes yet (a parked wait, a consumed message, a workflow event).
+    pub fn stand_in(&self, sql: &str, id: Uuid) {
+        let (sql, id) = (sql.to_owned(), id.to_string());
+        self.tokio
+            .block_on(self.journal.write(move |conn| {
+                assert_eq!(conn.execute(&sql, [id])?, 1, "{sql}");
+                Ok(())
+            }))
+            .unwrap();
+    }
+
+    /// Every row of every table and every schema object, to show that a command changed
+    /// nothing.
+    pub fn dump(&self) -> Vec<(String, Vec<Vec<Value>>)> {
+        dump(&self.db)
+    }
+}
+
+impl Drop for RuntimeJournal {
+    fn drop(&mut self) {
+        self.stop();
+        // Lets the held workflows end, so the runtime's tasks stop with it.
+        self.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+    }
+}
+
+/// Every row of every table of `db`, and its schema, in a stable order.
+pub fn dump(db: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut all = Vec::new();
+    for table in tables {
+        let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
+        let columns = statement.column_count();
+        let mut rows: Vec<Vec<Value>> = statement
+            .query_map([], |row| (0..columns).map(|i| row.get(i)).collect())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort_by_key(|row| format!("{row:?}"));
+        all.push((table, rows));
+    }
+    let mut schema = conn
+        .prepare("SELECT type, name, sql FROM sqlite_schema")
+        .unwrap();
+    let mut objects: Vec<Vec<Value>> = schema
+        .query_map([], |row| (0..3).map(|i| row.get(i)).collect())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    objects.sort_by_key(|object| format!("{object:?}"));
+    all.push(("sqlite_schema".to_owned(), objects));
+    all
+}
