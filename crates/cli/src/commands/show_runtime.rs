@@ -135,11 +135,10 @@ pub(super) fn render(shown: &RuntimeShown, row: &super::ls::Row) -> String {
     let mut text = String::new();
     if let Some(runtime) = &shown.runtime {
         text.push_str("\nruntime\n");
-        let place = match (&row.queue, row.position) {
-            (Some(queue), Some(position)) => format!("{queue} (#{position})"),
-            (Some(queue), None) => queue.clone(),
-            (None, Some(position)) => format!("none (#{position})"),
-            (None, None) => "none".to_owned(),
+        let queue = or_dash(row.queue.as_deref());
+        let place = match row.position {
+            Some(position) => format!("{queue} (#{position})"),
+            None => queue,
         };
         let last = runtime.last_failure.as_ref().map(ToString::to_string);
         let fields = [
@@ -164,6 +163,9 @@ pub(super) fn render(shown: &RuntimeShown, row: &super::ls::Row) -> String {
 
 fn render_messages(shown: &RuntimeShown, id: &str) -> String {
     let messages = &shown.messages;
+    if shown.messages_count == 0 {
+        return "\nmessages (none)\n".to_owned();
+    }
     let mut text = format!(
         "\nmessages ({} of {}, {} pending)\n",
         messages.len(),
@@ -201,6 +203,9 @@ fn render_messages(shown: &RuntimeShown, id: &str) -> String {
 
 fn render_events(shown: &RuntimeShown, id: &str) -> String {
     let events = &shown.workflow_events;
+    if shown.workflow_events_count == 0 {
+        return "\nworkflow events (none)\n".to_owned();
+    }
     let mut text = format!(
         "\nworkflow events ({} of {})\n",
         events.len(),

@@ -30,8 +30,8 @@ pub const QUEUE: &str = "reports";
 
 /// A journal with a runtime serving [`SERVED`] and `oversized`.
 pub struct RuntimeJournal {
-    /// Keeps the files.
-    pub dir: tempfile::TempDir,
+    /// Keeps the files of a journal made for the test.
+    pub dir: Option<tempfile::TempDir>,
     /// The database.
     pub db: PathBuf,
     /// Runs the runtime; dropped last.
@@ -57,10 +57,15 @@ async fn approval(
 }
 
 impl RuntimeJournal {
-    /// The journal, with the runtimes started.
+    /// A new journal, with the runtimes started.
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("journal.db");
+        Self::at(db, Some(dir))
+    }
+
+    /// The journal at `db` (made if missing), with the runtimes started.
+    pub fn at(db: PathBuf, dir: Option<tempfile::TempDir>) -> Self {
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -234,4 +239,41 @@ pub fn dump(db: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     objects.sort_by_key(|object| format!("{object:?}"));
     all.push(("sqlite_schema".to_owned(), objects));
     all
+}
+
+/// Adds to the journal at `db` one runtime execution in each parked state (queued in a queue
+/// at two priorities, waiting for a message, stuck after a crash loop), with messages (one
+/// consumed) and a workflow event, and stops its runtime: rows for the query docs.
+pub fn add_runtime_rows(db: &Path) {
+    let mut journal = RuntimeJournal::at(db.to_owned(), None);
+    journal.start(UNSERVED, "null", &["--queue", QUEUE]);
+    let receiver = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--priority", "5"]);
+    let receiver_arg = receiver.to_string();
+    for (message, key) in [
+        ("{\"approved\": false}", "click-1"),
+        ("{\"approved\": true}", "click-2"),
+    ] {
+        let output = journal.durably(&["send", &receiver_arg, "approval", message, "--key", key]);
+        crate::common::assert_code(&output, 0);
+    }
+    journal.stand_in(
+        "UPDATE messages SET consumed_seq = 0, consumed_at = sent_at
+         WHERE id = (SELECT min(id) FROM messages WHERE execution_id = ?1)",
+        receiver,
+    );
+    journal.stand_in(
+        "INSERT INTO workflow_events (execution_id, key, value, seq, set_at)
+         VALUES (?1, 'status', '\"awaiting approval ✓\"', 0, '2026-01-01T00:00:00.000Z')",
+        receiver,
+    );
+    let parked = journal.start(UNSERVED, "null", &[]);
+    journal.stand_in(
+        "UPDATE executions SET status = 'waiting', wait_topic = 'approval',
+                               due_at = '2099-01-01T00:00:00.000Z'
+         WHERE execution_id = ?1",
+        parked,
+    );
+    let stuck = journal.start("oversized", "null", &[]);
+    journal.wait_for(stuck, Status::Stuck);
+    journal.stop();
 }
