@@ -254,8 +254,7 @@ fn send_delivers_once_per_key_and_refuses_what_it_must() {
 #[test]
 fn a_stuck_execution_is_resumed_and_other_resumes_are_refused() {
     let journal = RuntimeJournal::new();
-    let stuck = journal.start("oversized", "null", &[]);
-    journal.wait_for(stuck, Status::Stuck);
+    let stuck = journal.stuck();
     let stuck_arg = stuck.to_string();
     let listed = json(&journal.durably(&["--json", "ls", "--status", "stuck"]));
     assert_eq!(listed[0]["execution_id"], stuck_arg);

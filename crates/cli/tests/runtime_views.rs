@@ -18,7 +18,7 @@ mod runtime_support;
 
 use common::{assert_code, fixture, json, stdout};
 use durably::{Opened, Policy, Status, StepError};
-use runtime_support::{QUEUE, RuntimeJournal, SERVED, UNSERVED};
+use runtime_support::{PARKED_UNTIL, QUEUE, RuntimeJournal, SERVED, UNSERVED};
 use uuid::Uuid;
 
 /// The line of `ls`'s table that shows `id`.
@@ -36,15 +36,8 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     let first = journal.start(UNSERVED, "null", &["--queue", QUEUE]);
     let urgent = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--priority", "5"]);
     let later = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--not-before", "1h"]);
-    let parked = journal.start(UNSERVED, "null", &[]);
-    journal.stand_in(
-        "UPDATE executions SET status = 'waiting', wait_topic = 'approval',
-                               due_at = '2099-01-01T00:00:00.000Z'
-         WHERE execution_id = ?1",
-        parked,
-    );
-    let stuck = journal.start("oversized", "null", &[]);
-    journal.wait_for(stuck, Status::Stuck);
+    let parked = journal.parked();
+    let stuck = journal.stuck();
     let running = journal.start(SERVED, "{}", &[]);
     journal.wait_for(running, Status::Running);
     journal.stand_in(
@@ -96,7 +89,7 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     }
     let waiting = json(&journal.durably(&["--json", "ls", "--status", "waiting"]));
     assert_eq!(waiting[0]["wait_topic"], "approval");
-    assert_eq!(waiting[0]["due_at"], "2099-01-01T00:00:00.000Z");
+    assert_eq!(waiting[0]["due_at"], PARKED_UNTIL);
 
     let in_queue = json(&journal.durably(&["--json", "ls", "--queue", QUEUE]));
     assert_eq!(in_queue.as_array().unwrap().len(), 3);
@@ -241,8 +234,7 @@ fn show_prints_the_runtime_block_and_pages_of_messages_and_workflow_events() {
 #[test]
 fn a_stuck_execution_shows_why_and_a_hand_driven_one_shows_no_runtime() {
     let journal = RuntimeJournal::new();
-    let stuck = journal.start("oversized", "null", &[]);
-    journal.wait_for(stuck, Status::Stuck);
+    let stuck = journal.stuck();
     let text = stdout(&journal.durably(&["show", &stuck.to_string()]));
     assert!(
         text.contains("detail     {\"failures\":3,\"last\":{"),

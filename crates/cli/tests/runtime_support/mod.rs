@@ -25,6 +25,9 @@ pub const SERVED: &str = "approval";
 /// The kind registered by a stopped runtime: nobody claims its executions.
 pub const UNSERVED: &str = "report";
 
+/// When a [`RuntimeJournal::parked`] execution wakes at the latest.
+pub const PARKED_UNTIL: &str = "2099-01-01T00:00:00.000Z";
+
 /// The queue of [`UNSERVED`] executions, limit 2.
 pub const QUEUE: &str = "reports";
 
@@ -189,6 +192,28 @@ impl RuntimeJournal {
             .unwrap();
     }
 
+    /// A new execution of [`UNSERVED`], parked `waiting` for a message on topic `approval`
+    /// until [`PARKED_UNTIL`] (written as the runtime's park writes it).
+    pub fn parked(&self) -> Uuid {
+        let id = self.start(UNSERVED, "null", &[]);
+        self.stand_in(
+            &format!(
+                "UPDATE executions SET status = 'waiting', wait_topic = 'approval',
+                                       due_at = '{PARKED_UNTIL}'
+                 WHERE execution_id = ?1"
+            ),
+            id,
+        );
+        id
+    }
+
+    /// A new execution of `oversized`, once the runtime has parked it `stuck`.
+    pub fn stuck(&self) -> Uuid {
+        let id = self.start("oversized", "null", &[]);
+        self.wait_for(id, Status::Stuck);
+        id
+    }
+
     /// Every row of every table and every schema object, to show that a command changed
     /// nothing.
     pub fn dump(&self) -> Vec<(String, Vec<Vec<Value>>)> {
@@ -266,14 +291,7 @@ pub fn add_runtime_rows(db: &Path) {
          VALUES (?1, 'status', '\"awaiting approval ✓\"', 0, '2026-01-01T00:00:00.000Z')",
         receiver,
     );
-    let parked = journal.start(UNSERVED, "null", &[]);
-    journal.stand_in(
-        "UPDATE executions SET status = 'waiting', wait_topic = 'approval',
-                               due_at = '2099-01-01T00:00:00.000Z'
-         WHERE execution_id = ?1",
-        parked,
-    );
-    let stuck = journal.start("oversized", "null", &[]);
-    journal.wait_for(stuck, Status::Stuck);
+    journal.parked();
+    journal.stuck();
     journal.stop();
 }
