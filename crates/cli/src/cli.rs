@@ -15,13 +15,16 @@ pub const LIST_LIMIT_MAX: u32 = 10_000;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 ok, 1 the command failed (missing or foreign database, refused operator action, \
-storage error), 2 the command line is wrong (unknown flag, bad id, bad JSON, bad duration). \
+refused start or send, start --wait that did not complete, storage error), 2 the command line \
+is wrong (unknown flag, bad id, bad JSON, bad duration, a name with a control character). \
 Errors print as `durably: error: ...` and `durably: hint: ...` on standard error, or with \
 --json as one JSON object {error, hint, exit_code}.
 
 Reading commands (ls, show, locks, fires, sweep --dry-run) only read: they never create, \
 migrate or change a file, and read access to the journal is enough. sweep, cancel and gc first \
 run SQLite's integrity check and refuse a journal that fails it, unless given --force. \
+start, send and resume go through the runtime (durably::runtime) and need a journal that a \
+runtime has used; they refuse what a program's call would refuse, and a refusal writes nothing. \
 Every reading command takes --json; its fields are listed in docs/cli.md and are stable. \
 Text from the database is printed with control characters escaped (ESC prints as \\e).";
 
@@ -218,7 +221,7 @@ pub struct StartArgs {
     /// The workflow kind, as a runtime on this journal registered it.
     pub kind: String,
     /// The input, as JSON (quote it for the shell: '{"order": 42}').
-    #[arg(value_name = "JSON", value_parser = parse_json)]
+    #[arg(value_name = "JSON", value_parser = parse_json, allow_negative_numbers = true)]
     pub input: serde_json::Value,
     /// The execution id; without it, a new one. Starting an id again returns that execution.
     #[arg(long, value_name = "UUID", value_parser = parse_execution_id)]
@@ -265,7 +268,7 @@ pub struct SendArgs {
     /// The topic its `recv` waits on.
     pub topic: String,
     /// The message, as JSON (quote it for the shell: '{"approved": true}').
-    #[arg(value_name = "JSON", value_parser = parse_json)]
+    #[arg(value_name = "JSON", value_parser = parse_json, allow_negative_numbers = true)]
     pub message: serde_json::Value,
     /// An idempotency key: the same key sent again to this execution delivers nothing more.
     #[arg(long, value_name = "K")]
