@@ -1,7 +1,7 @@
 //! What these prove: `durably start`, `send` and `resume` work through the runtime on a
 //! journal that a runtime of another process serves: a start is durable and idempotent by id
 //! and says whether it created the execution, `--wait` prints the outcome with exit code 0
-//! only when it completed, a message is delivered once per key, and a stuck execution goes
+//! only when it completed (and stops waiting when only an operator can move it on), a message is delivered once per key, and a stuck execution goes
 //! back to its queue. Every refusal of the runtime plan's §9 table gets its exit code (2 for
 //! a bad name, JSON, id or option; 1 for the rest) and a hint, and leaves the journal exactly
 //! as it was, rows and schema; on a journal no runtime has used, they do not even add the
@@ -62,6 +62,11 @@ fn start_runs_a_kind_served_elsewhere_and_wait_reports_its_outcome() {
     assert_eq!(started["status"], "completed");
     assert_eq!(started["output_preview"], r#"{"order":7}"#);
     assert_eq!(started["error_preview"], serde_json::Value::Null);
+
+    // A crash loop ends the wait once the execution is stuck: only an operator moves it on.
+    let output = journal.durably(&["start", "oversized", "null", "--wait"]);
+    assert_stderr_says(&output, 1, "is stuck: it runs again only after an operator acts");
+    assert!(stderr(&output).contains("`durably resume "), "{}", stderr(&output));
 
     // A failure is printed as an error, after the start.
     let output = journal.durably(&["start", SERVED, r#"{"refuse": true}"#, "--wait"]);

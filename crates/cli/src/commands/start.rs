@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use durably::runtime::{Client, Error, OnDuplicate, StartOptions, StartOutcome};
+use durably::Status;
+use durably::runtime::{Client, Error, OnDuplicate, StartOptions, StartOutcome, WorkflowHandle};
 use serde::Serialize;
 use serde::de::IgnoredAny;
 use uuid::Uuid;
@@ -35,8 +36,43 @@ enum Waited {
     Completed,
     /// It failed or was cancelled: the runtime's error says which.
     Ended(Error),
+    /// It is stuck or awaits an operator: nothing moves it on until an operator acts.
+    NeedsOperator,
     /// It had not ended in time.
     TimedOut(Duration),
+}
+
+/// How often `--wait` checks whether the execution is stuck or awaits an operator. Its end
+/// wakes the wait at once, through the runtime's watcher; these states only end a wait that
+/// would otherwise last until an operator acts.
+const OPERATOR_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Waits until the execution ends, needs an operator, or `limit` has passed.
+async fn wait(handle: &WorkflowHandle<IgnoredAny>, limit: Option<Duration>) -> Result<Waited> {
+    let needs_operator = async {
+        loop {
+            tokio::time::sleep(OPERATOR_CHECK_INTERVAL).await;
+            if matches!(handle.status()?, Status::Stuck | Status::AwaitingOperator) {
+                return Ok::<_, Error>(Waited::NeedsOperator);
+            }
+        }
+    };
+    let waited = async {
+        tokio::select! {
+            ended = handle.result() => ended.map(|_| Waited::Completed),
+            parked = needs_operator => parked,
+        }
+    };
+    let waited = match limit {
+        None => waited.await,
+        Some(limit) => tokio::time::timeout(limit, waited)
+            .await
+            .unwrap_or(Ok(Waited::TimedOut(limit))),
+    };
+    Ok(waited.or_else(|error| match error {
+        Error::WorkflowFailed { .. } | Error::Cancelled { .. } => Ok(Waited::Ended(error)),
+        error => Err(error),
+    })?)
 }
 
 /// Starts the execution, and waits for it when asked.
@@ -57,23 +93,10 @@ pub fn run(target: &Target, args: &StartArgs, json: bool) -> Result<()> {
         options(args),
     ))?;
     let id = handle.id();
-    let waited = match args.wait {
-        None => None,
-        Some(limit) => Some(runtime.block_on(async {
-            let result = handle.result();
-            match limit {
-                None => result.await.map(|_| Waited::Completed),
-                Some(limit) => match tokio::time::timeout(limit.into(), result).await {
-                    Ok(outcome) => outcome.map(|_| Waited::Completed),
-                    Err(_) => Ok(Waited::TimedOut(limit.into())),
-                },
-            }
-            .or_else(|error| match error {
-                Error::WorkflowFailed { .. } | Error::Cancelled { .. } => Ok(Waited::Ended(error)),
-                error => Err(error),
-            })
-        })?),
-    };
+    let waited = args
+        .wait
+        .map(|limit| runtime.block_on(wait(&handle, limit.map(Duration::from))))
+        .transpose()?;
     let started = started(&client, id, outcome)?;
     if json {
         print_json(&started)?;
@@ -83,6 +106,14 @@ pub fn run(target: &Target, args: &StartArgs, json: bool) -> Result<()> {
     match waited {
         None | Some(Waited::Completed) => Ok(()),
         Some(Waited::Ended(error)) => Err(ended(&error, &started)),
+        Some(Waited::NeedsOperator) => Err(CliError::failure(format!(
+            "execution {id} is {}: it runs again only after an operator acts",
+            started.status
+        ))
+        .hint(format!(
+            "`durably show {id}` says why; `durably resume {id}` once a stuck execution's \
+             cause is fixed, `durably resolve` for a step awaiting an operator"
+        ))),
         Some(Waited::TimedOut(limit)) => Err(CliError::failure(format!(
             "execution {id} has not ended after {}: it is {}",
             humantime::format_duration(limit),
