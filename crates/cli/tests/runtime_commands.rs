@@ -65,8 +65,16 @@ fn start_runs_a_kind_served_elsewhere_and_wait_reports_its_outcome() {
 
     // A crash loop ends the wait once the execution is stuck: only an operator moves it on.
     let output = journal.durably(&["start", "oversized", "null", "--wait"]);
-    assert_stderr_says(&output, 1, "is stuck: it runs again only after an operator acts");
-    assert!(stderr(&output).contains("`durably resume "), "{}", stderr(&output));
+    assert_stderr_says(
+        &output,
+        1,
+        "is stuck: it runs again only after an operator acts",
+    );
+    assert!(
+        stderr(&output).contains("`durably resume "),
+        "{}",
+        stderr(&output)
+    );
 
     // A failure is printed as an error, after the start.
     let output = journal.durably(&["start", SERVED, r#"{"refuse": true}"#, "--wait"]);
