@@ -1,11 +1,14 @@
 //! One run of a workflow on an open execution, and how it ends.
 
+use std::sync::Arc;
+
 use durably_journal::Execution;
 use serde_json::json;
 
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
 use crate::registry::Workflow;
+use crate::waiting::Waits;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -21,15 +24,28 @@ pub(crate) enum Ran {
     /// to an operator, storage): nothing was finalized and the lock is released, so the
     /// execution is resumed or parked by whoever accounts for failed runs.
     Halted(String),
+    /// A wait parked the execution (`waiting`, its lock released): the workflow's future was
+    /// dropped, and a later claim resumes it.
+    Parked,
 }
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock.
-pub(crate) async fn run(execution: Execution, version: u32, workflow: &Workflow) -> Result<Ran> {
+/// with what the workflow returned, in the transaction that releases the lock; or parked by
+/// one of its waits.
+pub(crate) async fn run(
+    execution: Execution,
+    version: u32,
+    workflow: &Workflow,
+    waits: Arc<Waits>,
+) -> Result<Ran> {
     let input: serde_json::Value = execution.input()?;
-    let (context, slot) = WorkflowContext::new(execution, version);
+    let (context, slot, parked) = WorkflowContext::new(execution, version, waits);
     let outcome = match workflow.start(context, input) {
-        Ok(running) => Some(running.await),
+        Ok(running) => tokio::select! {
+            outcome = running => Some(outcome),
+            // The park has released the execution; dropping the future ends the run here.
+            () = parked.notified() => return Ok(Ran::Parked),
+        },
         Err(_) => None,
     };
     let mut slot = slot.lock().await;
@@ -87,6 +103,11 @@ mod tests {
     }
 
     async fn run_on(journal: &Journal, input: &serde_json::Value) -> (uuid::Uuid, Ran) {
+        let waits = Arc::new(Waits {
+            client: crate::Client::new(journal.clone()).await.unwrap(),
+            clock: Arc::new(crate::SystemClock),
+            park_after: crate::waiting::PARK_AFTER_DEFAULT,
+        });
         let mut registry = Registry::default();
         registry.register("double", 1, double);
         let (_, workflow) = registry.latest("double").unwrap();
@@ -98,7 +119,7 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow).await.unwrap())
+        (id, run(execution, 1, workflow, waits).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded
