@@ -6,10 +6,10 @@
 //! with their counts, as escaped previews. Both forms carry the fields docs/cli.md lists, and
 //! neither changes the journal; a journal no runtime has used shows none of it.
 //!
-//! Method: the test process runs a runtime on the journal (see `runtime_support`); states no
-//! runtime API makes yet (a parked wait, a consumed message, a workflow event, a cancel
-//! request) are written with plain SQL, as the runtime will write them. The built binary runs
-//! as a child process.
+//! Method: the test process runs a runtime on the journal (see `runtime_support`) whose
+//! workflows park to receive messages, consume them and publish events; a cancel request,
+//! which no runtime API makes yet, is written with plain SQL as the journal will write it. The
+//! built binary runs as a child process.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,7 +18,7 @@ mod runtime_support;
 
 use common::{assert_code, fixture, json, stdout};
 use durably::{Opened, Policy, Status, StepError};
-use runtime_support::{PARKED_UNTIL, QUEUE, RuntimeJournal, SERVED, UNSERVED};
+use runtime_support::{QUEUE, RuntimeJournal, SERVED, UNSERVED};
 use uuid::Uuid;
 
 /// The line of `ls`'s table that shows `id`.
@@ -51,16 +51,15 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     assert_code(&output, 0);
     let text = stdout(&output);
     assert!(text.lines().next().unwrap().ends_with("DETAIL"), "{text}");
+    let parked_record = journal.journal.get(parked).unwrap().unwrap();
+    let parked_until = durably::lock::format_timestamp(parked_record.due_at.unwrap());
     let later_record = journal.journal.get(later).unwrap().unwrap();
     let not_before = durably::lock::format_timestamp(later_record.due_at.unwrap());
     for (id, detail) in [
         (urgent, "q=reports #1 p=5".to_owned()),
         (first, "q=reports #2 p=0".to_owned()),
         (later, format!("q=reports p=0 not before {not_before}")),
-        (
-            parked,
-            "topic approval until 2099-01-01T00:00:00.000Z".to_owned(),
-        ),
+        (parked, format!("topic approval until {parked_until}")),
         (stuck, "failed 3 runs in a row: ".to_owned()),
         (running, "cancel requested".to_owned()),
     ] {
@@ -89,7 +88,7 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     }
     let waiting = json(&journal.durably(&["--json", "ls", "--status", "waiting"]));
     assert_eq!(waiting[0]["wait_topic"], "approval");
-    assert_eq!(waiting[0]["due_at"], PARKED_UNTIL);
+    assert_eq!(waiting[0]["due_at"], parked_until.as_str());
 
     let in_queue = json(&journal.durably(&["--json", "ls", "--queue", QUEUE]));
     assert_eq!(in_queue.as_array().unwrap().len(), 3);
@@ -138,56 +137,48 @@ fn ls_lists_a_step_awaiting_an_operator() {
 #[test]
 fn show_prints_the_runtime_block_and_pages_of_messages_and_workflow_events() {
     let journal = RuntimeJournal::new();
-    let id = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--dedup", "daily"]);
-    let id_arg = id.to_string();
-    for message in [
+    let id = journal.inbox_with_messages(
         r#"{"n": 1}"#,
-        r#""right-to-left \u202e text""#,
-        r#"{"n": 3}"#,
-    ] {
-        assert_code(&journal.durably(&["send", &id_arg, "approval", message]), 0);
-    }
-    journal.stand_in(
-        "UPDATE messages SET consumed_seq = 0, consumed_at = '2026-01-01T00:00:00.000Z'
-         WHERE id = (SELECT min(id) FROM messages WHERE execution_id = ?1)",
-        id,
+        &[r#""right-to-left \u202e text""#, r#"{"n": 3}"#],
     );
-    for (seq, key) in [(1, "status"), (2, "progress")] {
-        journal.stand_in(
-            &format!(
-                "INSERT INTO workflow_events (execution_id, key, value, seq, set_at)
-                 VALUES (?1, '{key}', '\"awaiting approval\"', {seq}, '2026-01-01T00:00:0{seq}.000Z')"
-            ),
-            id,
-        );
-    }
+    let id_arg = id.to_string();
+    let record = journal.journal.get(id).unwrap().unwrap();
+    let due = durably::lock::format_timestamp(record.due_at.unwrap());
 
     let output = journal.durably(&["show", &id_arg]);
     assert_code(&output, 0);
     let text = stdout(&output);
     for needle in [
-        "\nruntime\n",
-        "version      1\n",
-        "queue        reports (#1)\n",
-        "dedup key    daily\n",
-        "failures     0\n",
-        "messages (3 of 3, 2 pending)",
-        "consumed by step 0 at 2026-01-01T00:00:00.000Z",
-        "\"right-to-left \\u{202e} text\"",
-        "workflow events (2 of 2)",
-        "progress  2    2026-01-01T00:00:02.000Z  \"awaiting approval\"",
+        "status     waiting\n".to_owned(),
+        format!("detail     {{\"deadline\":\"{due}\",\"recv\":\"never\"}}\n"),
+        "\nruntime\n".to_owned(),
+        "version      1\n".to_owned(),
+        "queue        -\n".to_owned(),
+        format!("due          {due}\n"),
+        "waits for    never\n".to_owned(),
+        "failures     0\n".to_owned(),
+        "messages (3 of 3, 2 pending)".to_owned(),
+        "consumed by step 2 at ".to_owned(),
+        "\"right-to-left \\u{202e} text\"".to_owned(),
+        "workflow events (2 of 2)".to_owned(),
+        "status    0    ".to_owned(),
+        "\"awaiting approval ✓\"".to_owned(),
+        "progress  3    ".to_owned(),
     ] {
-        assert!(text.contains(needle), "{needle:?} not in\n{text}");
+        assert!(text.contains(&needle), "{needle:?} not in\n{text}");
     }
     assert!(!text.contains('\u{202e}'), "{text}");
     assert!(!text.contains("more messages follow"), "{text}");
 
-    let page = journal.durably(&["show", &id_arg, "--limit", "2"]);
+    let page = journal.durably(&["show", &id_arg, "--limit", "1"]);
     let text = stdout(&page);
-    assert!(text.contains("messages (2 of 3, 2 pending)"), "{text}");
-    let next = format!("`durably show {id} --messages-before 2`");
-    assert!(text.contains(&next), "{text}");
-    assert!(!text.contains("more workflow events follow"), "{text}");
+    assert!(text.contains("messages (1 of 3, 2 pending)"), "{text}");
+    for next in [
+        format!("`durably show {id} --messages-before 3`"),
+        format!("`durably show {id} --workflow-events-before 3`"),
+    ] {
+        assert!(text.contains(&next), "{next} not in\n{text}");
+    }
 
     let shown = json(&journal.durably(&[
         "--json",
@@ -198,8 +189,35 @@ fn show_prints_the_runtime_block_and_pages_of_messages_and_workflow_events() {
         "--messages-before",
         "2",
         "--workflow-events-before",
-        "2",
+        "3",
     ]));
+    assert_eq!(shown["execution"]["wait_topic"], "never");
+    assert_eq!(shown["execution"]["due_at"], due.as_str());
+    assert_eq!(shown["execution"]["status_detail"]["recv"], "never");
+    assert_eq!(shown["messages_count"], 3);
+    assert_eq!(shown["messages_pending"], 2);
+    let messages = shown["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["id"], 1);
+    assert_eq!(messages[0]["topic"], "approval");
+    assert_eq!(messages[0]["consumed_seq"], 2);
+    assert_eq!(messages[0]["preview"], r#"{"n":1}"#);
+    assert_eq!(shown["messages_next_before"], serde_json::Value::Null);
+    assert_eq!(shown["workflow_events_count"], 2);
+    assert_eq!(shown["workflow_events"][0]["key"], "status");
+    assert_eq!(shown["workflow_events"][0]["seq"], 0);
+    assert_eq!(
+        shown["workflow_events"][0]["value_preview"],
+        "\"awaiting approval ✓\""
+    );
+    assert_eq!(
+        shown["workflow_events_next_before"],
+        serde_json::Value::Null
+    );
+
+    // A queued execution's place, and its runtime row.
+    let queued = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--dedup", "daily"]);
+    let shown = json(&journal.durably(&["--json", "show", &queued.to_string()]));
     assert_eq!(shown["execution"]["queue"], "reports");
     assert_eq!(shown["execution"]["position"], 1);
     assert_eq!(
@@ -209,26 +227,9 @@ fn show_prints_the_runtime_block_and_pages_of_messages_and_workflow_events() {
             "last_failure": null
         })
     );
-    assert_eq!(shown["messages_count"], 3);
-    assert_eq!(shown["messages_pending"], 2);
-    let messages = shown["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 1);
-    assert_eq!(messages[0]["id"], 1);
-    assert_eq!(messages[0]["topic"], "approval");
-    assert_eq!(messages[0]["consumed_seq"], 0);
-    assert_eq!(messages[0]["preview"], r#"{"n":1}"#);
-    assert_eq!(shown["messages_next_before"], serde_json::Value::Null);
-    assert_eq!(shown["workflow_events_count"], 2);
-    assert_eq!(shown["workflow_events"][0]["key"], "status");
-    assert_eq!(shown["workflow_events"][0]["seq"], 1);
-    assert_eq!(
-        shown["workflow_events"][0]["value_preview"],
-        "\"awaiting approval\""
-    );
-    assert_eq!(
-        shown["workflow_events_next_before"],
-        serde_json::Value::Null
-    );
+    let text = stdout(&journal.durably(&["show", &queued.to_string()]));
+    assert!(text.contains("queue        reports (#1)\n"), "{text}");
+    assert!(text.contains("\nmessages (none)\n"), "{text}");
 }
 
 #[test]

@@ -65,7 +65,8 @@ impl Row {
     }
 }
 
-/// The DETAIL column of `record`: `q=NAME #POS p=PRIO`, `not before T`, `topic X until T`,
+/// The DETAIL column of `record`: `q=NAME #POS p=PRIO`, `not before T`, `topic X until T` or
+/// `timer X until T`,
 /// why it is stuck, `step S NAME (POLICY)` awaiting an operator, `cancel requested`; escaped.
 fn detail<P>(record: &ExecutionRecord<P>, position: Option<u64>) -> String {
     let mut parts = Vec::new();
@@ -87,6 +88,12 @@ fn detail<P>(record: &ExecutionRecord<P>, position: Option<u64>) -> String {
         }
         Status::Waiting => {
             let mut waits = Vec::new();
+            let timer = status_detail
+                .and_then(|detail| detail.get("timer"))
+                .and_then(serde_json::Value::as_str);
+            if let Some(timer) = timer {
+                waits.push(format!("timer {}", escape(timer)));
+            }
             if let Some(topic) = &record.wait_topic {
                 waits.push(format!("topic {}", escape(topic)));
             }

@@ -1,7 +1,8 @@
 //! A journal with real runtime rows for the CLI's tests: a runtime of this test process serves
-//! two kinds (`approval`, held at a gate the test opens, and `oversized`, whose every run fails
-//! without recording a step), and a kind nobody serves (`report`, in queue `reports`) is
-//! registered by a runtime that has stopped, so its executions stay queued.
+//! three kinds (`approval`, held at a gate the test opens; `inbox`, which publishes events and
+//! parks to receive messages; and `oversized`, whose every run fails without recording a
+//! step), and a kind nobody serves (`report`, in queue `reports`) is registered by a runtime
+//! that has stopped, so its executions stay queued.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use durably::runtime::{QueueConfig, Runtime, WorkflowContext, WorkflowError};
-use durably::{Journal, Status};
+use durably::{ExecutionRecord, Journal, Status};
 use rusqlite::types::Value;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
@@ -25,8 +26,8 @@ pub const SERVED: &str = "approval";
 /// The kind registered by a stopped runtime: nobody claims its executions.
 pub const UNSERVED: &str = "report";
 
-/// When a [`RuntimeJournal::parked`] execution wakes at the latest.
-pub const PARKED_UNTIL: &str = "2099-01-01T00:00:00.000Z";
+/// How long an `inbox` waits for each message.
+pub const RECEIVE_TIMEOUT: Duration = Duration::from_hours(24 * 7);
 
 /// The queue of [`UNSERVED`] executions, limit 2.
 pub const QUEUE: &str = "reports";
@@ -57,6 +58,17 @@ async fn approval(
     }
     gate.acquire().await.unwrap().forget();
     Ok(input)
+}
+
+/// `inbox`: sets event `status` (step 0), receives one message on topic `approval` (steps 1
+/// and 2), sets event `progress` to it (step 3), then receives on topic `never` (steps 4 and
+/// 5), which nobody sends to. Each receive parks the execution until its message arrives.
+async fn inbox(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    context.set_event("status", &"awaiting approval ✓").await?;
+    let approval: Option<serde_json::Value> = context.recv("approval", RECEIVE_TIMEOUT).await?;
+    context.set_event("progress", &approval).await?;
+    let _: Option<serde_json::Value> = context.recv("never", RECEIVE_TIMEOUT).await?;
+    Ok(())
 }
 
 impl RuntimeJournal {
@@ -111,6 +123,8 @@ impl RuntimeJournal {
                         Ok::<_, WorkflowError>(text)
                     },
                 )
+                .register("inbox", 1, inbox)
+                .park_after(Duration::ZERO)
                 .resume_failures_max(3)
                 .start()
                 .await
@@ -169,19 +183,34 @@ impl RuntimeJournal {
     /// Waits until `id` has `status`: the runtime gets there through commits of its own that
     /// the test cannot await one by one, so this reads until it sees it, for at most a minute.
     pub fn wait_for(&self, id: Uuid, status: Status) {
+        self.wait_until(id, &format!("{status}"), |record| record.status == status);
+    }
+
+    /// Waits until `id` is parked waiting for a message on `topic`, as [`Self::wait_for`].
+    pub fn wait_for_topic(&self, id: Uuid, topic: &str) {
+        self.wait_until(id, &format!("waiting on {topic}"), |record| {
+            record.status == Status::Waiting && record.wait_topic.as_deref() == Some(topic)
+        });
+    }
+
+    fn wait_until(&self, id: Uuid, what: &str, done: impl Fn(&ExecutionRecord) -> bool) {
         let deadline = Instant::now() + Duration::from_mins(1);
-        while self.status(id) != status {
+        loop {
+            let record = self.journal.get(id).unwrap().unwrap();
+            if done(&record) {
+                return;
+            }
             assert!(
                 Instant::now() < deadline,
-                "{id} is {}, never {status}",
-                self.status(id)
+                "{id} is {}, never {what}",
+                record.status
             );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 
-    /// Writes with plain SQL in the journal's transaction: for states that no API of the
-    /// runtime makes yet (a parked wait, a consumed message, a workflow event).
+    /// Writes with plain SQL in the journal's transaction: for a state that no API of the
+    /// runtime makes yet (a cancel request).
     pub fn stand_in(&self, sql: &str, id: Uuid) {
         let (sql, id) = (sql.to_owned(), id.to_string());
         self.tokio
@@ -192,18 +221,30 @@ impl RuntimeJournal {
             .unwrap();
     }
 
-    /// A new execution of [`UNSERVED`], parked `waiting` for a message on topic `approval`
-    /// until [`PARKED_UNTIL`] (written as the runtime's park writes it).
+    /// A new `inbox`, once it is parked waiting for a message on topic `approval`, with its
+    /// event `status` set.
     pub fn parked(&self) -> Uuid {
-        let id = self.start(UNSERVED, "null", &[]);
-        self.stand_in(
-            &format!(
-                "UPDATE executions SET status = 'waiting', wait_topic = 'approval',
-                                       due_at = '{PARKED_UNTIL}'
-                 WHERE execution_id = ?1"
-            ),
-            id,
-        );
+        let id = self.start("inbox", "null", &[]);
+        self.wait_for_topic(id, "approval");
+        id
+    }
+
+    /// Sends `message` on `topic` to `id` with `durably send`.
+    pub fn send(&self, id: Uuid, topic: &str, message: &str) {
+        let output = self.durably(&["send", &id.to_string(), topic, message]);
+        crate::common::assert_code(&output, 0);
+    }
+
+    /// A new `inbox` that has consumed `message` (set as its event `progress`) and is parked
+    /// on topic `never`, with `pending` more messages on topic `approval` that it will never
+    /// consume: three messages, one consumed by step 2, and two workflow events.
+    pub fn inbox_with_messages(&self, message: &str, pending: &[&str]) -> Uuid {
+        let id = self.parked();
+        self.send(id, "approval", message);
+        self.wait_for_topic(id, "never");
+        for message in pending {
+            self.send(id, "approval", message);
+        }
         id
     }
 
@@ -268,29 +309,12 @@ pub fn dump(db: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
 
 /// Adds to the journal at `db` one runtime execution in each parked state (queued in a queue
 /// at two priorities, waiting for a message, stuck after a crash loop), with messages (one
-/// consumed) and a workflow event, and stops its runtime: rows for the query docs.
+/// consumed) and workflow events, and stops its runtime: rows for the query docs.
 pub fn add_runtime_rows(db: &Path) {
     let mut journal = RuntimeJournal::at(db.to_owned(), None);
     journal.start(UNSERVED, "null", &["--queue", QUEUE]);
-    let receiver = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--priority", "5"]);
-    let receiver_arg = receiver.to_string();
-    for (message, key) in [
-        ("{\"approved\": false}", "click-1"),
-        ("{\"approved\": true}", "click-2"),
-    ] {
-        let output = journal.durably(&["send", &receiver_arg, "approval", message, "--key", key]);
-        crate::common::assert_code(&output, 0);
-    }
-    journal.stand_in(
-        "UPDATE messages SET consumed_seq = 0, consumed_at = sent_at
-         WHERE id = (SELECT min(id) FROM messages WHERE execution_id = ?1)",
-        receiver,
-    );
-    journal.stand_in(
-        "INSERT INTO workflow_events (execution_id, key, value, seq, set_at)
-         VALUES (?1, 'status', '\"awaiting approval ✓\"', 0, '2026-01-01T00:00:00.000Z')",
-        receiver,
-    );
+    journal.start(UNSERVED, "null", &["--queue", QUEUE, "--priority", "5"]);
+    journal.inbox_with_messages(r#"{"approved": true}"#, &[r#"{"approved": false}"#]);
     journal.parked();
     journal.stuck();
     journal.stop();
