@@ -38,6 +38,8 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     let later = journal.start(UNSERVED, "null", &["--queue", QUEUE, "--not-before", "1h"]);
     let parked = journal.parked();
     let stuck = journal.stuck();
+    let sleeper = journal.start("sleeper", "null", &[]);
+    journal.wait_for(sleeper, Status::Waiting);
     let running = journal.start(SERVED, "{}", &[]);
     journal.wait_for(running, Status::Running);
     journal.stand_in(
@@ -51,6 +53,8 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
     assert_code(&output, 0);
     let text = stdout(&output);
     assert!(text.lines().next().unwrap().ends_with("DETAIL"), "{text}");
+    let sleeper_record = journal.journal.get(sleeper).unwrap().unwrap();
+    let wakes = durably::lock::format_timestamp(sleeper_record.due_at.unwrap());
     let parked_record = journal.journal.get(parked).unwrap().unwrap();
     let parked_until = durably::lock::format_timestamp(parked_record.due_at.unwrap());
     let later_record = journal.journal.get(later).unwrap().unwrap();
@@ -60,6 +64,7 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
         (first, "q=reports #2 p=0".to_owned()),
         (later, format!("q=reports p=0 not before {not_before}")),
         (parked, format!("topic approval until {parked_until}")),
+        (sleeper, format!("timer nap until {wakes}")),
         (stuck, "failed 3 runs in a row: ".to_owned()),
         (running, "cancel requested".to_owned()),
     ] {
@@ -87,8 +92,12 @@ fn ls_says_where_each_execution_is_and_filters_by_queue_and_cancel() {
         assert_eq!(urgent_row[field], value, "{field} of {urgent_row}");
     }
     let waiting = json(&journal.durably(&["--json", "ls", "--status", "waiting"]));
-    assert_eq!(waiting[0]["wait_topic"], "approval");
-    assert_eq!(waiting[0]["due_at"], parked_until.as_str());
+    assert_eq!(waiting.as_array().unwrap().len(), 2, "{waiting}");
+    assert_eq!(waiting[0]["execution_id"], sleeper.to_string());
+    assert_eq!(waiting[0]["wait_topic"], serde_json::Value::Null);
+    assert_eq!(waiting[0]["status_detail"]["timer"], "nap");
+    assert_eq!(waiting[1]["wait_topic"], "approval");
+    assert_eq!(waiting[1]["due_at"], parked_until.as_str());
 
     let in_queue = json(&journal.durably(&["--json", "ls", "--queue", QUEUE]));
     assert_eq!(in_queue.as_array().unwrap().len(), 3);

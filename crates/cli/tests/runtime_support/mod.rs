@@ -1,7 +1,7 @@
 //! A journal with real runtime rows for the CLI's tests: a runtime of this test process serves
-//! three kinds (`approval`, held at a gate the test opens; `inbox`, which publishes events and
-//! parks to receive messages; and `oversized`, whose every run fails without recording a
-//! step), and a kind nobody serves (`report`, in queue `reports`) is registered by a runtime
+//! four kinds (`approval`, held at a gate the test opens; `inbox`, which publishes events and
+//! parks to receive messages; `sleeper`, parked on a week's timer; and `oversized`, whose
+//! every run fails without recording a step), and a kind nobody serves (`report`, in queue `reports`) is registered by a runtime
 //! that has stopped, so its executions stay queued.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -124,6 +124,14 @@ impl RuntimeJournal {
                     },
                 )
                 .register("inbox", 1, inbox)
+                .register(
+                    "sleeper",
+                    1,
+                    |mut context: WorkflowContext, (): ()| async move {
+                        context.sleep("nap", RECEIVE_TIMEOUT).await?;
+                        Ok::<_, WorkflowError>(())
+                    },
+                )
                 .park_after(Duration::ZERO)
                 .resume_failures_max(3)
                 .start()
