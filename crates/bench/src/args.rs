@@ -78,6 +78,34 @@ pub enum Command {
     /// The resuming process of the `resume-memory` scenario.
     #[command(hide = true, name = "resume-worker")]
     Resumer(ResumeWorkerArgs),
+    /// The runtime process the `recovery` scenario kills.
+    #[command(hide = true)]
+    RecoveryWorker(RecoveryWorkerArgs),
+    /// A runtime process of the `parked` scenario.
+    #[command(hide = true)]
+    ParkedWorker(ParkedWorkerArgs),
+}
+
+/// Arguments of the `recovery` scenario's runtime process.
+#[derive(Debug, clap::Args)]
+pub struct RecoveryWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// How many workflows to start and run at once.
+    #[arg(long)]
+    pub workflows: u32,
+    /// Idempotent steps per workflow.
+    #[arg(long)]
+    pub steps: u32,
+}
+
+/// Arguments of a `parked` scenario's runtime process.
+#[derive(Debug, clap::Args)]
+pub struct ParkedWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
 }
 
 /// Arguments of the `resume-memory` scenario's resuming process.
@@ -185,6 +213,12 @@ pub enum ScenarioName {
     Multiprocess,
     /// Scheduler fires per second, from one and from two processes.
     Scheduler,
+    /// Guarded workflows through a runtime queue with a limit, against none.
+    Queue,
+    /// A new runtime finishing the half-done workflows of a killed one.
+    Recovery,
+    /// The memory of a runtime process with 100,000 parked executions, against none.
+    Parked,
 }
 
 impl ScenarioName {
@@ -199,6 +233,9 @@ impl ScenarioName {
             Self::ResumeMemory,
             Self::Multiprocess,
             Self::Scheduler,
+            Self::Queue,
+            Self::Recovery,
+            Self::Parked,
             Self::Scale,
         ]
     }
@@ -215,6 +252,9 @@ impl ScenarioName {
             Self::Scale => "scale",
             Self::Multiprocess => "multiprocess",
             Self::Scheduler => "scheduler",
+            Self::Queue => "queue",
+            Self::Recovery => "recovery",
+            Self::Parked => "parked",
         }
     }
 }

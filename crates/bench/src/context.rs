@@ -156,6 +156,9 @@ impl Context {
             ScenarioName::Scale => scenarios::scale::run(self, dir).await,
             ScenarioName::Multiprocess => scenarios::multiprocess::run(self, dir).await,
             ScenarioName::Scheduler => scenarios::scheduler::run(self, dir).await,
+            ScenarioName::Queue => scenarios::queue::run(self, dir).await,
+            ScenarioName::Recovery => scenarios::recovery::run(self, dir).await,
+            ScenarioName::Parked => scenarios::parked::run(self, dir).await,
         }
     }
 }
