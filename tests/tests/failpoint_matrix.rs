@@ -105,6 +105,8 @@ failpoint_tests! {
     journal_sweep_between_reclaims => "journal::sweep-between-reclaims",
     journal_gc_between_batches => "journal::gc-between-batches",
     journal_after_awaiting_operator_commit => "journal::after-awaiting-operator-commit",
+    journal_after_deferred_flush_commit => "journal::after-deferred-flush-commit",
+    runtime_after_finalize_commit => "runtime::after-finalize-commit",
     scheduler_after_fire_registered => "scheduler::after-fire-registered",
 }
 

@@ -40,6 +40,10 @@ pub struct Args {
     /// `workflows`: the kind of step.
     #[arg(long, value_enum, default_value_t = EffectArg::Idempotent)]
     pub effect: EffectArg,
+    /// `workflows`: drive executions through the runtime (`Runtime::run`: deferred open and
+    /// write-behind) or by hand through the journal (open, steps, complete).
+    #[arg(long, value_enum, default_value_t = ApiArg::Runtime)]
+    pub api: ApiArg,
     /// `replay`: committed steps to replay.
     #[arg(long, default_value_t = 10_000)]
     pub replay_steps: u32,
@@ -190,6 +194,15 @@ pub enum EffectArg {
     Idempotent,
     /// Intent, then result.
     Guarded,
+}
+
+/// `--api`: how `workflows` drives its executions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApiArg {
+    /// `Runtime::run` of a registered workflow.
+    Runtime,
+    /// `Journal::open_execution`, the steps, `Execution::complete`.
+    Journal,
 }
 
 /// `--scenario`.

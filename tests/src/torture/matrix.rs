@@ -13,9 +13,12 @@
 //!    end (`after-lock-commit`, `after-intent-commit`, `after-effect`, `after-result-commit`;
 //!    a `Fail` step an orphan maker left ambiguous parks its execution for the operator,
 //!    `after-awaiting-operator-commit`);
-//! 6. two slots of four scheduled jobs (one per policy) are fired
+//! 6. two executions run through `Runtime::run` with write-behind and the deferred open
+//!    (`after-lock-commit` at the open, `after-deferred-flush-commit`,
+//!    `runtime::after-finalize-commit`; see [`super::runs`]);
+//! 7. two slots of four scheduled jobs (one per policy) are fired
 //!    (`scheduler::after-fire-registered`);
-//! 7. five executions are cancelled and collected by the retention sweep in batches of two
+//! 8. five executions are cancelled and collected by the retention sweep in batches of two
 //!    (`gc-between-batches`).
 //!
 //! Rerunning it after a crash resumes everything, so "restart to completion" is running it
@@ -31,7 +34,7 @@ use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::workload::{DATABASE_FILE, Stop, Workload};
-use super::{BoxError, fires};
+use super::{BoxError, fires, runs};
 
 /// The first index of each group of orphans.
 pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
@@ -107,6 +110,9 @@ pub async fn run(
             .drive(&covering(seed, index), Stop::default())
             .await?;
     }
+    let runtime = runs::runtime(workload.journal(), dir).await?;
+    runs::run_all(&runtime, &workload, seed).await?;
+    drop(runtime);
     let scheduler = fires::scheduler(&workload).await?;
     for number in 0..FIRE_SLOTS {
         for job in scheduler.job_ids() {

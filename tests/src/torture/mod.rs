@@ -7,6 +7,7 @@
 //! - [`workload`]: driving executions through the engine, and playing the operator.
 //! - [`fires`]: scheduler fires from several scheduler processes.
 //! - [`matrix`]: the small deterministic workload of the failpoint matrix.
+//! - [`runs`]: the matrix's executions run through `Runtime::run` (write-behind).
 //! - [`checker`]: the invariants.
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
@@ -16,6 +17,7 @@ pub mod fires;
 pub mod ledger;
 pub mod matrix;
 pub mod plan;
+pub mod runs;
 pub mod workload;
 
 /// The error type of the harness: anything, with its message.

@@ -252,7 +252,7 @@ impl Workload {
         }
     }
 
-    fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
+    pub(super) fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
         let step = &plan.steps[seq];
         let (effect, policy) = match step.kind {
             StepKind::Pure => ("pure", "-"),
@@ -390,14 +390,14 @@ impl Workload {
 
 /// One step's closure: appends the effect to the ledger and returns the planned value.
 #[derive(Debug, Clone)]
-struct Effect {
+pub(super) struct Effect {
     ledger: Arc<RecordFile>,
     execution_id: String,
     seq: usize,
-    key: IdempotencyKey,
+    pub(super) key: IdempotencyKey,
     kind: &'static str,
     policy: &'static str,
-    value: String,
+    pub(super) value: String,
     before_ms: u64,
     after_ms: u64,
     fatal: bool,
@@ -407,7 +407,7 @@ struct Effect {
 }
 
 impl Effect {
-    async fn run(self, key: IdempotencyKey) -> Result<String, StepError> {
+    pub(super) async fn run(self, key: IdempotencyKey) -> Result<String, StepError> {
         if key != self.key {
             return Err(StepError::fatal(format!(
                 "the engine handed key {key}, expected {}",

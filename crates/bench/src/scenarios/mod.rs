@@ -110,6 +110,11 @@ impl WriterSnapshot {
             written_bytes: proc_io::written_bytes(),
         }
     }
+
+    /// The writer's commits at the snapshot.
+    pub fn commits(&self) -> u64 {
+        self.stats.commits
+    }
 }
 
 /// Requests per commit of the writer since `before`, a request's mean life split at the moment
