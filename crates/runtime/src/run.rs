@@ -101,7 +101,7 @@ impl Runtime {
             }
         };
         let waits = std::sync::Arc::clone(&dispatch.waits);
-        let ran = task::run(execution, version, workflow, waits).await;
+        let ran = task::run(execution, version, workflow, waits, None).await;
         drop(place);
         match ran? {
             Ran::Completed(output) => {

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
+use crate::handover::HandOver;
 use crate::registry::Workflow;
 use crate::waiting::Waits;
 
@@ -37,13 +38,14 @@ pub(crate) enum Ran {
 }
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock; or parked by
-/// one of its waits.
+/// with what the workflow returned, in the transaction that releases the lock (and, with a
+/// `hand_over`, claims the run's successor); or parked by one of its waits.
 pub(crate) async fn run(
     mut execution: Execution,
     version: u32,
     workflow: &Workflow,
     waits: Arc<Waits>,
+    hand_over: Option<&HandOver>,
 ) -> Result<Ran> {
     execution.defer_results();
     let input: serde_json::Value = execution.input()?;
@@ -79,13 +81,19 @@ pub(crate) async fn run(
         });
     }
     let (ended, ran) = match outcome {
-        Some(Ok(output)) => (execution.complete(&output).await, Ran::Completed(output)),
-        Some(Err(error)) => (execution.fail(&error).await, Ran::Failed),
+        Some(Ok(output)) => {
+            let ended = match hand_over {
+                Some(hand_over) => hand_over.complete(execution, &output).await,
+                None => execution.complete(&output).await,
+            };
+            (ended, Ran::Completed(output))
+        }
+        Some(Err(error)) => (fail(execution, &error, hand_over).await, Ran::Failed),
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
-            let ended = execution.fail(&json!({ "bad_input": reason })).await;
-            (ended, Ran::BadInput)
+            let error = json!({ "bad_input": reason });
+            (fail(execution, &error, hand_over).await, Ran::BadInput)
         }
     };
     match ended {
@@ -96,6 +104,18 @@ pub(crate) async fn run(
             fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
             Ok(ran)
         }
+    }
+}
+
+/// Fails `execution` with `error`, claiming its successor beside the end with a `hand_over`.
+async fn fail(
+    execution: Execution,
+    error: &impl serde::Serialize,
+    hand_over: Option<&HandOver>,
+) -> durably_journal::Result<()> {
+    match hand_over {
+        Some(hand_over) => hand_over.fail(execution, error).await,
+        None => execution.fail(error).await,
     }
 }
 
@@ -140,7 +160,7 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow, waits).await.unwrap())
+        (id, run(execution, 1, workflow, waits, None).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded
