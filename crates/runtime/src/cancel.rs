@@ -208,7 +208,7 @@ impl RunWatch {
         tracing::info!(execution_id = %id, "a run stops on a cancel");
         fail::fail_point!("runtime::after-cancel-observed", |_| std::process::abort());
         execution
-            .finish_cancelled(reason, move |conn| store::set_deadline(conn, id, None))
+            .finish_cancelled(reason, crate::task::clear_deadline(id))
             .await?;
         Ok(Ran::Cancelled)
     }

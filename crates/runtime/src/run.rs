@@ -102,7 +102,7 @@ impl Runtime {
             }
         };
         let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, id);
-        let ran = task::run(execution, version, workflow, &watch).await;
+        let ran = task::run(execution, version, workflow, &watch, None).await;
         drop(watch);
         drop(place);
         match ran? {

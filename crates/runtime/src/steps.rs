@@ -25,7 +25,6 @@ use uuid::Uuid;
 use crate::clock::Sleep;
 use crate::context::{WorkflowContext, running};
 use crate::error::{Error, Result, WorkflowError};
-use crate::store;
 use crate::task::Ran;
 
 /// A step of [`WorkflowContext::step`], run by one of its effect methods.
@@ -204,7 +203,7 @@ impl StepTimeout {
         execution
             .fail_with(&error, move |conn| {
                 durably_journal::lifecycle::set_status_detail(conn, id, &detail)?;
-                store::set_deadline(conn, id, None)
+                crate::task::clear_deadline(id)(conn)
             })
             .await?;
         fail::fail_point!("runtime::after-step-timeout-commit", |_| {

@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::cancel::RunWatch;
 use crate::context::{Stop, WorkflowContext};
 use crate::error::{Error, Result};
+use crate::handover::HandOver;
 use crate::registry::Workflow;
 use crate::store;
 
@@ -45,14 +46,15 @@ pub(crate) enum Ran {
 }
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock; parked by one
-/// of its waits; or `cancelled` when the run was asked to stop, whatever the workflow
-/// returned.
+/// with what the workflow returned, in the transaction that releases the lock (and, with a
+/// `hand_over`, claims the run's successor); parked by one of its waits; or `cancelled` when
+/// the run was asked to stop, whatever the workflow returned.
 pub(crate) async fn run(
     mut execution: Execution,
     version: u32,
     workflow: &Workflow,
     watch: &RunWatch,
+    hand_over: Option<&HandOver>,
 ) -> Result<Ran> {
     execution.defer_results();
     let input: serde_json::Value = execution.input()?;
@@ -89,24 +91,20 @@ pub(crate) async fn run(
         None => {}
     }
     let id = execution.id();
-    let clear_deadline = move |conn: &rusqlite::Connection| store::set_deadline(conn, id, None);
     let (ended, ran) = match outcome {
         Some(Ok(output)) => {
-            let ended = execution.complete_with(&output, clear_deadline).await;
+            let ended = match hand_over {
+                Some(hand_over) => hand_over.complete(execution, &output).await,
+                None => execution.complete_with(&output, clear_deadline(id)).await,
+            };
             (ended, Ran::Completed(output))
         }
-        Some(Err(error)) => (
-            execution.fail_with(&error, clear_deadline).await,
-            Ran::Failed,
-        ),
+        Some(Err(error)) => (fail(execution, &error, hand_over).await, Ran::Failed),
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
-            let bad_input = json!({ "bad_input": reason });
-            (
-                execution.fail_with(&bad_input, clear_deadline).await,
-                Ran::BadInput,
-            )
+            let error = json!({ "bad_input": reason });
+            (fail(execution, &error, hand_over).await, Ran::BadInput)
         }
     };
     match ended {
@@ -123,10 +121,31 @@ pub(crate) async fn run(
     }
 }
 
-/// Ends a run that a step error stopped, without ending its execution. What the run recorded before it stopped stays recorded, so the failure
-/// accounting sees its progress; a flush that fails (the lock is lost, a cancel request)
-/// loses only steps that run again. Dropping the handle then releases the lock and leaves
-/// the execution to be resumed.
+/// Fails `execution` with `error`, claiming its successor beside the end with a `hand_over`.
+async fn fail(
+    execution: Execution,
+    error: &impl serde::Serialize,
+    hand_over: Option<&HandOver>,
+) -> durably_journal::Result<()> {
+    if let Some(hand_over) = hand_over {
+        return hand_over.fail(execution, error).await;
+    }
+    let id = execution.id();
+    execution.fail_with(error, clear_deadline(id)).await
+}
+
+/// Clears execution `id`'s deadline in the transaction that ends it: an ended execution's
+/// deadline would only wake the dispatcher for nothing.
+pub(crate) fn clear_deadline(
+    id: uuid::Uuid,
+) -> impl FnOnce(&rusqlite::Connection) -> durably_journal::Result<()> + Send + 'static {
+    move |conn| store::set_deadline(conn, id, None)
+}
+
+/// Ends a run that a step error stopped, without ending its execution. What the run recorded
+/// before it stopped stays recorded, so the failure accounting sees its progress; a flush that
+/// fails (the lock is lost, the open raced, a cancel request) loses only steps that run again.
+/// Dropping the handle then releases the lock and leaves the execution to be resumed.
 async fn halt(mut execution: Execution, reason: String) -> Ran {
     if let Err(error) = execution.flush().await {
         tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
@@ -177,7 +196,7 @@ mod tests {
             unreachable!("a new execution is never finished");
         };
         let watch = RunWatch::start(&waits, &std::sync::Arc::default(), id);
-        (id, run(execution, 1, workflow, &watch).await.unwrap())
+        (id, run(execution, 1, workflow, &watch, None).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded
