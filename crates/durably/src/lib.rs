@@ -96,8 +96,8 @@ pub use durably_journal::{
 /// Operator actions: `journal.operator()` and what its actions take and report.
 pub mod operator {
     pub use durably_journal::{
-        GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX, SeenIntent,
-        SeenIntentParseError, SweepReport,
+        CancelOutcome, GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX,
+        SeenIntent, SeenIntentParseError, SweepReport,
     };
 }
 
@@ -115,6 +115,7 @@ pub mod defaults {
 /// tables in its file ([`crate::Journal::migrate_extension`]), and read the few journal facts
 /// such programs need without SQL on the journal's tables.
 pub mod sqlite {
+    pub use durably_journal::lifecycle::queue_positions;
     pub use durably_journal::{
         APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
         ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,

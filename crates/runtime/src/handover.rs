@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use durably_journal::{Claim, Claimer, Execution};
 use rusqlite::Connection;
 use serde::Serialize;
+use uuid::Uuid;
 
 use crate::capacity::{Capacity, QueueKey};
 use crate::claims::{Picked, Place, claim_from};
 use crate::dispatcher::Dispatch;
+use crate::task::clear_deadline;
 
 /// How a run ends: its execution's final status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +38,11 @@ pub(crate) async fn end(
     payload: &impl Serialize,
     hand_over: Option<&HandOver>,
 ) -> durably_journal::Result<()> {
+    let id = execution.id();
     match (hand_over, ending) {
         (Some(hand_over), _) => hand_over.end(execution, ending, payload).await,
-        (None, Ending::Completed) => execution.complete(payload).await,
-        (None, Ending::Failed) => execution.fail(payload).await,
+        (None, Ending::Completed) => execution.complete_with(payload, clear_deadline(id)).await,
+        (None, Ending::Failed) => execution.fail_with(payload, clear_deadline(id)).await,
     }
 }
 
@@ -98,7 +101,7 @@ impl HandOver {
         ending: Ending,
         payload: &impl Serialize,
     ) -> durably_journal::Result<()> {
-        let select = self.select();
+        let select = self.select(execution.id());
         let claims = match ending {
             Ending::Completed => execution.complete_claiming(payload, select).await?,
             Ending::Failed => execution.fail_claiming(payload, select).await?,
@@ -118,15 +121,18 @@ impl HandOver {
         }
     }
 
-    /// The claim beside the end: one successor, in the first served queue after the run's
-    /// own that has one and room for it.
+    /// The claim beside the end of execution `ending`: one successor, in the first served
+    /// queue after the run's own that has one and room for it. The ending execution's
+    /// deadline is cleared there too.
     fn select(
         &self,
+        ending: Uuid,
     ) -> impl FnOnce(&Connection, &mut Claimer) -> durably_journal::Result<()> + Send + 'static
     {
         let (dispatch, state) = (Arc::clone(&self.dispatch), Arc::clone(&self.state));
         let now = dispatch.clock.now();
         move |conn, claimer| {
+            clear_deadline(ending)(conn)?;
             if *dispatch.stop.borrow() {
                 return Ok(());
             }

@@ -190,7 +190,7 @@ async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
             .cancel(id, "fodder for the retention sweep")
             .await
         {
-            Ok(()) | Err(Error::Refused(_)) => {}
+            Ok(_) | Err(Error::Refused(_)) => {}
             Err(error) => return Err(error.into()),
         }
     }
