@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::recovery::recover;
 use crate::store;
-use crate::task::{self, Ran};
+use crate::task::{self, HeldSlot, Ran};
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
     Wake, claimable, clear_not_before, due, next_due, record_execution_event, recorded_steps,
@@ -227,7 +227,8 @@ async fn claim_pass(
         .kinds()
         .map(|(kind, version)| (kind.to_owned(), version))
         .collect();
-    let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, u32>::new()));
+    // Each claim's version, and whether it holds a slot of a limited queue.
+    let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, (u32, bool)>::new()));
     let picked = Arc::clone(&versions);
     let claims = dispatch
         .client
@@ -268,7 +269,7 @@ async fn claim_pass(
                         let detail = serde_json::json!({ "queue": queue });
                         record_execution_event(conn, now, id, None, EVENT_CLAIMED, &detail)?;
                     }
-                    picked.insert(id, version);
+                    picked.insert(id, (version, limited.is_some()));
                     room -= 1;
                 }
             }
@@ -278,15 +279,22 @@ async fn claim_pass(
     let versions = std::mem::take(&mut *versions.lock().unwrap_or_else(PoisonError::into_inner));
     for claim in claims {
         let row = claim.row().clone();
-        let Some(version) = versions.get(&row.execution_id).copied() else {
+        let Some((version, counted)) = versions.get(&row.execution_id).copied() else {
             continue;
+        };
+        let slot = match (&row.queue, counted) {
+            (Some(queue), true) => Some(HeldSlot {
+                queue: queue.clone(),
+                clock: Arc::clone(&dispatch.clock),
+            }),
+            _ => None,
         };
         let execution = dispatch.client.journal().open_claim(claim)?;
         dispatch.capacity.add(&row.queue, 1);
         let dispatch = Arc::clone(dispatch);
         tokio::spawn(async move {
             if let Some(workflow) = dispatch.client.registry().get(&row.kind, version) {
-                match task::run(execution, version, workflow).await {
+                match task::run(execution, version, workflow, slot).await {
                     Ok(Ran::Halted(reason)) => {
                         tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
                         record_halt(&dispatch, row.execution_id, reason).await;

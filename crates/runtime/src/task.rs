@@ -1,8 +1,14 @@
 //! One run of a workflow on an open execution, and how it ends.
 
-use durably_journal::Execution;
-use serde_json::json;
+use std::sync::Arc;
 
+use durably_journal::Execution;
+use durably_journal::lifecycle::record_execution_event;
+use rusqlite::Connection;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::clock::Clock;
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
 use crate::registry::Workflow;
@@ -23,40 +29,73 @@ pub(crate) enum Ran {
     Halted(String),
 }
 
+/// The audit event of the end of a run that held a slot of a limited queue: with the
+/// `claimed` event of its claim, it lets a checker recount the queue's slots in commit order.
+pub(crate) const EVENT_RELEASED: &str = "released";
+
+/// A slot of a limited queue that a run holds; the transaction that ends the run gives it back
+/// with a [`EVENT_RELEASED`] event.
+pub(crate) struct HeldSlot {
+    pub(crate) queue: String,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// The hook that ends a run's stint in its queue, in the finalizing transaction.
+fn release(
+    slot: Option<HeldSlot>,
+    id: Uuid,
+) -> impl FnOnce(&Connection) -> durably_journal::Result<()> + Send + 'static {
+    move |conn| match slot {
+        Some(slot) => {
+            let detail = json!({ "queue": slot.queue });
+            record_execution_event(conn, slot.clock.now(), id, None, EVENT_RELEASED, &detail)
+        }
+        None => Ok(()),
+    }
+}
+
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock.
-pub(crate) async fn run(execution: Execution, version: u32, workflow: &Workflow) -> Result<Ran> {
+/// with what the workflow returned, in the transaction that releases the lock and, for a run
+/// holding a `slot` of a limited queue, records its release.
+pub(crate) async fn run(
+    execution: Execution,
+    version: u32,
+    workflow: &Workflow,
+    slot: Option<HeldSlot>,
+) -> Result<Ran> {
+    let id = execution.id();
     let input: serde_json::Value = execution.input()?;
-    let (context, slot) = WorkflowContext::new(execution, version);
+    let (context, context_slot) = WorkflowContext::new(execution, version);
     let outcome = match workflow.start(context, input) {
         Ok(running) => Some(running.await),
         Err(_) => None,
     };
-    let mut slot = slot.lock().await;
-    let execution = slot.execution.take().ok_or_else(|| {
+    let mut context_slot = context_slot.lock().await;
+    let execution = context_slot.execution.take().ok_or_else(|| {
         Error::Journal(durably_journal::Error::Inconsistent(
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
-    if let Some(reason) = slot.halted.take() {
+    if let Some(reason) = context_slot.halted.take() {
         // Dropping the handle releases the lock and leaves the execution to be resumed.
         drop(execution);
         return Ok(Ran::Halted(reason));
     }
     match outcome {
         Some(Ok(output)) => {
-            execution.complete(&output).await?;
+            execution.complete_with(&output, release(slot, id)).await?;
             Ok(Ran::Completed)
         }
         Some(Err(error)) => {
-            execution.fail(&error).await?;
+            execution.fail_with(&error, release(slot, id)).await?;
             Ok(Ran::Failed)
         }
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
-            execution
-                .fail(&json!({ "bad_input": format!("the input does not decode as {}", workflow.input_type()) }))
-                .await?;
+            let error = json!({
+                "bad_input": format!("the input does not decode as {}", workflow.input_type())
+            });
+            execution.fail_with(&error, release(slot, id)).await?;
             Ok(Ran::BadInput)
         }
     }
@@ -98,7 +137,7 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow).await.unwrap())
+        (id, run(execution, 1, workflow, None).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded
