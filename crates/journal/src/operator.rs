@@ -59,9 +59,11 @@ impl Operator<'_> {
                 )));
             }
             let error = json!({ "cancelled": reason }).to_string();
+            // What it waited for (a time, a topic) goes with the wait: only queued and waiting
+            // executions may keep one.
             conn.prepare_cached(
                 "UPDATE executions SET status = 'cancelled', error = ?2, updated_at = ?3,
-                                       finalized_at = ?3
+                                       finalized_at = ?3, due_at = NULL, wait_topic = NULL
                  WHERE execution_id = ?1",
             )?
             .execute(params![id.to_string(), error, now])?;
