@@ -109,6 +109,9 @@ pub enum Shape {
     Random,
     /// Every step kind and policy once, with no waits (the failpoint matrix).
     Covering,
+    /// Random steps of a workflow that runtimes run (see [`super::runtime_roles`]): started
+    /// through the runtime, never driven by hand.
+    Runtime,
 }
 
 /// What a worker records as an execution's input, so any process can rebuild its plan.
@@ -148,7 +151,7 @@ impl ExecutionPlan {
         let id = Uuid::from_u64_pair(rng.next_u64(), rng.next_u64());
         let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
         let kinds = match input.shape {
-            Shape::Random => random_kinds(&mut rng),
+            Shape::Random | Shape::Runtime => random_kinds(&mut rng),
             Shape::Covering => covering_kinds(),
         };
         let steps = kinds
@@ -156,7 +159,7 @@ impl ExecutionPlan {
             .enumerate()
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
-                    Shape::Random => (wait_ms(&mut rng), wait_ms(&mut rng)),
+                    Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
                     Shape::Covering => (0, 0),
                 };
                 StepPlan {

@@ -13,14 +13,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use durably_journal::{
-    Error, Execution, Guarded, IdempotencyKey, Journal, Opened, Policy, Resolution, StepError,
+    Error, Execution, FencingToken, Guarded, IdempotencyKey, Journal, Opened, Policy, Resolution,
+    StepError, StepKey,
 };
 use serde_json::json;
 use uuid::Uuid;
 
 use super::BoxError;
 use super::ledger::{LEDGER_FILE, RecordFile, monotonic_ns};
-use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, StepKind, effect_value};
+use super::plan::{
+    EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, Shape, StepKind, effect_value,
+};
 
 /// How many times one drive reopens an execution after resolving an ambiguous step.
 const DRIVE_ROUNDS_MAX: u32 = 16;
@@ -98,6 +101,11 @@ impl Workload {
         &self.ledger
     }
 
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Drives `plan` to its end (or to `stop`), resolving `Fail` ambiguities as the operator.
     ///
     /// # Errors
@@ -165,21 +173,18 @@ impl Workload {
             };
             let effect = self.effect(plan, seq, abort);
             let result = match step.kind {
-                StepKind::Pure => {
-                    let key = effect.key;
-                    execution
-                        .pure(&step.name, || effect.clone().run(key))
-                        .await
-                        .map(Guarded::Done)
-                }
+                StepKind::Pure => execution
+                    .pure(&step.name, || effect.clone().run_pure())
+                    .await
+                    .map(Guarded::Done),
                 StepKind::Idempotent { .. } | StepKind::Fatal => execution
-                    .idempotent(&step.name, |key| effect.clone().run(key.idempotency_key()))
+                    .idempotent(&step.name, |key| effect.clone().run_keyed(key))
                     .await
                     .map(Guarded::Done),
                 StepKind::Guarded(policy) => {
                     execution
                         .guarded(&step.name, self.policy(policy), |key| {
-                            effect.clone().run(key.idempotency_key())
+                            effect.clone().run_keyed(key)
                         })
                         .await
                 }
@@ -252,7 +257,9 @@ impl Workload {
         }
     }
 
-    fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
+    /// The closure of step `seq` of `plan`, aborting the process inside it as `abort` says
+    /// (see [`Stop::abort_after_effect`]).
+    pub(super) fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
         let step = &plan.steps[seq];
         let (effect, policy) = match step.kind {
             StepKind::Pure => ("pure", "-"),
@@ -345,7 +352,8 @@ impl Workload {
         self.acks.append(&[fields, &[&pid, &now]].concat())
     }
 
-    /// Every non-final torture execution, by its recorded plan input.
+    /// Every non-final torture execution driven by hand (not the runtime's), by its recorded
+    /// plan input.
     ///
     /// # Errors
     /// A storage error or an input that is not a plan.
@@ -358,10 +366,14 @@ impl Workload {
             let rows = statement.query_map([EXECUTION_KIND], |row| row.get::<_, String>(0))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
-        inputs
-            .iter()
-            .map(|input| Ok(serde_json::from_str(input)?))
-            .collect()
+        let mut unfinished = Vec::new();
+        for input in inputs {
+            let input: PlanInput = serde_json::from_str(&input)?;
+            if input.shape != Shape::Runtime {
+                unfinished.push(input);
+            }
+        }
+        Ok(unfinished)
     }
 
     /// Drives every unfinished execution until none is left, a bounded number of rounds.
@@ -390,7 +402,7 @@ impl Workload {
 
 /// One step's closure: appends the effect to the ledger and returns the planned value.
 #[derive(Debug, Clone)]
-struct Effect {
+pub(super) struct Effect {
     ledger: Arc<RecordFile>,
     execution_id: String,
     seq: usize,
@@ -407,7 +419,30 @@ struct Effect {
 }
 
 impl Effect {
-    async fn run(self, key: IdempotencyKey) -> Result<String, StepError> {
+    /// The value the effect returns.
+    pub(super) fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The closure of a pure step, which is handed no key: the step's key is derived here.
+    pub(super) async fn run_pure(self) -> Result<String, StepError> {
+        let key = self.key;
+        self.run(key, None).await
+    }
+
+    /// The closure of an idempotent or guarded step: the key and fencing token it is handed.
+    pub(super) async fn run_keyed(self, key: StepKey) -> Result<String, StepError> {
+        self.run(key.idempotency_key(), Some(key.fencing_token()))
+            .await
+    }
+
+    /// Appends the effect under `key`, with the fencing token of the run that makes it (none
+    /// for a pure step, which is handed none), and returns the planned value.
+    async fn run(
+        self,
+        key: IdempotencyKey,
+        token: Option<FencingToken>,
+    ) -> Result<String, StepError> {
         if key != self.key {
             return Err(StepError::fatal(format!(
                 "the engine handed key {key}, expected {}",
@@ -434,6 +469,7 @@ impl Effect {
         }
         let (pid, now) = (std::process::id().to_string(), monotonic_ns().to_string());
         let (seq, key) = (self.seq.to_string(), key.to_string());
+        let token = token.map_or_else(|| "-".to_owned(), |token| token.to_string());
         self.ledger
             .append(&[
                 "E",
@@ -445,6 +481,7 @@ impl Effect {
                 &pid,
                 &now,
                 &self.value,
+                &token,
             ])
             .map_err(|error| StepError::fatal(format!("ledger write failed: {error}")))?;
         if self.abort == Some(true) {
@@ -472,14 +509,16 @@ pub fn ledger_value(ledger: &Path, key: IdempotencyKey) -> std::io::Result<Optio
 }
 
 /// The operators' mutual exclusion: an exclusive `flock` on `operator.lock` in the run
-/// directory, released when dropped or when the process dies.
-struct OperatorLock {
+/// directory, released when dropped or when the process dies. Every operator action of the run
+/// (resolve, resume, cancel) decides and acts under it, so no two of them act on what the other
+/// is changing.
+pub(super) struct OperatorLock {
     _file: File,
 }
 
 impl OperatorLock {
     /// Takes the lock, polling until a deadline; `None` when it stayed taken.
-    fn acquire(dir: &Path) -> std::io::Result<Option<Self>> {
+    pub(super) fn acquire(dir: &Path) -> std::io::Result<Option<Self>> {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)

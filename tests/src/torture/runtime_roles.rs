@@ -1,0 +1,426 @@
+//! The runtime's side of the torture run: worker processes that each run a [`Runtime`] (kind
+//! [`RUNTIME_KIND`], queue [`QUEUE`] limited to [`QUEUE_LIMIT`] across processes and
+//! [`QUEUE_PROCESS_LIMIT`] per process, and executions with no queue), start planned
+//! executions and await their results; a sender process sending messages to them; a canceller
+//! process cancelling them at random moments; and the final pass that brings every one of them
+//! to its end.
+//!
+//! Every process is SIGKILLed at random moments like the hand-driven workers. What each one
+//! acknowledges goes to its acknowledgement log, for the checker:
+//!
+//! - `F <execution> completed|failed|cancelled`: a handle's result returned that outcome;
+//! - `S <receiver> <topic> <key> <value> sent|already <message id>`: a send returned;
+//! - `c <execution>` before a cancel is asked, `C <execution> cancelled|refused|busy` after it
+//!   returned (`refused`: it had ended; `busy`: a live process holds it).
+//!
+//! Step outcomes are acknowledged by the workflow itself (see [`super::runtime_workflow`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use durably_journal::{Error as JournalError, IdempotencyKey, Journal, Status};
+use durably_runtime::{
+    Client, Error, QueueConfig, Runtime, SendOutcome, StartOptions, WorkflowHandle,
+};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::BoxError;
+use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
+use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, workflow};
+use super::workload::{OperatorLock, Workload};
+
+/// The limited queue of the runtime workload.
+pub const QUEUE: &str = "q";
+/// The most executions of [`QUEUE`] running at once across every process.
+pub const QUEUE_LIMIT: u32 = 3;
+/// The most executions of [`QUEUE`] one process runs at once.
+pub const QUEUE_PROCESS_LIMIT: u32 = 2;
+/// The most executions one runtime process runs at once, over all queues.
+pub const RUNTIME_CONCURRENCY_MAX: u32 = 4;
+/// Runtime executions' indexes start here, apart from the hand-driven ones (ids are derived
+/// from the seed and the index).
+pub const RUNTIME_INDEX_BASE: u64 = 1 << 40;
+/// How often a runtime sweeps for executions of killed processes and recovers them.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+/// Results one runtime worker awaits at once; it starts no more executions meanwhile.
+const IN_FLIGHT_MAX: usize = 4;
+/// Unfinished runtime executions in the journal above which no worker starts more.
+const BACKLOG_MAX: u64 = 16;
+/// How long a worker awaits one result before it stops waiting (someone else may end it).
+const RESULT_WAIT_MAX: Duration = Duration::from_secs(2);
+/// How often a runtime worker plays the operator: resolves ambiguous steps, resumes stuck
+/// executions.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(20);
+/// How long the final pass may take to end every runtime execution.
+const FINISH_MAX: Duration = Duration::from_mins(4);
+/// In percent: executions started in [`QUEUE`] (the others have no queue), executions with a
+/// not-before time, and executions started by two workers at once.
+const QUEUED_PERCENT: u64 = 60;
+const NOT_BEFORE_PERCENT: u64 = 10;
+const CONTENDED_PERCENT: u64 = 10;
+/// In percent: sends that repeat an earlier send's key (and payload).
+const REPEATED_SEND_PERCENT: u64 = 20;
+/// The topics the sender sends on.
+const TOPICS: [&str; 2] = ["t0", "t1"];
+/// The reason the canceller gives.
+pub const CANCEL_REASON: &str = "torture canceller";
+
+/// Where and when an execution is started, derived from its plan input alone, so every worker
+/// that starts it asks for the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// In [`QUEUE`], or in no queue.
+    pub queued: bool,
+    /// Its priority in its queue.
+    pub priority: i32,
+    /// Not claimable for this long after its start.
+    pub not_before_ms: u64,
+    /// Also started by the next worker slot, at about the same time.
+    pub contended: bool,
+}
+
+impl Placement {
+    /// The placement of the execution `input` describes.
+    pub fn of(input: PlanInput) -> Self {
+        let mut rng = SeededRng::new(input.seed, input.index.wrapping_add(1) << 9 | 1);
+        Self {
+            queued: rng.percent(QUEUED_PERCENT),
+            priority: rng.between(0, 2) as i32,
+            not_before_ms: if rng.percent(NOT_BEFORE_PERCENT) {
+                rng.between(1, 20)
+            } else {
+                0
+            },
+            contended: rng.percent(CONTENDED_PERCENT),
+        }
+    }
+
+    fn options(self) -> StartOptions {
+        let mut options = StartOptions::default().priority(self.priority);
+        if self.queued {
+            options = options.queue(QUEUE);
+        }
+        if self.not_before_ms > 0 {
+            let delay = chrono::TimeDelta::milliseconds(self.not_before_ms as i64);
+            options = options.not_before(chrono::Utc::now() + delay);
+        }
+        options
+    }
+}
+
+/// The input of runtime execution `number` of worker slot `slot` of `slots`.
+fn input(seed: u64, slot: u64, slots: u64, number: u64) -> PlanInput {
+    PlanInput {
+        seed,
+        index: RUNTIME_INDEX_BASE + number * slots + slot,
+        slot,
+        shape: Shape::Runtime,
+    }
+}
+
+/// Starts this process's runtime on the workload's journal, serving [`RUNTIME_KIND`].
+///
+/// # Errors
+/// As [`durably_runtime::RuntimeBuilder::start`].
+pub async fn start_runtime(workload: &Arc<Workload>) -> Result<Runtime, BoxError> {
+    let running = Arc::clone(workload);
+    Ok(Runtime::builder(workload.journal().clone())
+        .register(RUNTIME_KIND, RUNTIME_VERSION, move |context, input| {
+            workflow(Arc::clone(&running), context, input)
+        })
+        .queue(
+            QUEUE,
+            QueueConfig {
+                concurrency_max: Some(QUEUE_LIMIT),
+                process_concurrency_max: Some(QUEUE_PROCESS_LIMIT),
+            },
+        )
+        .concurrency_max(RUNTIME_CONCURRENCY_MAX)
+        .sweep_interval(SWEEP_INTERVAL)
+        .start()
+        .await?)
+}
+
+/// A runtime worker: runs a runtime, starts planned executions of its slot (and, for
+/// contended ones, the next slot's) and awaits their results, and plays the operator for
+/// runtime executions, until it is killed.
+///
+/// # Errors
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub async fn run_worker(
+    workload: Arc<Workload>,
+    seed: u64,
+    slot: u64,
+    slots: u64,
+) -> Result<(), BoxError> {
+    let runtime = start_runtime(&workload).await?;
+    let mut number = next_number(&workload, slot, slots)?;
+    let mut awaiting = JoinSet::new();
+    let mut housekeeping_at = Instant::now();
+    loop {
+        if Instant::now() >= housekeeping_at {
+            housekeeping(&workload, &runtime).await?;
+            housekeeping_at = Instant::now() + HOUSEKEEPING_INTERVAL;
+        }
+        if awaiting.len() >= IN_FLIGHT_MAX || backlog(workload.journal())? >= BACKLOG_MAX {
+            match tokio::time::timeout(HOUSEKEEPING_INTERVAL, awaiting.join_next()).await {
+                Ok(Some(joined)) => joined??,
+                Ok(None) => tokio::time::sleep(HOUSEKEEPING_INTERVAL).await,
+                Err(_) => {}
+            }
+            continue;
+        }
+        let own = input(seed, slot, slots, number);
+        let mut inputs = vec![own];
+        if Placement::of(own).contended && slots > 1 {
+            inputs.push(input(seed, (slot + 1) % slots, slots, number));
+        }
+        for input in inputs {
+            if let Some(handle) = start(&runtime, input).await? {
+                awaiting.spawn(await_outcome(
+                    Arc::clone(&workload),
+                    handle,
+                    RESULT_WAIT_MAX,
+                ));
+            }
+        }
+        number += 1;
+    }
+}
+
+/// The slot's next fresh execution number: after the highest it has started so far.
+fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxError> {
+    let highest: Option<i64> = workload.journal().read(|conn| {
+        Ok(conn.query_row(
+            "SELECT max(json_extract(input, '$.index')) FROM executions
+             WHERE kind = ?1 AND json_extract(input, '$.shape') = 'runtime'
+               AND json_extract(input, '$.slot') = ?2",
+            rusqlite::params![RUNTIME_KIND, slot as i64],
+            |row| row.get(0),
+        )?)
+    })?;
+    Ok(highest.map_or(0, |highest| {
+        (highest as u64 - RUNTIME_INDEX_BASE - slot) / slots + 1
+    }))
+}
+
+/// Starts the execution `input` describes; `None` when the journal was busy.
+async fn start(
+    runtime: &Runtime,
+    input: PlanInput,
+) -> Result<Option<WorkflowHandle<RuntimeOutput>>, BoxError> {
+    let id = ExecutionPlan::from_input(input).id;
+    let options = Placement::of(input).options();
+    match runtime.start(RUNTIME_KIND, id, &input, options).await {
+        Ok(handle) => Ok(Some(handle)),
+        Err(error) if error.is_retryable() => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Awaits an execution's result for at most `wait_max` and acknowledges the outcome.
+async fn await_outcome(
+    workload: Arc<Workload>,
+    handle: WorkflowHandle<RuntimeOutput>,
+    wait_max: Duration,
+) -> Result<(), BoxError> {
+    let Ok(result) = tokio::time::timeout(wait_max, handle.result()).await else {
+        return Ok(());
+    };
+    let status = match result {
+        Ok(_) => "completed",
+        Err(Error::WorkflowFailed { .. }) => "failed",
+        Err(Error::Cancelled { .. }) => "cancelled",
+        Err(error) if error.is_retryable() => return Ok(()),
+        Err(error) => return Err(error.into()),
+    };
+    workload.ack(&["F", &handle.id().to_string(), status])?;
+    Ok(())
+}
+
+/// Plays the operator for runtime executions: resolves every step awaiting an operator (see
+/// [`Workload::operate`]) and resumes every stuck execution.
+///
+/// # Errors
+/// A journal or runtime error the workload never expects.
+pub async fn housekeeping(workload: &Workload, client: &Client) -> Result<(), BoxError> {
+    let runtime_ids: HashSet<Uuid> = runtime_executions(workload.journal(), AWAITING_OR_STUCK)?
+        .into_iter()
+        .collect();
+    for step in workload.journal().awaiting_operator()? {
+        if runtime_ids.contains(&step.execution_id) {
+            let key = IdempotencyKey::derive(step.execution_id, step.seq, &step.step);
+            workload.operate(step.execution_id, step.seq, key).await?;
+        }
+    }
+    for id in runtime_executions(workload.journal(), "status = 'stuck'")? {
+        // Only what is still stuck under the operator lock: a resume also reopens a cancelled
+        // execution, and the canceller may have cancelled it since.
+        let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
+            return Ok(());
+        };
+        if workload.journal().get(id)?.map(|record| record.status) != Some(Status::Stuck) {
+            continue;
+        }
+        match client.resume(id).await {
+            Ok(()) | Err(Error::NotResumable { .. }) => {}
+            Err(error) if error.is_retryable() => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+const AWAITING_OR_STUCK: &str = "status IN ('awaiting_operator', 'stuck')";
+const UNFINISHED: &str = "status NOT IN ('completed', 'failed', 'cancelled')";
+
+/// The runtime executions of the torture kind whose row satisfies `condition` (SQL over
+/// `executions`), in start order.
+fn runtime_executions(journal: &Journal, condition: &str) -> Result<Vec<Uuid>, BoxError> {
+    let ids: Vec<String> = journal.read(|conn| {
+        let mut statement = conn.prepare(&format!(
+            "SELECT e.execution_id FROM executions e
+               JOIN runtime_executions r ON r.execution_id = e.execution_id
+             WHERE e.kind = ?1 AND e.{condition} ORDER BY e.id"
+        ))?;
+        let rows = statement.query_map([RUNTIME_KIND], |row| row.get(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    })?;
+    Ok(ids.iter().map(|id| id.parse()).collect::<Result<_, _>>()?)
+}
+
+/// How many runtime executions are unfinished.
+fn backlog(journal: &Journal) -> Result<u64, BoxError> {
+    Ok(journal.read(|conn| {
+        Ok(conn.query_row(
+            &format!("SELECT count(*) FROM executions WHERE kind = ?1 AND {UNFINISHED}"),
+            [RUNTIME_KIND],
+            |row| row.get::<_, i64>(0),
+        )?)
+    })? as u64)
+}
+
+/// A random unfinished runtime execution, if there is one.
+fn random_unfinished(journal: &Journal, rng: &mut SeededRng) -> Result<Option<Uuid>, BoxError> {
+    let unfinished = runtime_executions(journal, UNFINISHED)?;
+    if unfinished.is_empty() {
+        return Ok(None);
+    }
+    let pick = rng.between(0, unfinished.len() as u64 - 1) as usize;
+    Ok(Some(unfinished[pick]))
+}
+
+/// A generator for a process of a role that may be restarted: the seed, the role and the
+/// process id, so a restarted process does not repeat its predecessor's choices.
+fn process_rng(seed: u64, role: u64) -> SeededRng {
+    SeededRng::new(seed, role << 32 | u64::from(std::process::id()))
+}
+
+/// A sender: sends messages to random unfinished runtime executions, on random topics, with
+/// an idempotency key each; one send in five repeats an earlier key (with its payload), which
+/// must deliver nothing new. Until it is killed.
+///
+/// # Errors
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxError> {
+    let client = Client::new(workload.journal().clone()).await?;
+    let mut rng = process_rng(seed, 0x5e4d);
+    let mut sent: Vec<(Uuid, &str, String)> = Vec::new();
+    for number in 0_u64.. {
+        let pause = rng.between(2, 10);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let repeat = !sent.is_empty() && rng.percent(REPEATED_SEND_PERCENT);
+        let (to, topic, key) = if repeat {
+            sent[rng.between(0, sent.len() as u64 - 1) as usize].clone()
+        } else {
+            let Some(to) = random_unfinished(workload.journal(), &mut rng)? else {
+                continue;
+            };
+            let topic = TOPICS[rng.between(0, TOPICS.len() as u64 - 1) as usize];
+            (to, topic, format!("k{}-{number}", std::process::id()))
+        };
+        // The payload is a function of the key, so a repeated key repeats its payload.
+        let value = format!("m-{key}");
+        let (outcome, message_id) = match client.send(to, topic, &value, Some(&key)).await {
+            Ok(SendOutcome::Sent { message_id }) => ("sent", message_id),
+            Ok(SendOutcome::AlreadySent { message_id }) => ("already", message_id),
+            Ok(other) => return Err(format!("unknown send outcome {other:?}").into()),
+            Err(Error::ReceiverFinished { .. } | Error::ReceiverNotFound { .. }) => continue,
+            Err(error) if error.is_retryable() => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let (receiver, id) = (to.to_string(), message_id.to_string());
+        workload.ack(&["S", &receiver, topic, &key, &value, outcome, &id])?;
+        if !repeat {
+            sent.push((to, topic, key));
+        }
+    }
+    Ok(())
+}
+
+/// A canceller: cancels a random unfinished runtime execution now and then, until it is
+/// killed. It records its intent before each cancel, so the checker can tell a cancelled
+/// execution nobody asked to cancel.
+///
+/// # Errors
+/// A journal error the workload never expects, or an acknowledgement log error.
+pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), BoxError> {
+    let mut rng = process_rng(seed, 0xca5c);
+    loop {
+        let pause = rng.between(40, 160);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
+            continue;
+        };
+        let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
+            continue;
+        };
+        let execution = id.to_string();
+        workload.ack(&["c", &execution])?;
+        let outcome = match workload
+            .journal()
+            .operator()
+            .cancel(id, CANCEL_REASON)
+            .await
+        {
+            Ok(()) => "cancelled",
+            Err(JournalError::Refused(_)) => "refused",
+            Err(error) if error.is_retryable() => "busy",
+            Err(error) => return Err(error.into()),
+        };
+        workload.ack(&["C", &execution, outcome])?;
+    }
+}
+
+/// The final pass for runtime executions, after every other process has exited: a runtime
+/// recovers and runs them, and the operator resolves and resumes, until every one has ended.
+///
+/// # Errors
+/// A runtime error, or executions still unfinished after [`FINISH_MAX`].
+pub async fn finish(workload: Arc<Workload>) -> Result<(), BoxError> {
+    let runtime = start_runtime(&workload).await?;
+    let deadline = Instant::now() + FINISH_MAX;
+    loop {
+        housekeeping(&workload, &runtime).await?;
+        let unfinished = runtime_executions(workload.journal(), UNFINISHED)?;
+        let Some(&first) = unfinished.first() else {
+            runtime.shutdown();
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} runtime executions are still unfinished after {FINISH_MAX:?}",
+                unfinished.len()
+            )
+            .into());
+        }
+        await_outcome(
+            Arc::clone(&workload),
+            runtime.handle(first),
+            HOUSEKEEPING_INTERVAL * 10,
+        )
+        .await?;
+    }
+}
