@@ -342,6 +342,11 @@ pub enum Error {
     /// An operator action does not apply to the state it found.
     #[error("{0}")]
     Refused(String),
+    /// A caller's hook declined the write it was part of (a park that found a message already
+    /// waiting, say): nothing of that transaction was written, and the handle is usable as
+    /// before. The text says why, in the hook's words.
+    #[error("the write was declined by the caller's hook: {0}; nothing was written")]
+    Aborted(&'static str),
     /// A handle was used after a step error that stops the execution.
     #[error(
         "execution {execution_id} stopped at step {seq} after an earlier error; this handle \

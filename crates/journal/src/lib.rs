@@ -79,7 +79,7 @@ pub use config::{
     READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
-pub use execution::Execution;
+pub use execution::{Execution, Release, STATUS_DETAIL_BYTES_MAX, StepRef, Timing};
 pub use execution_id::new_execution_id;
 pub use extension::{
     ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,

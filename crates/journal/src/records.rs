@@ -334,6 +334,12 @@ pub mod event_kind {
     pub const OPERATOR_RESOLVED: &str = "operator_resolved";
     /// An operator cancelled an execution.
     pub const CANCELLED: &str = "cancelled";
+    /// A running execution was parked `waiting` for a time or a message, its lock released.
+    pub const PARKED: &str = "parked";
+    /// A running execution was put back `queued`, its lock released.
+    pub const YIELDED: &str = "yielded";
+    /// A running execution was parked `stuck` for an operator's resume, its lock released.
+    pub const STUCK: &str = "stuck";
 }
 
 /// Parses column `index` with `parse`; a failure is a conversion error naming the column, which

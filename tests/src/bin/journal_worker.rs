@@ -28,13 +28,22 @@
 //!   `wait`, the closure first prints `{"inside":<token>}` and waits for a line on stdin (on a
 //!   blocking thread: the lease heartbeat goes on meanwhile). A done step completes the
 //!   execution.
+//! - `hooked <db> <execution-id> <step|release>`: opens the execution (creating the side table
+//!   `side (execution_id, seq, note)` first), runs the pure step `prepare`, then either the
+//!   idempotent step `consume` through `step_with`, whose hook inserts a `consumed` row into
+//!   `side`, and completes (`step`); or parks the execution `waiting` on topic `t` through
+//!   `release_to`, whose hook inserts a `parked` row (`release`). Built with the `failpoints`
+//!   feature, `journal::before-hooked-result-commit` and `journal::before-release-commit`
+//!   abort between the hook and the commit.
 //! - `inspect <db>`: opens the journal only to read it (`Journal::inspect`), and prints each
 //!   execution's id and status and each lock holder's resource and verdict, or the error.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use durably_journal::{Error, Guarded, Journal, ListFilter, Opened, Policy, StepError};
+use durably_journal::{
+    Effect, Error, Guarded, Journal, ListFilter, Opened, Policy, Release, StepError, Timing,
+};
 use durably_lock::Judgement;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -67,6 +76,7 @@ async fn main() -> Outcome {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
         },
+        ["hooked", db, id, mode] => hooked(Path::new(db), id.parse()?, mode).await?,
         ["inspect", db] => inspect(Path::new(db)).unwrap_or_else(|error| error_json(&error)),
         _ => return Err(format!("unknown command {args:?}").into()),
     };
@@ -174,6 +184,65 @@ async fn guarded(db: &Path, ledger: &Path, id: Uuid, policy: &str) -> Outcome<Va
             )
         }
         Err(error) => Ok(error_json(&error)),
+    }
+}
+
+async fn hooked(db: &Path, id: Uuid, mode: &str) -> Outcome<Value> {
+    let journal = Journal::open(db)?;
+    journal
+        .write(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS side (execution_id TEXT, seq INTEGER, note TEXT)",
+            )?;
+            Ok(())
+        })
+        .await?;
+    let mut execution = match journal
+        .open_execution(id, "worker", "hooked", &"input")
+        .await
+    {
+        Ok(Opened::Running(execution)) => execution,
+        Ok(Opened::Finished(finished)) => {
+            return Ok(json!({ "outcome": "finished", "status": finished.status.as_str() }));
+        }
+        Err(error) => return Ok(error_json(&error)),
+    };
+    execution.pure("prepare", || async { Ok(1_u32) }).await?;
+    let side = move |conn: &rusqlite::Connection, seq: Option<u32>, note: &str| {
+        conn.execute(
+            "INSERT INTO side (execution_id, seq, note) VALUES (?1, ?2, ?3)",
+            rusqlite::params![id.to_string(), seq, note],
+        )?;
+        Ok(())
+    };
+    match mode {
+        "step" => {
+            let value: u32 = execution
+                .step_with(
+                    "consume",
+                    Effect::Idempotent,
+                    Timing::Now,
+                    |_key| async { Ok(5) },
+                    move |conn, step| side(conn, Some(step.seq), "consumed"),
+                )
+                .await?;
+            execution.complete(&value).await?;
+            Ok(json!({ "outcome": "done", "value": value }))
+        }
+        "release" => {
+            let due_at = chrono::Utc::now() + chrono::TimeDelta::hours(1);
+            let to = Release::Waiting {
+                due_at,
+                topic: Some("t".to_owned()),
+            };
+            execution
+                .release_to(to, json!({ "waiting_for": "t" }), move |conn| {
+                    side(conn, None, "parked")
+                })
+                .await?;
+            Ok(json!({ "outcome": "released" }))
+        }
+        other => Err(format!("step or release, not {other:?}").into()),
     }
 }
 

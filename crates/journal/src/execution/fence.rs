@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use durably_lock::{Clock, Locker, format_timestamp};
 use rusqlite::Connection;
 
@@ -64,13 +65,27 @@ impl Fence {
         T: Send + 'static,
         W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
     {
+        self.write_at(undo, move |conn, resource, _, now| {
+            work(conn, resource, now)
+        })
+        .await
+    }
+
+    /// [`Fence::write_with`], with `work` also handed the time of the write as a value, for the
+    /// caller's hooks: `work(conn, resource, at, now)`, where `now` is `at` as stored.
+    pub(crate) async fn write_at<T, W>(&self, undo: Undo, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, DateTime<Utc>, &str) -> Result<T> + Send + 'static,
+    {
         let locker = Arc::clone(&self.locker);
         let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
-        let now = format_timestamp(self.clock.now());
+        let at = self.clock.now();
+        let now = format_timestamp(at);
         self.writer
             .write_with(undo, move |conn| {
                 locker.fence(conn, &resource, epoch)?;
-                work(conn, &resource, &now)
+                work(conn, &resource, at, &now)
             })
             .await
     }

@@ -2,12 +2,16 @@
 //!
 //! The handle's files, one job each:
 //! - this file: the handle, its public step methods and its end (complete, fail, drop);
+//! - `hooks`: steps whose rows commit with the caller's own ([`Execution::step_with`]);
+//! - `release`: the end that parks the execution instead ([`Execution::release_to`]);
 //! - `protocol`: the step protocol (replay, the ambiguity policies, retries);
 //! - `step_rows`: the SQL of step rows;
 //! - `fence`: the writer, lock and epoch the handle writes with.
 
 mod fence;
+mod hooks;
 mod protocol;
+mod release;
 mod step_rows;
 
 use std::future::Future;
@@ -19,7 +23,10 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 pub(crate) use fence::Fence;
-use protocol::{IntentHook, StepOutcome};
+use hooks::{Hook, IntentHook};
+pub use hooks::{StepRef, Timing};
+use protocol::StepOutcome;
+pub use release::{Release, STATUS_DETAIL_BYTES_MAX};
 pub(crate) use step_rows::first_open_intent;
 
 use crate::config::StepSettings;
@@ -47,6 +54,9 @@ pub struct Execution {
     replay: Box<Replay>,
     next_seq: u32,
     halted_at: Option<u32>,
+    /// Set by [`Execution::release_to`]: the status the execution was parked in. The handle
+    /// then writes nothing more.
+    released_to: Option<Status>,
     finalized: bool,
     // Keeps a lease alive while the handle lives; aborted on drop.
     heartbeat: Option<tokio::task::JoinHandle<()>>,
@@ -77,6 +87,7 @@ impl Execution {
             replay: Box::new(opening.replay),
             next_seq: 0,
             halted_at: None,
+            released_to: None,
             finalized: false,
             heartbeat,
             _claim: opening.claim,
@@ -201,7 +212,8 @@ impl Execution {
         W: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let with_intent: IntentHook = Box::new(with_intent);
-        self.step(name, Effect::Guarded, Some(&policy), Some(with_intent), f)
+        let hook = Hook::Intent(with_intent);
+        self.step(name, Effect::Guarded, Some(&policy), Some(hook), f)
             .await
     }
 
@@ -250,6 +262,7 @@ impl Execution {
             "the execution output",
             self.settings.payload_bytes_max,
         )?;
+        self.refuse_if_released()?;
         // After an ambiguous step, a lost lock or non-determinism the journal is in doubt:
         // completing would bury the doubt under a final status. `fail` stays allowed. A lost
         // lock is the more useful answer when it is the reason, so the fence is asked first.
@@ -292,6 +305,7 @@ impl Execution {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        self.refuse_if_released()?;
         let (id, next_seq) = (self.id, self.next_seq);
         let release = Arc::clone(&self.fence);
         self.fence

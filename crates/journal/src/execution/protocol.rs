@@ -12,6 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
+use super::hooks::{Hook, IntentHook, ResultHook};
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
@@ -61,13 +62,6 @@ impl StepCall<'_> {
 
 pub(super) type StepOutcome<T> = std::result::Result<T, StepError>;
 
-/// The caller's writes that go into a guarded step's intent transaction.
-pub(super) type IntentHook = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
-
-/// How many times a step's result write is tried when the database is busy. The effect has
-/// already run, so giving up early would leave an ambiguous step for no good reason.
-const RESULT_WRITE_TRIES_MAX: u32 = 3;
-
 impl Execution {
     /// Runs one step call: replays it when it is recorded, runs it otherwise.
     pub(super) async fn step<T, F, Fut>(
@@ -75,7 +69,7 @@ impl Execution {
         name: &str,
         effect: Effect,
         policy: Option<&Policy>,
-        with_intent: Option<IntentHook>,
+        hook: Option<Hook>,
         f: F,
     ) -> Result<Guarded<T>>
     where
@@ -83,6 +77,7 @@ impl Execution {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        self.refuse_if_released()?;
         if let Some(seq) = self.halted_at {
             return Err(Error::Halted {
                 execution_id: self.id,
@@ -117,15 +112,21 @@ impl Execution {
                     .await
             }
             Ok(None) => {
-                self.run_fresh(&call, with_intent, f)
+                self.run_fresh(&call, hook, f)
                     .instrument(span.clone())
                     .await
             }
         };
         span.record("outcome", outcome_word(&result));
-        if matches!(&result, Ok(_) | Err(Error::StepFailed { .. })) {
-            self.next_seq += 1;
-            self.halted_at = None;
+        match &result {
+            Ok(_) | Err(Error::StepFailed { .. }) => {
+                self.next_seq += 1;
+                self.halted_at = None;
+            }
+            // The caller's hook declined: nothing of the step was written, so the same step
+            // may be called again at the same seq.
+            Err(Error::Aborted(_)) => self.halted_at = None,
+            Err(_) => {}
         }
         result
     }
@@ -133,7 +134,7 @@ impl Execution {
     async fn run_fresh<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
-        with_intent: Option<IntentHook>,
+        hook: Option<Hook>,
         mut f: F,
     ) -> Result<Guarded<T>>
     where
@@ -141,11 +142,16 @@ impl Execution {
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        let (with_intent, with_result) = match hook {
+            None => (None, None),
+            Some(Hook::Intent(hook)) => (Some(hook), None),
+            Some(Hook::Result(hook)) => (None, Some(hook)),
+        };
         if let Some(policy) = call.policy {
             self.write_intent(call, policy, with_intent).await?;
             fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
         }
-        self.run_and_record(call, 1, &mut f).await
+        self.run_and_record(call, 1, &mut f, with_result).await
     }
 
     async fn replay_step<T, F, Fut>(
@@ -249,7 +255,7 @@ impl Execution {
                 let detail = json!({ "policy": "retry", "attempt": next_attempt });
                 self.write_rerun(call, attempts, event_kind::AMBIGUITY_RETRIED, detail)
                     .await?;
-                self.run_and_record(call, next_attempt, f).await
+                self.run_and_record(call, next_attempt, f, None).await
             }
             Policy::Reconcile(probe) => {
                 let answer = probe(call.key())
@@ -266,7 +272,7 @@ impl Execution {
                     json!({ "policy": "reconcile", "found": false, "attempt": next_attempt });
                 self.write_rerun(call, attempts, event_kind::AMBIGUITY_RECONCILED, detail)
                     .await?;
-                self.run_and_record(call, next_attempt, f).await
+                self.run_and_record(call, next_attempt, f, None).await
             }
         }
     }
@@ -280,12 +286,14 @@ impl Execution {
         }
     }
 
-    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome.
+    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome,
+    /// with `with_result`'s rows in the same transaction.
     async fn run_and_record<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         first_attempt: u32,
         f: &mut F,
+        with_result: Option<ResultHook>,
     ) -> Result<Guarded<T>>
     where
         T: Serialize + DeserializeOwned,
@@ -294,7 +302,8 @@ impl Execution {
     {
         let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
         fail::fail_point!("journal::after-effect", |_| std::process::abort());
-        self.write_result(call, &outcome, attempts).await?;
+        self.write_result(call, &outcome, attempts, with_result)
+            .await?;
         fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
         outcome
             .map(Guarded::Done)
@@ -361,11 +370,14 @@ impl Execution {
             .await
     }
 
+    /// Records a step's outcome, with `with_result`'s rows in the same transaction when there
+    /// is a hook (which then takes a savepoint).
     async fn write_result<T: Serialize>(
         &self,
         call: &StepCall<'_>,
         outcome: &StepOutcome<T>,
         attempts: u32,
+        with_result: Option<ResultHook>,
     ) -> Result<()> {
         let cap = self.settings.payload_bytes_max;
         let encoded = match outcome {
@@ -400,21 +412,7 @@ impl Execution {
             error,
             attempts,
         };
-        // A busy database means the batch never began, so trying again cannot write twice.
-        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
-            let row = row.clone();
-            match self
-                .fence
-                .write_with(Undo::OneStatement, move |conn, resource, now| {
-                    row.record(conn, resource, now)
-                })
-                .await
-            {
-                Err(Error::Busy { .. }) if try_number < RESULT_WRITE_TRIES_MAX => {}
-                Err(error) => return Err(error),
-                Ok(()) => break,
-            }
-        }
+        self.record_result(row, with_result).await?;
         unrecordable.map_or(Ok(()), |error| Err(call.failed(error)))
     }
 

@@ -1,0 +1,175 @@
+//! Hooks: the caller's own rows, written in the transaction of one of a step's rows. A guarded
+//! step's hook goes with its intent ([`Execution::guarded_with`]); a pure or idempotent step's
+//! with its result ([`Execution::step_with`]).
+//!
+//! Invariant: a hook runs only in the transaction that records its step for the first time,
+//! and what it writes commits with that row or not at all. A replayed step runs no hook: what
+//! it wrote committed with the step, on the run that recorded it.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use rusqlite::Connection;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use super::Execution;
+use super::protocol::StepOutcome;
+use super::step_rows::ResultRow;
+use crate::error::{Error, Result};
+use crate::states::StepState;
+use crate::step::{Effect, StepKey};
+use crate::writer::Undo;
+
+/// When [`Execution::step_with`] writes its step's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// The result, with the hook, may wait in the handle and commit with a later write of
+    /// the same handle. A handle that does not defer results writes it at once, as `Now`.
+    Deferred,
+    /// The result and the hook commit before `step_with` returns (a message consumed, an
+    /// event published: what other processes must see before the workflow goes on).
+    Now,
+}
+
+/// The step a result hook is written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRef {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The step's sequence number.
+    pub seq: u32,
+    /// How the step ended: [`StepState::Completed`], or [`StepState::Failed`] when its closure
+    /// returned an error, which is recorded (and replayed) like a result.
+    pub state: StepState,
+    /// The time the step's row is stamped with.
+    pub now: DateTime<Utc>,
+}
+
+/// The caller's writes that go into a guarded step's intent transaction.
+pub(super) type IntentHook = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
+/// The caller's writes that go into a pure or idempotent step's result transaction.
+pub(super) type ResultHook = Box<dyn FnOnce(&Connection, StepRef) -> Result<()> + Send>;
+
+/// A hook, by the row it is written with.
+pub(super) enum Hook {
+    /// With a guarded step's intent.
+    Intent(IntentHook),
+    /// With a pure or idempotent step's result.
+    Result(ResultHook),
+}
+
+/// How many times a step's result write is tried when the database is busy. The effect has
+/// already run, so giving up early would leave an ambiguous step for no good reason.
+const RESULT_WRITE_TRIES_MAX: u32 = 3;
+
+impl Execution {
+    /// Runs a pure or idempotent step whose result commits in one transaction with `also`'s
+    /// rows: `also(conn, step)` runs in the transaction that records the step, after its row.
+    /// A step replayed from an earlier run returns its recorded outcome and does not run
+    /// `also`. `also` also runs when the closure failed (the failure is recorded like a
+    /// result); [`StepRef::state`] says which.
+    ///
+    /// If `also` returns [`Error::Aborted`], nothing of the transaction is written, the step
+    /// is not recorded, and the handle stays usable: calling the step again runs it again at
+    /// the same sequence number.
+    ///
+    /// # Errors
+    /// As [`Execution::pure`]; `also`'s own error (then nothing was written; any error but
+    /// `Aborted` halts the handle at this step, as a failed result write does); and
+    /// [`Error::Refused`] for a guarded `effect`, before anything runs (a guarded step's rows
+    /// go with its intent: [`Execution::guarded_with`]).
+    pub async fn step_with<T, F, Fut, A>(
+        &mut self,
+        name: &str,
+        effect: Effect,
+        timing: Timing,
+        f: F,
+        also: A,
+    ) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = StepOutcome<T>>,
+        A: FnOnce(&Connection, StepRef) -> Result<()> + Send + 'static,
+    {
+        if effect == Effect::Guarded {
+            return Err(Error::Refused(format!(
+                "step {name:?} of execution {} is guarded; step_with records pure and idempotent \
+                 steps, and a guarded step's rows go with its intent (guarded_with)",
+                self.id
+            )));
+        }
+        // Both timings write at once until the handle defers results.
+        let _ = timing;
+        let hook = Hook::Result(Box::new(also));
+        let outcome = self.step(name, effect, None, Some(hook), f).await?;
+        self.never_skipped(outcome)
+    }
+
+    /// Writes a pure or idempotent step's result row, or a guarded step's result, with `hook`'s
+    /// rows when there is one (which then takes a savepoint).
+    pub(super) async fn record_result(
+        &self,
+        row: ResultRow,
+        hook: Option<ResultHook>,
+    ) -> Result<()> {
+        let undo = if hook.is_some() {
+            Undo::Savepoint
+        } else {
+            Undo::OneStatement
+        };
+        // Kept outside the request, so that a request that never ran leaves the hook here for
+        // the next try.
+        let hook = Arc::new(Mutex::new(hook));
+        let execution_id = self.id;
+        // A busy database means the batch never began, so trying again cannot write twice.
+        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
+            let (row, slot) = (row.clone(), Arc::clone(&hook));
+            let written = self
+                .fence
+                .write_at(undo, move |conn, resource, now, stamp| {
+                    row.record(conn, resource, stamp)?;
+                    let Some(hook) = take(&slot) else {
+                        return Ok(());
+                    };
+                    let step = StepRef {
+                        execution_id,
+                        seq: row.seq,
+                        state: row.state,
+                        now,
+                    };
+                    hook(conn, step)?;
+                    fail::fail_point!("journal::before-hooked-result-commit", |_| {
+                        std::process::abort()
+                    });
+                    Ok(())
+                })
+                .await;
+            match written {
+                Err(Error::Busy { .. })
+                    if try_number < RESULT_WRITE_TRIES_MAX
+                        && (undo == Undo::OneStatement || is_kept(&hook)) => {}
+                other => return other,
+            }
+        }
+        Err(Error::Inconsistent(
+            "the result write loop ended without an answer".to_owned(),
+        ))
+    }
+}
+
+/// Takes the hook out of its slot: a request runs it at most once.
+fn take<H>(slot: &Mutex<Option<H>>) -> Option<H> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// Whether the hook is still in its slot, that is whether no request has run it.
+fn is_kept<H>(slot: &Mutex<Option<H>>) -> bool {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
+}
