@@ -104,6 +104,7 @@ failpoint_tests! {
     journal_sweep_before_takeover => "journal::sweep-before-takeover",
     journal_sweep_between_reclaims => "journal::sweep-between-reclaims",
     journal_gc_between_batches => "journal::gc-between-batches",
+    journal_migration_before_commit => "journal::migration-before-commit",
     journal_after_awaiting_operator_commit => "journal::after-awaiting-operator-commit",
     scheduler_after_fire_registered => "scheduler::after-fire-registered",
 }

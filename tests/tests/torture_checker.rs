@@ -4,8 +4,11 @@
 //! Method: run the failpoint matrix's workload once to completion (a clean run the checker
 //! passes), then damage a copy of the run the way each bug would — an effect appended twice, an
 //! acknowledged step missing from the journal, an effect of an unknown step, an execution left
-//! running, a lock left held, an execution run while it awaited an operator — and check that the matching figure, and only a failing verdict,
-//! comes out.
+//! running, a lock left held, an execution run or claimed while it awaited an operator, a
+//! guarded effect made without a lock, a queue run over its limit, a run that gave its slot
+//! back silently, a runtime execution ended otherwise than its plan or its cancel says, an
+//! effect after an acknowledged cancel, an acknowledged message missing — and check that the
+//! matching figure, and a failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
 use std::fs::OpenOptions;
@@ -14,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use durably_tests::torture::checker::{Report, check};
-use durably_tests::torture::ledger::LEDGER_FILE;
+use durably_tests::torture::ledger::{self, LEDGER_FILE, RecordFile};
 use durably_tests::torture::workload::DATABASE_FILE;
 use rusqlite::Connection;
 
@@ -136,4 +139,138 @@ fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
         .unwrap();
     });
     assert_eq!(report.reopened, 1, "{report:?}");
+}
+
+/// Rewrites the ledger with `change` applied to every record (checksums recomputed).
+fn rewrite_ledger(dir: &Path, mut change: impl FnMut(&mut Vec<String>)) {
+    let path = dir.join(LEDGER_FILE);
+    let mut records = ledger::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let file = RecordFile::open(&path).unwrap();
+    for record in &mut records {
+        change(record);
+        let fields: Vec<&str> = record.iter().map(String::as_str).collect();
+        file.append(&fields).unwrap();
+    }
+}
+
+/// The id of the runtime execution the matrix's canceller cancelled.
+fn cancelled_runtime_execution(conn: &Connection) -> String {
+    conn.query_row(
+        "SELECT e.execution_id FROM executions e JOIN runtime_executions USING (execution_id)
+         WHERE e.status = 'cancelled'",
+        [],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_guarded_effect_made_without_a_lock_is_duplicated() {
+    let report = damaged(|dir, _| {
+        let mut done = false;
+        rewrite_ledger(dir, |record| {
+            if !done && record[4] == "guarded" && record[9] != "-" {
+                record[9] = "0".to_owned();
+                done = true;
+            }
+        });
+    });
+    assert_eq!(report.duplicated, 1, "{report:?}");
+}
+
+#[test]
+fn a_claim_while_awaiting_an_operator_is_reopened() {
+    let report = damaged(|_, conn| {
+        conn.execute_batch(
+            "INSERT INTO events (at, execution_id, seq, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, seq, kind, '{}'
+             FROM (SELECT execution_id FROM executions LIMIT 1),
+                  (SELECT 'ambiguity_failed' AS kind, 0 AS seq UNION ALL
+                   SELECT 'claimed', NULL)
+             ORDER BY kind;",
+        )
+        .unwrap();
+    });
+    assert_eq!(report.reopened, 1, "{report:?}");
+}
+
+#[test]
+fn four_runs_at_once_in_a_queue_limited_to_three_are_over_limit() {
+    let report = damaged(|_, conn| {
+        conn.execute_batch(
+            "CREATE TEMP TABLE four AS SELECT execution_id FROM executions LIMIT 4;
+             INSERT INTO events (at, execution_id, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, kind, '{\"queue\":\"q\"}'
+             FROM four, (SELECT 'claimed' AS kind UNION ALL SELECT 'released')
+             ORDER BY kind, execution_id;",
+        )
+        .unwrap();
+    });
+    assert_eq!(report.over_limit, 1, "{report:?}");
+    assert_eq!(report.queue_peak, 4, "{report:?}");
+}
+
+#[test]
+fn a_run_that_gives_its_slot_back_with_no_event_is_over_limit() {
+    let report = damaged(|_, conn| {
+        let deleted = conn
+            .execute("DELETE FROM events WHERE kind = 'released'", [])
+            .unwrap();
+        assert!(deleted >= 1);
+    });
+    assert!(report.over_limit >= 1, "{report:?}");
+}
+
+#[test]
+fn a_runtime_execution_completed_with_another_output_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let changed = conn
+            .execute(
+                "UPDATE executions SET output = '{\"steps\":99}' WHERE execution_id =
+                   (SELECT e.execution_id FROM executions e JOIN runtime_executions
+                      USING (execution_id) WHERE e.status = 'completed' LIMIT 1)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_acknowledged_cancel_that_did_not_hold_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let id = cancelled_runtime_execution(conn);
+        conn.execute(
+            "UPDATE executions SET status = 'failed', error = '{\"message\":\"x\"}'
+             WHERE execution_id = ?1",
+            [&id],
+        )
+        .unwrap();
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_effect_after_an_acknowledged_cancel_is_after_cancel() {
+    let report = damaged(|dir, conn| {
+        let id = cancelled_runtime_execution(conn);
+        let ledger = RecordFile::open(&dir.join(LEDGER_FILE)).unwrap();
+        let now = durably_tests::torture::ledger::monotonic_ns().to_string();
+        let key = "00000000-0000-8000-8000-000000000001";
+        ledger
+            .append(&["E", &id, "1", key, "idempotent", "-", "1", &now, "v", "1"])
+            .unwrap();
+    });
+    assert_eq!(report.after_cancel, 1, "{report:?}");
+}
+
+#[test]
+fn an_acknowledged_message_missing_from_the_journal_is_a_bad_message() {
+    let report = damaged(|_, conn| {
+        let deleted = conn.execute("DELETE FROM messages", []).unwrap();
+        assert_eq!(deleted, 1);
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
 }

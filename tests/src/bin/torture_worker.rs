@@ -196,7 +196,7 @@ async fn recover(workload: &Workload) -> Result<(), BoxError> {
     for record in workload.journal().recoverable()? {
         if record.kind == EXECUTION_KIND {
             let input: PlanInput = record.input.decode()?;
-            if input.shape == Shape::Runtime {
+            if input.shape.is_runtime() {
                 continue;
             }
             workload

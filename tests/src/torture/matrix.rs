@@ -1,6 +1,8 @@
 //! The small deterministic workload of the failpoint matrix. One run of it reaches every
 //! failpoint of the engine at least once:
 //!
+//! 0. the journal is opened first here, so a fresh file is migrated in this process
+//!    (`migration-before-commit`, inside the rebuild of migration 7);
 //! 1. an orphan maker (a child process) opens three executions, runs a few steps of each and
 //!    aborts, one of them inside a guarded step: three locks of a dead process;
 //! 2. the journal opens, and its crash-orphan sweep reclaims them (`sweep-*` failpoints on the
@@ -16,7 +18,9 @@
 //! 6. two slots of four scheduled jobs (one per policy) are fired
 //!    (`scheduler::after-fire-registered`);
 //! 7. five executions are cancelled and collected by the retention sweep in batches of two
-//!    (`gc-between-batches`).
+//!    (`gc-between-batches`);
+//! 8. the runtime's part (see [`super::matrix_runtime`]): two runtimes run covering workflows
+//!    in a limited queue and without one, a message is sent and a queued execution cancelled.
 //!
 //! Rerunning it after a crash resumes everything, so "restart to completion" is running it
 //! again without failpoints.
@@ -24,6 +28,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use durably_journal::{Durability, Error, GcOptions, Journal, Opened, RetryPolicy};
@@ -31,7 +36,7 @@ use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::workload::{DATABASE_FILE, Stop, Workload};
-use super::{BoxError, fires};
+use super::{BoxError, fires, matrix_runtime};
 
 /// The first index of each group of orphans.
 pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
@@ -89,9 +94,10 @@ pub async fn run(
     durability: Durability,
     worker: &Path,
 ) -> Result<(), BoxError> {
+    drop(open_journal(dir, durability, false)?);
     let orphans = |first| make_orphans(worker, dir, seed, durability, first);
     orphans(ORPHAN_GROUPS[0])?;
-    let workload = Workload::new(open_journal(dir, durability, true)?, dir)?;
+    let workload = Arc::new(Workload::new(open_journal(dir, durability, true)?, dir)?);
     orphans(ORPHAN_GROUPS[1])?;
     workload.journal().operator().sweep(false).await?;
     orphans(ORPHAN_GROUPS[2])?;
@@ -115,7 +121,8 @@ pub async fn run(
     }
     collect_fodder(workload.journal(), seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
-    fires::finish(&workload, FINISH_ROUNDS_MAX).await
+    fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
+    matrix_runtime::run(&workload, dir, seed, durability).await
 }
 
 /// The orphan maker: opens the executions of one group, runs some steps of each, keeps their

@@ -8,7 +8,8 @@
 //! - [`fires`]: scheduler fires from several scheduler processes.
 //! - [`runtime_roles`]: runtime workers, a sender and a canceller, on the runtime's workflows
 //!   ([`runtime_workflow`]).
-//! - [`matrix`]: the small deterministic workload of the failpoint matrix.
+//! - [`matrix`]: the small deterministic workload of the failpoint matrix
+//!   ([`matrix_runtime`]: its runtime part).
 //! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
@@ -17,6 +18,7 @@ pub mod driver;
 pub mod fires;
 pub mod ledger;
 pub mod matrix;
+pub mod matrix_runtime;
 pub mod plan;
 pub mod runtime_checks;
 pub mod runtime_roles;

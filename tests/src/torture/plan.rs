@@ -112,6 +112,17 @@ pub enum Shape {
     /// Random steps of a workflow that runtimes run (see [`super::runtime_roles`]): started
     /// through the runtime, never driven by hand.
     Runtime,
+    /// The steps of [`Shape::Covering`], in a workflow that runtimes run (the failpoint
+    /// matrix).
+    RuntimeCovering,
+}
+
+impl Shape {
+    /// Whether executions of this shape are started through the runtime (and never driven by
+    /// hand).
+    pub fn is_runtime(self) -> bool {
+        matches!(self, Self::Runtime | Self::RuntimeCovering)
+    }
 }
 
 /// What a worker records as an execution's input, so any process can rebuild its plan.
@@ -152,7 +163,7 @@ impl ExecutionPlan {
         let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
         let kinds = match input.shape {
             Shape::Random | Shape::Runtime => random_kinds(&mut rng),
-            Shape::Covering => covering_kinds(),
+            Shape::Covering | Shape::RuntimeCovering => covering_kinds(),
         };
         let steps = kinds
             .into_iter()
@@ -160,7 +171,7 @@ impl ExecutionPlan {
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
                     Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
-                    Shape::Covering => (0, 0),
+                    Shape::Covering | Shape::RuntimeCovering => (0, 0),
                 };
                 StepPlan {
                     name: format!("{}-{seq}", kind_word(kind)),

@@ -24,7 +24,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
-use super::plan::{ExecutionPlan, PlanInput, Shape, StepKind};
+use super::plan::{ExecutionPlan, PlanInput, StepKind};
 use super::runtime_workflow::{FATAL_MESSAGE, RUNTIME_KIND, RuntimeOutput};
 
 /// The events that end a run holding a slot of a limited queue.
@@ -229,7 +229,7 @@ fn check_ends(
         .collect::<Result<Vec<_>, _>>()?;
     for (id, status, input, output, message) in rows {
         let input: PlanInput = serde_json::from_str(&input)?;
-        if input.shape != Shape::Runtime {
+        if !input.shape.is_runtime() {
             continue;
         }
         report.runtime_executions += 1;

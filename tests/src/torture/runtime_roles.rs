@@ -221,7 +221,10 @@ async fn start(
 }
 
 /// Awaits an execution's result for at most `wait_max` and acknowledges the outcome.
-async fn await_outcome(
+///
+/// # Errors
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub async fn await_outcome(
     workload: Arc<Workload>,
     handle: WorkflowHandle<RuntimeOutput>,
     wait_max: Duration,
@@ -341,18 +344,9 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
             let topic = TOPICS[rng.between(0, TOPICS.len() as u64 - 1) as usize];
             (to, topic, format!("k{}-{number}", std::process::id()))
         };
-        // The payload is a function of the key, so a repeated key repeats its payload.
-        let value = format!("m-{key}");
-        let (outcome, message_id) = match client.send(to, topic, &value, Some(&key)).await {
-            Ok(SendOutcome::Sent { message_id }) => ("sent", message_id),
-            Ok(SendOutcome::AlreadySent { message_id }) => ("already", message_id),
-            Ok(other) => return Err(format!("unknown send outcome {other:?}").into()),
-            Err(Error::ReceiverFinished { .. } | Error::ReceiverNotFound { .. }) => continue,
-            Err(error) if error.is_retryable() => continue,
-            Err(error) => return Err(error.into()),
-        };
-        let (receiver, id) = (to.to_string(), message_id.to_string());
-        workload.ack(&["S", &receiver, topic, &key, &value, outcome, &id])?;
+        if !send_acked(&workload, &client, to, topic, &key).await? {
+            continue;
+        }
         if !repeat {
             sent.push((to, topic, key));
         }
@@ -367,6 +361,8 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
 /// # Errors
 /// A journal error the workload never expects, or an acknowledgement log error.
 pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), BoxError> {
+    // Brings the runtime's tables into the file, which a canceller may open first.
+    Client::new(workload.journal().clone()).await?;
     let mut rng = process_rng(seed, 0xca5c);
     loop {
         let pause = rng.between(40, 160);
@@ -374,24 +370,62 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
         let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
             continue;
         };
-        let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
-            continue;
-        };
-        let execution = id.to_string();
-        workload.ack(&["c", &execution])?;
-        let outcome = match workload
-            .journal()
-            .operator()
-            .cancel(id, CANCEL_REASON)
-            .await
-        {
-            Ok(()) => "cancelled",
-            Err(JournalError::Refused(_)) => "refused",
-            Err(error) if error.is_retryable() => "busy",
-            Err(error) => return Err(error.into()),
-        };
-        workload.ack(&["C", &execution, outcome])?;
+        cancel_acked(&workload, id).await?;
     }
+}
+
+/// Sends `m-<key>` to `to` on `topic` with idempotency key `key` (the payload is a function of
+/// the key, so a repeated key repeats its payload) and acknowledges what the send returned.
+/// `false` when nothing was sent: the receiver has ended or does not exist, or the journal was
+/// busy.
+///
+/// # Errors
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub async fn send_acked(
+    workload: &Workload,
+    client: &Client,
+    to: Uuid,
+    topic: &str,
+    key: &str,
+) -> Result<bool, BoxError> {
+    let value = format!("m-{key}");
+    let (outcome, message_id) = match client.send(to, topic, &value, Some(key)).await {
+        Ok(SendOutcome::Sent { message_id }) => ("sent", message_id),
+        Ok(SendOutcome::AlreadySent { message_id }) => ("already", message_id),
+        Ok(other) => return Err(format!("unknown send outcome {other:?}").into()),
+        Err(Error::ReceiverFinished { .. } | Error::ReceiverNotFound { .. }) => return Ok(false),
+        Err(error) if error.is_retryable() => return Ok(false),
+        Err(error) => return Err(error.into()),
+    };
+    let (receiver, id) = (to.to_string(), message_id.to_string());
+    workload.ack(&["S", &receiver, topic, key, &value, outcome, &id])?;
+    Ok(true)
+}
+
+/// Cancels execution `id` under the operator lock (skipped when the lock stays taken),
+/// acknowledging the intent before and the outcome after.
+///
+/// # Errors
+/// A journal error the workload never expects, or an acknowledgement log error.
+pub async fn cancel_acked(workload: &Workload, id: Uuid) -> Result<(), BoxError> {
+    let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
+        return Ok(());
+    };
+    let execution = id.to_string();
+    workload.ack(&["c", &execution])?;
+    let outcome = match workload
+        .journal()
+        .operator()
+        .cancel(id, CANCEL_REASON)
+        .await
+    {
+        Ok(()) => "cancelled",
+        Err(JournalError::Refused(_)) => "refused",
+        Err(error) if error.is_retryable() => "busy",
+        Err(error) => return Err(error.into()),
+    };
+    workload.ack(&["C", &execution, outcome])?;
+    Ok(())
 }
 
 /// The final pass for runtime executions, after every other process has exited: a runtime
@@ -401,12 +435,22 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
 /// A runtime error, or executions still unfinished after [`FINISH_MAX`].
 pub async fn finish(workload: Arc<Workload>) -> Result<(), BoxError> {
     let runtime = start_runtime(&workload).await?;
+    drain(&workload, &runtime).await?;
+    runtime.shutdown();
+    Ok(())
+}
+
+/// Awaits every unfinished runtime execution, which `runtime` (or another) runs, playing the
+/// operator meanwhile, until every one has ended.
+///
+/// # Errors
+/// A runtime error, or executions still unfinished after [`FINISH_MAX`].
+pub async fn drain(workload: &Arc<Workload>, runtime: &Runtime) -> Result<(), BoxError> {
     let deadline = Instant::now() + FINISH_MAX;
     loop {
-        housekeeping(&workload, &runtime).await?;
+        housekeeping(workload, runtime).await?;
         let unfinished = runtime_executions(workload.journal(), UNFINISHED)?;
         let Some(&first) = unfinished.first() else {
-            runtime.shutdown();
             return Ok(());
         };
         if Instant::now() >= deadline {
@@ -417,7 +461,7 @@ pub async fn finish(workload: Arc<Workload>) -> Result<(), BoxError> {
             .into());
         }
         await_outcome(
-            Arc::clone(&workload),
+            Arc::clone(workload),
             runtime.handle(first),
             HOUSEKEEPING_INTERVAL * 10,
         )

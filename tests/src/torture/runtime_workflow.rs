@@ -1,4 +1,4 @@
-//! The workflow the torture runtimes run: a plan of [`Shape::Runtime`] played through a
+//! The workflow the torture runtimes run: a plan of a runtime shape played through a
 //! [`WorkflowContext`], with every effect appended to the ledger like the hand-driven
 //! workload's, and every step outcome acknowledged once it is durable.
 //!
@@ -17,7 +17,7 @@ use durably_journal::Guarded;
 use durably_runtime::{Error, WorkflowContext, WorkflowError};
 use serde::{Deserialize, Serialize};
 
-use super::plan::{ExecutionPlan, PlanInput, Shape, StepKind};
+use super::plan::{ExecutionPlan, PlanInput, StepKind};
 use super::workload::Workload;
 
 /// The kind the runtimes register (the hand-driven workload's kind too: a runtime must leave
@@ -85,7 +85,7 @@ pub async fn workflow(
     mut context: WorkflowContext,
     input: PlanInput,
 ) -> Result<RuntimeOutput, WorkflowError> {
-    if input.shape != Shape::Runtime {
+    if !input.shape.is_runtime() {
         return Err(WorkflowError::new("not a runtime plan"));
     }
     let plan = ExecutionPlan::from_input(input);

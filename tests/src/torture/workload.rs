@@ -21,9 +21,7 @@ use uuid::Uuid;
 
 use super::BoxError;
 use super::ledger::{LEDGER_FILE, RecordFile, monotonic_ns};
-use super::plan::{
-    EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, Shape, StepKind, effect_value,
-};
+use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, StepKind, effect_value};
 
 /// How many times one drive reopens an execution after resolving an ambiguous step.
 const DRIVE_ROUNDS_MAX: u32 = 16;
@@ -369,7 +367,7 @@ impl Workload {
         let mut unfinished = Vec::new();
         for input in inputs {
             let input: PlanInput = serde_json::from_str(&input)?;
-            if input.shape != Shape::Runtime {
+            if !input.shape.is_runtime() {
                 unfinished.push(input);
             }
         }
