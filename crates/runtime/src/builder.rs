@@ -21,6 +21,7 @@ use crate::recovery::{RESUME_FAILURES_MAX_DEFAULT, recover};
 use crate::registry::Registry;
 use crate::runtime::{Runtime, Settings};
 use crate::store;
+use crate::waiting::PARK_AFTER_DEFAULT;
 
 /// The audit event written to the journal's `events` table when a runtime changes a queue's
 /// limit.
@@ -51,6 +52,7 @@ pub struct RuntimeBuilder {
     clock: Option<Arc<TestClock>>,
     resume_failures_max: u32,
     sweep_interval: Duration,
+    park_after: Duration,
 }
 
 /// The default of [`RuntimeBuilder::sweep_interval`].
@@ -66,6 +68,7 @@ impl RuntimeBuilder {
             clock: None,
             resume_failures_max: RESUME_FAILURES_MAX_DEFAULT,
             sweep_interval: SWEEP_INTERVAL_DEFAULT,
+            park_after: PARK_AFTER_DEFAULT,
         }
     }
 
@@ -120,6 +123,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a wait (a timer, a receive) may stay in memory, holding its execution's lock
+    /// and a place in its queue; a longer one parks the execution instead: it leaves memory,
+    /// releases its lock, and any runtime serving its kind resumes it when the wait ends
+    /// (default [`PARK_AFTER_DEFAULT`]). Zero parks every wait that has any time left.
+    #[must_use]
+    pub fn park_after(mut self, park_after: Duration) -> Self {
+        self.park_after = park_after;
+        self
+    }
+
     /// Runs the runtime on `clock` instead of the system clock: due times are compared with it
     /// and slept on it, so a test moves time with [`TestClock::advance`]. It must be the clock
     /// the journal was opened with ([`durably_journal::JournalBuilder::clock`]), so that rows
@@ -160,7 +173,7 @@ impl RuntimeBuilder {
                 )));
             }
         }
-        let client = Client::with_registry(self.journal, registry).await?;
+        let client = Client::with_registry(self.journal, registry, Arc::clone(&clock)).await?;
         let kinds: Vec<(String, u32)> = client
             .registry()
             .kinds()
@@ -208,6 +221,7 @@ impl RuntimeBuilder {
             clock,
             resume_failures_max: self.resume_failures_max,
             sweep_interval: self.sweep_interval,
+            park_after: self.park_after,
             recovery,
         }))
     }

@@ -7,23 +7,29 @@ use std::sync::Arc;
 use durably_journal::{Execution, Guarded, Policy, StepError, StepKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::names;
+use crate::waiting::Waits;
 
 /// The handle a workflow function gets: its execution's id, version and steps. Steps are
 /// numbered in call order; on a resumed execution, steps already recorded return their
 /// recorded outcome without calling their closure.
 #[derive(Debug)]
 pub struct WorkflowContext {
-    id: Uuid,
+    pub(crate) id: Uuid,
     version: u32,
     is_resume: bool,
     /// Shared with the task that runs the workflow, which takes the execution back to end it
     /// when the workflow's future returns, whether or not the workflow kept its context.
-    slot: Arc<Mutex<Slot>>,
+    pub(crate) slot: Arc<Mutex<Slot>>,
+    /// The clock, the client and the parking threshold of timers and receives.
+    pub(crate) waits: Arc<Waits>,
+    /// Notified once a wait has parked the execution: the task then drops the workflow's
+    /// future, which never runs again in this process.
+    pub(crate) parked: Arc<Notify>,
 }
 
 /// The execution a context drives, and why it stopped, if it did.
@@ -39,21 +45,29 @@ pub(crate) struct Slot {
 }
 
 impl WorkflowContext {
-    /// A context for `execution` at `version`, and the slot its task ends it from.
-    pub(crate) fn new(execution: Execution, version: u32) -> (Self, Arc<Mutex<Slot>>) {
+    /// A context for `execution` at `version`, the slot its task ends it from, and the signal
+    /// of a park.
+    pub(crate) fn new(
+        execution: Execution,
+        version: u32,
+        waits: Arc<Waits>,
+    ) -> (Self, Arc<Mutex<Slot>>, Arc<Notify>) {
         let id = execution.id();
         let is_resume = execution.is_resume();
         let slot = Arc::new(Mutex::new(Slot {
             execution: Some(execution),
             halted: None,
         }));
+        let parked = Arc::new(Notify::new());
         let context = Self {
             id,
             version,
             is_resume,
             slot: Arc::clone(&slot),
+            waits,
+            parked: Arc::clone(&parked),
         };
-        (context, slot)
+        (context, slot, parked)
     }
 
     /// The execution's id.
@@ -130,15 +144,21 @@ impl WorkflowContext {
 
 /// The execution, or an error once its task has taken it back (a step called from a future
 /// the workflow spawned and left running after it returned).
-fn running(slot: &mut Slot, id: Uuid) -> Result<&mut Execution> {
+pub(crate) fn running(slot: &mut Slot, id: Uuid) -> Result<&mut Execution> {
     slot.execution
         .as_mut()
         .ok_or(Error::StepAfterEnd { execution_id: id })
 }
 
+/// Whether the execution's next step is recorded, so calling it replays its outcome and writes
+/// nothing.
+pub(crate) fn replays(execution: &Execution) -> bool {
+    execution.next_seq() < execution.recorded_steps()
+}
+
 impl Slot {
     /// Passes a step's outcome on, remembering the first error that stops the execution.
-    fn remember<T>(&mut self, outcome: durably_journal::Result<T>) -> Result<T> {
+    pub(crate) fn remember<T>(&mut self, outcome: durably_journal::Result<T>) -> Result<T> {
         match outcome {
             Ok(value) => Ok(value),
             Err(error @ durably_journal::Error::StepFailed { .. }) => Err(error.into()),

@@ -19,13 +19,15 @@ use uuid::Uuid;
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::parking::wake_parked;
 use crate::recovery::recover;
 use crate::store;
 use crate::task::{self, HeldSlot, Ran};
+use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
     Wake, claimable, clear_not_before, due, next_due, record_execution_event, recorded_steps,
-    running_in_queue, wake,
+    running_in_queue,
 };
 use rusqlite::Connection;
 
@@ -106,6 +108,8 @@ pub(crate) struct Dispatch {
     pub(crate) sweep_interval: Duration,
     /// Set when a run here stopped abnormally, so the next pass recovers it at once.
     pub(crate) recover_soon: AtomicBool,
+    /// The clock, the client and the parking threshold every task's waits use.
+    pub(crate) waits: Arc<Waits>,
 }
 
 /// Runs passes until stopped.
@@ -198,12 +202,14 @@ async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
 }
 
 /// Moves what is due at `now` (at most [`DUE_BATCH_MAX`]): a waiting execution is woken
-/// (queued again), a queued one whose not-before time has come becomes claimable.
-fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<()> {
+/// (queued again), a queued one whose not-before time has come becomes claimable. Returns how
+/// many were woken.
+fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<usize> {
+    let mut woken = 0;
     for (id, status) in due(conn, now, DUE_BATCH_MAX)? {
         match status {
             Status::Waiting => {
-                wake(conn, id, now, Wake::Due)?;
+                woken += usize::from(wake_parked(conn, id, now, Wake::Due)?);
             }
             Status::Queued => {
                 clear_not_before(conn, id)?;
@@ -211,7 +217,7 @@ fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<()
             _ => {}
         }
     }
-    Ok(())
+    Ok(woken)
 }
 
 /// One claim pass after the due pass, in the same transaction: claims what fits, opens each
@@ -230,11 +236,13 @@ async fn claim_pass(
     // Each claim's version, and whether it holds a slot of a limited queue.
     let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, (u32, bool)>::new()));
     let picked = Arc::clone(&versions);
+    let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let woke = Arc::clone(&woken);
     let claims = dispatch
         .client
         .journal()
         .claim_executions(move |conn, claimer| {
-            due_pass(conn, now)?;
+            woke.store(due_pass(conn, now)?, Ordering::SeqCst);
             let mut picked = picked.lock().unwrap_or_else(PoisonError::into_inner);
             for (queue, room) in rooms {
                 let limited = match &queue {
@@ -276,6 +284,9 @@ async fn claim_pass(
             Ok(())
         })
         .await?;
+    if woken.load(Ordering::SeqCst) > 0 {
+        fail::fail_point!("runtime::after-wake-commit", |_| std::process::abort());
+    }
     let versions = std::mem::take(&mut *versions.lock().unwrap_or_else(PoisonError::into_inner));
     for claim in claims {
         let row = claim.row().clone();
@@ -294,7 +305,8 @@ async fn claim_pass(
         let dispatch = Arc::clone(dispatch);
         tokio::spawn(async move {
             if let Some(workflow) = dispatch.client.registry().get(&row.kind, version) {
-                match task::run(execution, version, workflow, slot).await {
+                let waits = Arc::clone(&dispatch.waits);
+                match task::run(execution, version, workflow, waits, slot).await {
                     Ok(Ran::Halted(reason)) => {
                         tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
                         record_halt(&dispatch, row.execution_id, reason).await;

@@ -4,7 +4,11 @@
 //! beside the journal's (owner `runtime`, `schema/runtime/`).
 //!
 //! A [`Runtime`] registers workflow functions (typed input and output, no macros) and runs the
-//! queued executions of its kinds, within every [`QueueConfig`] limit. A [`Client`], which a
+//! queued executions of its kinds, within every [`QueueConfig`] limit. A workflow's
+//! [`WorkflowContext`] runs its steps, and waits durably: `sleep` and `recv` record their wake
+//! time or deadline as steps, so a resumed execution waits only what is left, and a wait
+//! longer than [`RuntimeBuilder::park_after`] parks the execution (a row, no lock, no task)
+//! until its time or a message wakes it in any process serving its kind. A [`Client`], which a
 //! runtime also is, starts executions (durable on return, idempotent by id), sends them
 //! messages (kept until a `recv` step of the receiver consumes them, delivered once per
 //! idempotency key), reads published events, and awaits results through a
@@ -53,9 +57,12 @@ mod clock;
 mod context;
 mod dispatcher;
 mod error;
+mod events;
 mod handle;
+mod messages;
 mod names;
 mod options;
+mod parking;
 mod payload;
 mod recovery;
 mod registry;
@@ -64,6 +71,8 @@ mod runtime;
 mod start;
 mod store;
 mod task;
+mod timers;
+mod waiting;
 mod watcher;
 
 pub use builder::{CONCURRENCY_MAX_DEFAULT, QueueConfig, RuntimeBuilder, SWEEP_INTERVAL_DEFAULT};
@@ -72,7 +81,9 @@ pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use context::WorkflowContext;
 pub use error::{Error, Result, WorkflowError};
 pub use handle::WorkflowHandle;
+pub use messages::MESSAGE_ENVELOPE_BYTES;
 pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
+pub use waiting::PARK_AFTER_DEFAULT;

@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 /// The longest workflow kind or queue name, in bytes of UTF-8.
 pub const KIND_BYTES_MAX: usize = 128;
 
-/// The longest topic, event key, idempotency key, deduplication key or execution name, in
-/// bytes of UTF-8.
+/// The longest topic, event key, idempotency key, deduplication key, execution name or timer
+/// name, in bytes of UTF-8.
 pub const KEY_BYTES_MAX: usize = 256;
 
 /// The prefix of the runtime's own steps (`durably:sleep/<name>`, `durably:recv/<topic>`).
@@ -38,6 +38,7 @@ pub(crate) enum NameKind {
     Topic,
     EventKey,
     IdempotencyKey,
+    TimerName,
 }
 
 impl NameKind {
@@ -50,6 +51,7 @@ impl NameKind {
             Self::Topic => "topic",
             Self::EventKey => "event key",
             Self::IdempotencyKey => "idempotency key",
+            Self::TimerName => "timer name",
         }
     }
 
@@ -60,7 +62,8 @@ impl NameKind {
             | Self::ExecutionName
             | Self::Topic
             | Self::EventKey
-            | Self::IdempotencyKey => KEY_BYTES_MAX,
+            | Self::IdempotencyKey
+            | Self::TimerName => KEY_BYTES_MAX,
         }
     }
 }

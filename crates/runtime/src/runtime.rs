@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::handle::WorkflowHandle;
 use crate::options::StartOptions;
 use crate::recovery::RecoveryReport;
+use crate::waiting::Waits;
 
 /// A runtime started by [`RuntimeBuilder::start`]: it claims queued executions of the kinds
 /// this process registered, within every queue limit, and runs them. Everything a [`Client`]
@@ -40,6 +41,7 @@ pub(crate) struct Settings {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) resume_failures_max: u32,
     pub(crate) sweep_interval: Duration,
+    pub(crate) park_after: Duration,
     pub(crate) recovery: RecoveryReport,
 }
 
@@ -61,10 +63,16 @@ impl Runtime {
     }
 
     pub(crate) fn spawn(settings: Settings) -> Self {
+        let waits = Arc::new(Waits {
+            client: settings.client.clone(),
+            clock: Arc::clone(&settings.clock),
+            park_after: settings.park_after,
+        });
         let dispatch = Arc::new(Dispatch {
             client: settings.client,
             capacity: settings.capacity,
             clock: settings.clock,
+            waits,
             resume_failures_max: settings.resume_failures_max,
             sweep_interval: settings.sweep_interval,
             recover_soon: AtomicBool::new(false),

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
 use crate::registry::Workflow;
+use crate::waiting::Waits;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -27,6 +28,9 @@ pub(crate) enum Ran {
     /// to an operator, storage): nothing was finalized and the lock is released, so the
     /// execution is resumed or parked by whoever accounts for failed runs.
     Halted(String),
+    /// A wait parked the execution (`waiting`, its lock released): the workflow's future was
+    /// dropped, and a later claim resumes it.
+    Parked,
 }
 
 /// The audit event of the end of a run that held a slot of a limited queue: with the
@@ -56,18 +60,23 @@ fn release(
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
 /// with what the workflow returned, in the transaction that releases the lock and, for a run
-/// holding a `slot` of a limited queue, records its release.
+/// holding a `slot` of a limited queue, records its release; or parked by one of its waits.
 pub(crate) async fn run(
     execution: Execution,
     version: u32,
     workflow: &Workflow,
+    waits: Arc<Waits>,
     slot: Option<HeldSlot>,
 ) -> Result<Ran> {
     let id = execution.id();
     let input: serde_json::Value = execution.input()?;
-    let (context, context_slot) = WorkflowContext::new(execution, version);
+    let (context, context_slot, parked) = WorkflowContext::new(execution, version, waits);
     let outcome = match workflow.start(context, input) {
-        Ok(running) => Some(running.await),
+        Ok(running) => tokio::select! {
+            outcome = running => Some(outcome),
+            // The park has released the execution; dropping the future ends the run here.
+            () = parked.notified() => return Ok(Ran::Parked),
+        },
         Err(_) => None,
     };
     let mut context_slot = context_slot.lock().await;
@@ -126,6 +135,11 @@ mod tests {
     }
 
     async fn run_on(journal: &Journal, input: &serde_json::Value) -> (uuid::Uuid, Ran) {
+        let waits = Arc::new(Waits {
+            client: crate::Client::new(journal.clone()).await.unwrap(),
+            clock: Arc::new(crate::SystemClock),
+            park_after: crate::waiting::PARK_AFTER_DEFAULT,
+        });
         let mut registry = Registry::default();
         registry.register("double", 1, double);
         let (_, workflow) = registry.latest("double").unwrap();
@@ -137,7 +151,7 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow, None).await.unwrap())
+        (id, run(execution, 1, workflow, waits, None).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded

@@ -14,13 +14,15 @@ use crate::store;
 /// How often the watcher reads `data_version`: the longest a waiter sleeps through a commit.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Starts a watcher on the journal at `path`. The returned receiver's value changes after
-/// every commit of another connection; waiters re-read what they wait for when it does. The
-/// thread ends at its next poll after every receiver is dropped.
-pub(crate) fn start(path: &Path) -> Result<watch::Receiver<u64>> {
+/// Starts a watcher on the journal at `path`. The returned channel's value changes after every
+/// commit of another connection; waiters subscribe to it and re-read what they wait for when
+/// it does. Changes the process makes itself may also be announced through its sender at
+/// once. The thread ends at its next poll after every receiver is dropped.
+pub(crate) fn start(path: &Path) -> Result<(watch::Sender<u64>, watch::Receiver<u64>)> {
     let conn = store::open_change_probe(path)?;
     let mut seen = store::data_version(&conn)?;
     let (changes, receiver) = watch::channel(0_u64);
+    let announcer = changes.clone();
     std::thread::Builder::new()
         .name("durably-runtime-watcher".to_owned())
         .spawn(move || {
@@ -39,5 +41,10 @@ pub(crate) fn start(path: &Path) -> Result<watch::Receiver<u64>> {
             }
         })
         .map_err(Error::Watcher)?;
-    Ok(receiver)
+    Ok((announcer, receiver))
+}
+
+/// The error of a wait whose watcher thread has ended.
+pub(crate) fn ended() -> Error {
+    Error::Watcher(std::io::Error::other("the watcher thread ended"))
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::task::{Context, Waker};
 
 use durably_journal::{Journal, Opened};
-use durably_runtime::{Client, SendOutcome};
+use durably_runtime::Client;
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`.
@@ -55,14 +55,7 @@ async fn child() {
                 .await
                 .unwrap();
         }
-        "send" => {
-            let client = Client::new(journal).await.unwrap();
-            let sent = client
-                .send(id, "approval", &true, Some("click-1"))
-                .await
-                .unwrap();
-            assert!(matches!(sent, SendOutcome::Sent { .. }), "{sent:?}");
-        }
+        "send" => support::send_approval(journal, id).await,
         other => panic!("unknown child role {other}"),
     }
 }

@@ -4,12 +4,21 @@ use durably_journal::Result;
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
-/// A message already sent to a receiver with an idempotency key.
-pub(crate) struct KeyedMessage {
+/// A stored message: one sent with an idempotency key, or one waiting for a `recv`.
+pub(crate) struct StoredMessage {
     /// Its id (arrival order).
     pub(crate) message_id: i64,
     /// Its payload, as stored JSON.
     pub(crate) payload: String,
+}
+
+impl StoredMessage {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            message_id: row.get(0)?,
+            payload: row.get(1)?,
+        })
+    }
 }
 
 /// The message sent to `execution_id` with idempotency key `key`, if any. One seek on
@@ -18,17 +27,15 @@ pub(crate) fn message_by_key(
     conn: &Connection,
     execution_id: Uuid,
     key: &str,
-) -> Result<Option<KeyedMessage>> {
+) -> Result<Option<StoredMessage>> {
     Ok(conn
         .prepare_cached(
             "SELECT id, payload FROM messages WHERE execution_id = ?1 AND idempotency_key = ?2",
         )?
-        .query_row(params![execution_id.to_string(), key], |row| {
-            Ok(KeyedMessage {
-                message_id: row.get(0)?,
-                payload: row.get(1)?,
-            })
-        })
+        .query_row(
+            params![execution_id.to_string(), key],
+            StoredMessage::from_row,
+        )
         .optional()?)
 }
 
@@ -53,4 +60,41 @@ pub(crate) fn insert_message(
         sent_at
     ])?;
     Ok(conn.last_insert_rowid())
+}
+
+/// The first message on `topic` sent to `execution_id` that no recv step has consumed: one
+/// seek on `messages_pending`, whose order is arrival order (FIFO per topic).
+pub(crate) fn first_pending_message(
+    conn: &Connection,
+    execution_id: Uuid,
+    topic: &str,
+) -> Result<Option<StoredMessage>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, payload FROM messages
+             WHERE execution_id = ?1 AND topic = ?2 AND consumed_seq IS NULL
+             ORDER BY id LIMIT 1",
+        )?
+        .query_row(
+            params![execution_id.to_string(), topic],
+            StoredMessage::from_row,
+        )
+        .optional()?)
+}
+
+/// Marks message `message_id` consumed by step `seq` at `at`, if no step has consumed it yet.
+/// Returns whether it did.
+pub(crate) fn consume_message(
+    conn: &Connection,
+    message_id: i64,
+    seq: u32,
+    at: &str,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE messages SET consumed_seq = ?2, consumed_at = ?3
+             WHERE id = ?1 AND consumed_seq IS NULL",
+        )?
+        .execute(params![message_id, seq, at])?;
+    Ok(changed == 1)
 }

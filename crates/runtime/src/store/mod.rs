@@ -20,12 +20,14 @@ use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
-pub(crate) use messages::{insert_message, message_by_key};
+pub(crate) use messages::{
+    StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
+};
 pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
 };
-pub(crate) use workflow_events::workflow_event;
+pub(crate) use workflow_events::{upsert_workflow_event, workflow_event};
 
 /// The runtime's tables and views in the journal's file, owner `runtime`, applied by
 /// [`durably_journal::Journal::migrate_extension`] when a client is built.

@@ -16,3 +16,23 @@ pub(crate) fn workflow_event(
         .query_row(params![execution_id.to_string(), key], |row| row.get(0))
         .optional()?)
 }
+
+/// Publishes `value` (JSON) under `key` for execution `execution_id`, set by step `seq` at
+/// `at`, replacing what the key held.
+pub(crate) fn upsert_workflow_event(
+    conn: &Connection,
+    execution_id: Uuid,
+    key: &str,
+    value: &str,
+    seq: u32,
+    at: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO workflow_events (execution_id, key, value, seq, set_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (execution_id, key)
+         DO UPDATE SET value = excluded.value, seq = excluded.seq, set_at = excluded.set_at",
+    )?
+    .execute(params![execution_id.to_string(), key, value, seq, at])?;
+    Ok(())
+}

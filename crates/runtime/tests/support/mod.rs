@@ -113,3 +113,183 @@ pub async fn refused<T: std::fmt::Debug>(
     );
     error
 }
+
+/// A journal on a [`TestClock`] the test moves, in a temporary directory, with a payload cap
+/// of [`PAYLOAD_BYTES_MAX`].
+pub struct Clocked {
+    _dir: tempfile::TempDir,
+    pub clock: std::sync::Arc<durably_runtime::testing::TestClock>,
+    pub journal: Journal,
+}
+
+impl Clocked {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = std::sync::Arc::new(durably_runtime::testing::TestClock::default());
+        let journal = Journal::builder(dir.path().join("journal.db"))
+            .payload_bytes_max(PAYLOAD_BYTES_MAX)
+            .clock(clock.clone())
+            .open()
+            .unwrap();
+        Self {
+            _dir: dir,
+            clock,
+            journal,
+        }
+    }
+
+    /// A runtime builder on this journal and its clock.
+    pub fn runtime(&self) -> durably_runtime::RuntimeBuilder {
+        durably_runtime::Runtime::builder(self.journal.clone()).clock(self.clock.clone())
+    }
+
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        durably_lock::Clock::now(self.clock.as_ref())
+    }
+}
+
+/// The longest a test waits for the runtime to reach a state on its own.
+const REACH_POLLS_MAX: u32 = 3000;
+
+/// Polls until `reached` holds of the journal; the runtime gets there on its own, through
+/// commits the test cannot wait on one by one. Panics naming `what` after about 30 s.
+pub async fn wait_until(journal: &Journal, what: &str, mut reached: impl FnMut(&Journal) -> bool) {
+    for _ in 0..REACH_POLLS_MAX {
+        if reached(journal) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("never reached: {what}");
+}
+
+/// Waits until execution `id` has `status`.
+pub async fn wait_for_status(journal: &Journal, id: Uuid, status: durably_journal::Status) {
+    wait_until(journal, &format!("execution {id} {status}"), |journal| {
+        journal
+            .get(id)
+            .unwrap()
+            .is_some_and(|record| record.status == status)
+    })
+    .await;
+}
+
+/// Waits until execution `id` has recorded `steps` steps.
+pub async fn wait_for_steps(journal: &Journal, id: Uuid, steps: usize) {
+    wait_until(journal, &format!("{steps} steps of {id}"), |journal| {
+        journal.steps(id).unwrap().len() >= steps
+    })
+    .await;
+}
+
+/// The kinds of the audit events of execution `id`, in order.
+pub fn event_kinds(journal: &Journal, id: Uuid) -> Vec<String> {
+    journal
+        .events(id)
+        .unwrap()
+        .into_iter()
+        .map(|event| event.kind)
+        .collect()
+}
+
+/// Whether any lock is held on execution `id`.
+pub fn locked(journal: &Journal, id: Uuid) -> bool {
+    journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT count(*) FROM locks WHERE resource = ?1 AND instance_id IS NOT NULL",
+                [id.to_string()],
+                |row| row.get::<_, i64>(0),
+            )?)
+        })
+        .unwrap()
+        > 0
+}
+
+/// A workflow that waits for a person: publishes `status` "awaiting approval", receives one
+/// answer on topic `approval` within `minutes` (steps 1 and 2: the deadline, the receive),
+/// publishes "decided", and returns the answer.
+pub async fn approval(
+    mut context: durably_runtime::WorkflowContext,
+    minutes: u64,
+) -> Result<Option<bool>, durably_runtime::WorkflowError> {
+    context.set_event("status", &"awaiting approval").await?;
+    let answer = context
+        .recv::<bool>("approval", std::time::Duration::from_secs(minutes * 60))
+        .await?;
+    context.set_event("status", &"decided").await?;
+    Ok(answer)
+}
+
+/// A week, in minutes: an approval's usual timeout, long enough to park.
+pub const WEEK_MINUTES: u64 = 7 * 24 * 60;
+
+/// Starts execution of `kind` with `input` through a plain client, which no runtime serves
+/// yet: it stays queued until one does.
+pub async fn start_queued<I: serde::Serialize + 'static>(
+    journal: &Journal,
+    kind: &str,
+    input: &I,
+) -> (durably_runtime::Client, Uuid) {
+    let client = durably_runtime::Client::new(journal.clone()).await.unwrap();
+    let id = durably_journal::new_execution_id();
+    let options = durably_runtime::StartOptions::default().allow_unregistered_kind();
+    client
+        .start::<_, serde_json::Value>(kind, id, input, options)
+        .await
+        .unwrap();
+    (client, id)
+}
+
+/// Each message sent to execution `id`, in arrival order: its topic, and the seq of the recv
+/// step that consumed it.
+pub fn consumption(journal: &Journal, id: Uuid) -> Vec<(String, Option<u32>)> {
+    journal
+        .read(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT topic, consumed_seq FROM messages WHERE execution_id = ?1 ORDER BY id",
+            )?;
+            let rows = statement
+                .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .unwrap()
+}
+
+/// This test binary run again as a child process running only its test named `child`, with
+/// `env` set to `spec` (the role and what it works on).
+pub fn child_command(env: &str, spec: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+        .env(env, spec);
+    command
+}
+
+/// In a child started with [`child_command`]: the role, the database path and the execution id
+/// in `env`, or `None` when this is not such a child.
+pub fn child_spec(env: &str) -> Option<(String, String, Uuid)> {
+    let spec = std::env::var(env).ok()?;
+    let mut words = spec.splitn(3, ' ');
+    let (role, db, id) = (
+        words.next().unwrap(),
+        words.next().unwrap(),
+        words.next().unwrap(),
+    );
+    Some((role.to_owned(), db.to_owned(), id.parse().unwrap()))
+}
+
+/// Sends `true` on topic `approval` to execution `id`, with idempotency key `click-1`, from a
+/// new client on `journal`, and checks that it was stored.
+pub async fn send_approval(journal: Journal, id: Uuid) {
+    let client = durably_runtime::Client::new(journal).await.unwrap();
+    let sent = client
+        .send(id, "approval", &true, Some("click-1"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(sent, durably_runtime::SendOutcome::Sent { .. }),
+        "{sent:?}"
+    );
+}
