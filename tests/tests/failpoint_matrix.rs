@@ -107,6 +107,15 @@ failpoint_tests! {
     journal_migration_before_commit => "journal::migration-before-commit",
     journal_after_awaiting_operator_commit => "journal::after-awaiting-operator-commit",
     scheduler_after_fire_registered => "scheduler::after-fire-registered",
+    journal_before_hooked_result_commit => "journal::before-hooked-result-commit",
+    journal_before_release_commit => "journal::before-release-commit",
+    journal_after_release_commit => "journal::after-release-commit",
+    runtime_before_park => "runtime::before-park",
+    runtime_after_park_commit => "runtime::after-park-commit",
+    runtime_after_wake_commit => "runtime::after-wake-commit",
+    runtime_after_send_commit => "runtime::after-send-commit",
+    runtime_after_consume_commit => "runtime::after-consume-commit",
+    runtime_after_event_commit => "runtime::after-event-commit",
 }
 
 #[test]

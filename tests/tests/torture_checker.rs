@@ -6,8 +6,10 @@
 //! acknowledged step missing from the journal, an effect of an unknown step, an execution left
 //! running, a lock left held, an execution run or claimed while it awaited an operator, a
 //! guarded effect made without a lock, a queue run over its limit, a run that gave its slot
-//! back silently, a runtime execution ended otherwise than its plan or its cancel says, an
-//! effect after an acknowledged cancel, an acknowledged message missing — and check that the
+//! back silently, a runtime execution ended otherwise than its plan or its cancel says or with
+//! another published value, an effect after an acknowledged cancel, an acknowledged message
+//! missing, a consumed message its receive does not hold, a receive that returned another
+//! message than the journal holds, a step written before its timer woke — and check that the
 //! matching figure, and a failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
@@ -269,8 +271,78 @@ fn an_effect_after_an_acknowledged_cancel_is_after_cancel() {
 #[test]
 fn an_acknowledged_message_missing_from_the_journal_is_a_bad_message() {
     let report = damaged(|_, conn| {
-        let deleted = conn.execute("DELETE FROM messages", []).unwrap();
+        // The held-back execution's message: acknowledged, never consumed.
+        let deleted = conn
+            .execute(
+                "DELETE FROM messages
+                 WHERE idempotency_key LIKE 'matrix-%' AND consumed_seq IS NULL",
+                [],
+            )
+            .unwrap();
         assert_eq!(deleted, 1);
     });
     assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_step_written_before_its_timer_woke_is_an_early_wake() {
+    let report = damaged(|_, conn| {
+        let changed = conn
+            .execute(
+                "UPDATE steps SET result = json_set(result, '$.wake_at', '2999-01-01T00:00:00.000Z')
+                 WHERE id = (SELECT min(id) FROM steps WHERE name LIKE 'durably:sleep/%')",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    });
+    assert!(report.early_wakes >= 1, "{report:?}");
+}
+
+#[test]
+fn a_consumed_message_its_receive_does_not_hold_is_a_bad_message() {
+    let report = damaged(|_, conn| {
+        let changed = conn
+            .execute(
+                "UPDATE messages SET consumed_seq = NULL, consumed_at = NULL
+                 WHERE id = (SELECT min(id) FROM messages WHERE consumed_seq IS NOT NULL)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_receive_that_returned_another_message_than_the_journal_holds_is_a_bad_message() {
+    let report = damaged(|dir, conn| {
+        let (id, seq): (String, i64) = conn
+            .query_row(
+                "SELECT execution_id, seq FROM steps WHERE name LIKE 'durably:recv/%' LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        let acks = dir.join(durably_tests::torture::ledger::ACKS_DIR);
+        let log = RecordFile::open(&acks.join("damage.log")).unwrap();
+        log.append(&["M", &id, &seq.to_string(), "another-message", "1", "1"])
+            .unwrap();
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_completed_execution_that_published_another_value_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let changed = conn
+            .execute(
+                "UPDATE workflow_events SET value = '\"another\"'
+                 WHERE (execution_id, key) = (SELECT execution_id, key FROM workflow_events)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
 }

@@ -24,8 +24,8 @@
 //!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision,
 //!   failed attempt or claim of it before the `operator_resolved` event that ends the wait.
 //!   Each reopen used to write another `ambiguity_failed`.
-//! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**: the runtime's rules,
-//!   see [`super::runtime_checks`].
+//! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
+//!   runtime's rules, see [`super::runtime_checks`].
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -80,6 +80,14 @@ pub struct Report {
     pub bad_messages: u64,
     /// Effects of executions made after their cancellation was acknowledged.
     pub after_cancel: u64,
+    /// Timers that ended, or let a later step run, before their wake time.
+    pub early_wakes: u64,
+    /// Receives that returned a message (not a violation).
+    pub received: u64,
+    /// Receives that timed out (not a violation).
+    pub timed_out: u64,
+    /// Times an execution was parked (not a violation).
+    pub parked: u64,
     /// The most executions of a limited queue running at once (not a violation: it shows the
     /// limit was reached).
     pub queue_peak: u64,
@@ -108,6 +116,7 @@ impl Report {
             && self.wrong_end == 0
             && self.bad_messages == 0
             && self.after_cancel == 0
+            && self.early_wakes == 0
             && self.integrity_ok
     }
 
@@ -116,7 +125,8 @@ impl Report {
         format!(
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
              duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} \
-             over_limit={} wrong_end={} bad_messages={} after_cancel={} integrity={} seed={seed}",
+             over_limit={} wrong_end={} bad_messages={} after_cancel={} early_wakes={} \
+             integrity={} seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -130,6 +140,7 @@ impl Report {
             self.wrong_end,
             self.bad_messages,
             self.after_cancel,
+            self.early_wakes,
             if self.integrity_ok { "ok" } else { "FAIL" },
         )
     }
@@ -144,6 +155,7 @@ impl Report {
 #[derive(Debug)]
 struct StepRow {
     execution_id: String,
+    name: String,
     /// The status of its execution.
     execution_status: String,
     seq: i64,
@@ -210,7 +222,7 @@ fn integrity(conn: &Connection) -> Result<bool, BoxError> {
 fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
     let mut statement = conn.prepare(
         "SELECT s.idempotency_key, s.execution_id, s.seq, s.effect, s.policy, s.state, s.result,
-                s.attempts, e.status
+                s.attempts, e.status, s.name
          FROM steps s JOIN executions e ON e.execution_id = s.execution_id",
     )?;
     let rows = statement.query_map([], |row| {
@@ -225,6 +237,7 @@ fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
                 result: row.get(6)?,
                 attempts: row.get(7)?,
                 execution_status: row.get(8)?,
+                name: row.get(9)?,
             },
         ))
     })?;
@@ -440,6 +453,10 @@ fn check_steps(
         count_repeats(key, row, list.len() as u64, report);
     }
     for (key, row) in steps {
+        // The runtime's own steps (timers, receives, sends, events) make no effect.
+        if row.name.starts_with("durably:") {
+            continue;
+        }
         let count = effects.get(key).map_or(0, Vec::len);
         check_state(key, row, count, effects.get(key), report);
     }
@@ -563,7 +580,7 @@ fn check_acks(
                 }
             }
             // The runtime roles' records, checked by `runtime_checks`.
-            ["S" | "c" | "C", ..] => {}
+            ["S" | "c" | "C" | "M" | "T", ..] => {}
             _ => return Err(format!("malformed acknowledgement {record:?}").into()),
         }
     }

@@ -279,14 +279,18 @@ pub fn print(outcome: &Outcome, options: &Options) {
     let report = &outcome.report;
     println!(
         "torture: detail reran={} abandoned={} skipped={} resolved={} runtime_executions={} \
-         queue_peak={} sent={} cancelled={} worker_errors={} finished={} dir={}",
+         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} worker_errors={} \
+         finished={} dir={}",
         report.reran,
         report.abandoned,
         report.skipped,
         report.resolved,
         report.runtime_executions,
         report.queue_peak,
+        report.parked,
         report.sent,
+        report.received,
+        report.timed_out,
         report.cancelled,
         outcome.worker_errors.len(),
         outcome.finished,

@@ -31,7 +31,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_journal::{Durability, Error, GcOptions, Journal, Opened, RetryPolicy};
+use durably_journal::{Durability, Error, GcOptions, Journal, JournalBuilder, Opened, RetryPolicy};
 use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
@@ -48,6 +48,8 @@ pub const COVERING_EXECUTIONS: u64 = 2;
 pub const FIRE_SLOTS: u64 = 2;
 /// Executions cancelled and then collected by the retention sweep.
 pub const FODDER_EXECUTIONS: u64 = 5;
+/// When the fodder executions are created and cancelled: 2000-01-01T00:00:00Z.
+const FODDER_EPOCH_SECONDS: i64 = 946_684_800;
 /// Executions the retention sweep deletes per batch.
 pub const GC_BATCH: u32 = 2;
 /// Rounds of the final pass that drives every unfinished execution.
@@ -63,7 +65,11 @@ pub fn open_journal(
     durability: Durability,
     sweep_on_open: bool,
 ) -> Result<Journal, BoxError> {
-    Ok(Journal::builder(dir.join(DATABASE_FILE))
+    Ok(journal_builder(dir, durability, sweep_on_open).open()?)
+}
+
+fn journal_builder(dir: &Path, durability: Durability, sweep_on_open: bool) -> JournalBuilder {
+    Journal::builder(dir.join(DATABASE_FILE))
         .durability(durability)
         .busy_timeout_ms(20_000)
         .sweep_on_open(sweep_on_open)
@@ -72,7 +78,6 @@ pub fn open_journal(
             backoff_initial: Duration::from_millis(1),
             backoff_max: Duration::from_millis(4),
         })
-        .open()?)
 }
 
 fn covering(seed: u64, index: u64) -> ExecutionPlan {
@@ -119,7 +124,7 @@ pub async fn run(
             fires::fire_one(&workload, &scheduler, &job, fires::slot(number)?).await?;
         }
     }
-    collect_fodder(workload.journal(), seed).await?;
+    collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
     fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
     matrix_runtime::run(&workload, dir, seed, durability).await
@@ -171,22 +176,33 @@ fn make_orphans(
     }
 }
 
-async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
+/// Creates and cancels the fodder executions on a journal instance whose clock stands at
+/// [`FODDER_EPOCH_SECONDS`], then has `journal` collect what was finalized before a day after
+/// it: exactly the fodder, whatever else of the run (or of an earlier run of it) is cancelled.
+async fn collect_fodder(
+    journal: &Journal,
+    dir: &Path,
+    durability: Durability,
+    seed: u64,
+) -> Result<(), BoxError> {
+    let epoch = chrono::DateTime::from_timestamp(FODDER_EPOCH_SECONDS, 0)
+        .ok_or("the fodder's epoch is a time")?;
+    let clock = Arc::new(durably_runtime::testing::TestClock::new(epoch));
+    let fodder = journal_builder(dir, durability, false)
+        .clock(clock)
+        .open()?;
     for number in 0..FODDER_EXECUTIONS {
         let mut rng = SeededRng::new(seed, 0xf0dd_e000 + number);
         let id = uuid::Builder::from_random_bytes(
             *Uuid::from_u64_pair(rng.next_u64(), rng.next_u64()).as_bytes(),
         )
         .into_uuid();
-        match journal
-            .open_execution(id, "fodder", "fodder", &number)
-            .await
-        {
+        match fodder.open_execution(id, "fodder", "fodder", &number).await {
             Ok(Opened::Running(execution)) => drop(execution),
             Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => continue,
             Err(error) => return Err(error.into()),
         }
-        match journal
+        match fodder
             .operator()
             .cancel(id, "fodder for the retention sweep")
             .await
@@ -195,13 +211,10 @@ async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
             Err(error) => return Err(error.into()),
         }
     }
-    // The sweep deletes what was finalized strictly before now, at millisecond resolution: let
-    // the clock pass the last cancel, so every fodder execution is due and the number of
-    // batches (and of failpoint hits) is the same on every run.
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    let cutoff = epoch + chrono::TimeDelta::days(1);
     let options = GcOptions {
         completed_older_than: Duration::from_hours(100 * 365 * 24),
-        failed_older_than: Duration::ZERO,
+        failed_older_than: (chrono::Utc::now() - cutoff).to_std()?,
         dry_run: false,
         batch_executions_max: GC_BATCH,
     };

@@ -9,14 +9,23 @@
 //!   whose earlier run still holds a slot, or a run that ended with no such event (its slot
 //!   could not be recounted) is a violation.
 //! - **wrong_end**: every runtime execution ends as its plan and the cancels explain:
-//!   completed with its plan's output and no fatal step in its plan; failed at its planned
-//!   fatal step; cancelled only after a canceller asked (`c` record); and one whose cancel
-//!   was acknowledged (`C ... cancelled`) ends cancelled. (Unfinished ones count as `stuck`.)
+//!   completed with its plan's output, the value of its plan's last published event, and no
+//!   fatal step in its plan; failed at its planned fatal step (not at a receive that got what
+//!   its plan rules out); cancelled only after a canceller asked (`c` record); and one whose
+//!   cancel was acknowledged (`C ... cancelled`) ends cancelled. (Unfinished ones count as
+//!   `stuck`.)
 //! - **bad_messages**: every acknowledged send (`S`) is in `messages` exactly once for its
 //!   (receiver, key), with the acknowledged message id, topic and payload; every send of one
-//!   key was answered with the same message id.
+//!   key was answered with the same message id. Every consumed message is consumed by the
+//!   receive step that recorded it (same execution, seq, topic and payload), and every receive
+//!   step that recorded a message consumed it (R4); every acknowledged receive (`M`) returned
+//!   what the journal's step holds, so no rerun got another message.
 //! - **after_cancel**: no effect of an execution is appended after its cancellation was
 //!   acknowledged.
+//! - **early_wakes**: for every timer step (`durably:sleep/<name>`, result `{"wake_at": T}`),
+//!   the execution's next step was first written at or after T, a completed or failed
+//!   execution was finalized at or after T, and every `T` record (a sleep returning) was
+//!   appended at or after T on the wall clock.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,8 +33,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
-use super::plan::{ExecutionPlan, PlanInput, StepKind};
-use super::runtime_workflow::{FATAL_MESSAGE, RUNTIME_KIND, RuntimeOutput};
+use super::plan::{
+    ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
+};
+use super::runtime_workflow::{FATAL_MESSAGE, RUNTIME_KIND, RuntimeOutput, TIMED_OUT};
 
 /// The events that end a run holding a slot of a limited queue.
 const RUN_ENDS: [&str; 8] = [
@@ -56,7 +67,14 @@ pub(super) fn check(
     check_queue_limits(conn, report)?;
     check_ends(conn, acks, report)?;
     check_messages(conn, acks, report)?;
+    check_receives(conn, acks, report)?;
     check_after_cancel(acks, effects, report)?;
+    check_timers(conn, acks, report)?;
+    report.parked = conn.query_row(
+        "SELECT count(*) FROM events WHERE kind = 'parked'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )? as u64;
     Ok(())
 }
 
@@ -212,22 +230,25 @@ fn check_ends(
     let (asked, done) = cancels(acks);
     report.cancelled = done.len() as u64;
     let mut statement = conn.prepare(
-        "SELECT e.execution_id, e.status, e.input, e.output, json_extract(e.error, '$.message')
+        "SELECT e.execution_id, e.status, e.input, e.output, json_extract(e.error, '$.message'),
+                (SELECT value FROM workflow_events w
+                 WHERE w.execution_id = e.execution_id AND w.key = ?2)
          FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id
          WHERE e.kind = ?1",
     )?;
     let rows = statement
-        .query_map([RUNTIME_KIND], |row| {
+        .query_map([RUNTIME_KIND, PROGRESS_EVENT], |row| {
             Ok((
                 row.get::<_, String>(0)?,
                 row.get::<_, String>(1)?,
                 row.get::<_, String>(2)?,
                 row.get::<_, Option<String>>(3)?,
                 row.get::<_, Option<String>>(4)?,
+                row.get::<_, Option<String>>(5)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    for (id, status, input, output, message) in rows {
+    for (id, status, input, output, message, progress) in rows {
         let input: PlanInput = serde_json::from_str(&input)?;
         if !input.shape.is_runtime() {
             continue;
@@ -238,6 +259,8 @@ fn check_ends(
         let expected = serde_json::to_value(RuntimeOutput::of(&plan))?;
         let output: Option<serde_json::Value> =
             output.as_deref().map(serde_json::from_str).transpose()?;
+        let progress: Option<serde_json::Value> =
+            progress.as_deref().map(serde_json::from_str).transpose()?;
         let wrong = match status.as_str() {
             _ if done.contains(id.as_str()) && status != "cancelled" => {
                 Some("its cancel was acknowledged")
@@ -245,6 +268,9 @@ fn check_ends(
             "completed" if fatal => Some("its plan has a fatal step"),
             "completed" if output.as_ref() != Some(&expected) => {
                 Some("its output is not its plan's")
+            }
+            "completed" if progress != last_progress(&plan) => {
+                Some("its published event is not its plan's last")
             }
             "failed" if !fatal || message.as_deref() != Some(FATAL_MESSAGE) => {
                 Some("it did not fail at its planned fatal step")
@@ -260,6 +286,14 @@ fn check_ends(
         }
     }
     Ok(())
+}
+
+/// The value of the last event `plan` publishes, if it publishes one.
+fn last_progress(plan: &ExecutionPlan) -> Option<serde_json::Value> {
+    plan.steps
+        .iter()
+        .rposition(|step| step.kind == StepKind::Runtime(RuntimeStep::SetEvent))
+        .map(|seq| serde_json::Value::String(progress_value(plan.input.index, seq)))
 }
 
 /// An acknowledged send: its topic, payload and the message id each send of its key got.
@@ -352,6 +386,216 @@ fn check_after_cancel(
                 "after_cancel: execution {} made an effect after its cancel was acknowledged",
                 effect.execution_id
             ));
+        }
+    }
+    Ok(())
+}
+
+/// A receive step's recorded result.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+struct Received {
+    message_id: Option<i64>,
+    message: Option<serde_json::Value>,
+    #[serde(default)]
+    timed_out: bool,
+}
+
+/// Completed receive steps by (execution, seq): each one's topic and recorded result.
+type ReceiveSteps = HashMap<(String, i64), (String, Received)>;
+
+/// Every completed receive step.
+fn receive_steps(conn: &Connection) -> Result<ReceiveSteps, BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT execution_id, seq, substr(name, length('durably:recv/') + 1), result FROM steps
+         WHERE name LIKE 'durably:recv/%' AND state = 'completed'",
+    )?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok((
+                (row.get::<_, String>(0)?, row.get::<_, i64>(1)?),
+                (row.get::<_, String>(2)?, row.get::<_, String>(3)?),
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut steps = HashMap::new();
+    for (place, (topic, result)) in rows {
+        steps.insert(place, (topic, serde_json::from_str(&result)?));
+    }
+    Ok(steps)
+}
+
+/// A consumed message row.
+struct Consumed {
+    id: i64,
+    execution_id: String,
+    topic: String,
+    payload: String,
+    /// The seq of the receive step that consumed it.
+    by_seq: i64,
+}
+
+fn check_receives(
+    conn: &Connection,
+    acks: &[Vec<String>],
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    let steps = receive_steps(conn)?;
+    let mut statement = conn.prepare(
+        "SELECT id, execution_id, topic, payload, consumed_seq FROM messages
+         WHERE consumed_seq IS NOT NULL",
+    )?;
+    let consumed = statement
+        .query_map([], |row| {
+            Ok(Consumed {
+                id: row.get(0)?,
+                execution_id: row.get(1)?,
+                topic: row.get(2)?,
+                payload: row.get(3)?,
+                by_seq: row.get(4)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut consumed_by_step = HashSet::new();
+    for row in &consumed {
+        let place = (row.execution_id.clone(), row.by_seq);
+        let recorded = steps.get(&place).is_some_and(|(topic, received)| {
+            received.message_id == Some(row.id)
+                && *topic == row.topic
+                && received
+                    .message
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .as_deref()
+                    == Some(row.payload.as_str())
+        });
+        if !recorded {
+            report.bad_messages += 1;
+            report.violation(format!(
+                "bad_messages: message {} to {} is consumed by step {} but that step does not \
+                 record it",
+                row.id, row.execution_id, row.by_seq
+            ));
+        }
+        consumed_by_step.insert(place);
+    }
+    for (place, (topic, received)) in &steps {
+        if received.timed_out {
+            report.timed_out += 1;
+        } else {
+            report.received += 1;
+        }
+        if received.message_id.is_some() && !consumed_by_step.contains(place) {
+            report.bad_messages += 1;
+            report.violation(format!(
+                "bad_messages: receive step {} of {} on {topic} recorded message {:?}, which is \
+                 not consumed by it",
+                place.1, place.0, received.message_id
+            ));
+        }
+    }
+    check_receive_acks(&steps, acks, report)
+}
+
+/// Every `M` record returned what the journal's receive step holds.
+fn check_receive_acks(
+    steps: &ReceiveSteps,
+    acks: &[Vec<String>],
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    for record in acks {
+        let [kind, id, seq, returned, ..] = record.as_slice() else {
+            continue;
+        };
+        if kind != "M" {
+            continue;
+        }
+        let place = (id.clone(), seq.parse::<i64>()?);
+        let agrees = steps.get(&place).is_some_and(|(_, received)| {
+            if returned == TIMED_OUT {
+                received.timed_out
+            } else {
+                received
+                    .message
+                    .as_ref()
+                    .and_then(|message| message.as_str())
+                    == Some(returned.as_str())
+            }
+        });
+        if !agrees {
+            report.bad_messages += 1;
+            report.violation(format!(
+                "bad_messages: receive step {seq} of {id} returned {returned:?}, but the \
+                 journal holds {:?}",
+                steps.get(&place)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn timestamp(text: &str) -> Result<chrono::DateTime<chrono::Utc>, BoxError> {
+    durably_lock::parse_timestamp(text).ok_or_else(|| format!("bad timestamp {text:?}").into())
+}
+
+fn check_timers(
+    conn: &Connection,
+    acks: &[Vec<String>],
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT s.execution_id, s.seq, json_extract(s.result, '$.wake_at'),
+                (SELECT coalesce(n.intent_at, n.result_at) FROM steps n
+                 WHERE n.execution_id = s.execution_id AND n.seq = s.seq + 1),
+                CASE WHEN e.status IN ('completed', 'failed') THEN e.finalized_at END
+         FROM steps s JOIN executions e ON e.execution_id = s.execution_id
+         WHERE s.name LIKE 'durably:sleep/%' AND s.state = 'completed'",
+    )?;
+    let timers = statement
+        .query_map([], |row| {
+            Ok((
+                (row.get::<_, String>(0)?, row.get::<_, i64>(1)?),
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?,
+                row.get::<_, Option<String>>(4)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut wake_at = HashMap::new();
+    for (place, wake, next, finalized) in timers {
+        let wake = timestamp(&wake)?;
+        for (what, at) in [("its next step", next), ("its end", finalized)] {
+            if let Some(at) = at
+                && timestamp(&at)? < wake
+            {
+                report.early_wakes += 1;
+                report.violation(format!(
+                    "early_wakes: timer step {} of {} wakes at {wake}, but {what} was written \
+                     at {at}",
+                    place.1, place.0
+                ));
+            }
+        }
+        wake_at.insert(place, wake);
+    }
+    for record in acks {
+        if let [kind, id, seq, wall_ms, ..] = record.as_slice()
+            && kind == "T"
+        {
+            let place = (id.clone(), seq.parse::<i64>()?);
+            let returned = chrono::DateTime::from_timestamp_millis(wall_ms.parse()?);
+            let early = match (wake_at.get(&place), returned) {
+                (Some(wake), Some(returned)) => returned < *wake,
+                // A sleep returned, but the journal has no timer there.
+                _ => true,
+            };
+            if early {
+                report.early_wakes += 1;
+                report.violation(format!(
+                    "early_wakes: the sleep of step {seq} of {id} returned at {returned:?}, \
+                     before its wake time {:?}",
+                    wake_at.get(&place)
+                ));
+            }
         }
     }
     Ok(())

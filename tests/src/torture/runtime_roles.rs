@@ -27,7 +27,10 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::BoxError;
-use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
+use super::plan::{
+    ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep, SeededRng, Shape, StepKind,
+    topic,
+};
 use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, workflow};
 use super::workload::{OperatorLock, Workload};
 
@@ -62,8 +65,10 @@ const NOT_BEFORE_PERCENT: u64 = 10;
 const CONTENDED_PERCENT: u64 = 10;
 /// In percent: sends that repeat an earlier send's key (and payload).
 const REPEATED_SEND_PERCENT: u64 = 20;
-/// The topics the sender sends on.
-const TOPICS: [&str; 2] = ["t0", "t1"];
+/// In percent: sends on [`UNRECEIVED_TOPIC`].
+const UNRECEIVED_SEND_PERCENT: u64 = 10;
+/// A topic no plan receives on: its messages are kept, never consumed.
+const UNRECEIVED_TOPIC: &str = "unreceived";
 /// The reason the canceller gives.
 pub const CANCEL_REASON: &str = "torture canceller";
 
@@ -139,6 +144,7 @@ pub async fn start_runtime(workload: &Arc<Workload>) -> Result<Runtime, BoxError
         )
         .concurrency_max(RUNTIME_CONCURRENCY_MAX)
         .sweep_interval(SWEEP_INTERVAL)
+        .park_after(Duration::from_millis(PARK_AFTER_MS))
         .start()
         .await?)
 }
@@ -315,22 +321,57 @@ fn random_unfinished(journal: &Journal, rng: &mut SeededRng) -> Result<Option<Uu
     Ok(Some(unfinished[pick]))
 }
 
+/// A random unfinished runtime execution and the topics its plan receives messages from the
+/// sender on.
+fn random_receiver(
+    journal: &Journal,
+    rng: &mut SeededRng,
+) -> Result<Option<(Uuid, Vec<String>)>, BoxError> {
+    let Some(id) = random_unfinished(journal, rng)? else {
+        return Ok(None);
+    };
+    let Some(record) = journal.get(id)? else {
+        return Ok(None);
+    };
+    let plan = ExecutionPlan::from_input(record.input.decode()?);
+    Ok(Some((id, sent_topics(&plan))))
+}
+
+/// The topics `plan` receives messages from the sender (or the driver) on.
+pub fn sent_topics(plan: &ExecutionPlan) -> Vec<String> {
+    plan.steps
+        .iter()
+        .enumerate()
+        .filter(|(_, step)| {
+            matches!(
+                step.kind,
+                StepKind::Runtime(RuntimeStep::Recv {
+                    topic: RecvTopic::Sent,
+                    ..
+                })
+            )
+        })
+        .filter_map(|(seq, step)| topic(step.kind, seq))
+        .collect()
+}
+
 /// A generator for a process of a role that may be restarted: the seed, the role and the
 /// process id, so a restarted process does not repeat its predecessor's choices.
 fn process_rng(seed: u64, role: u64) -> SeededRng {
     SeededRng::new(seed, role << 32 | u64::from(std::process::id()))
 }
 
-/// A sender: sends messages to random unfinished runtime executions, on random topics, with
-/// an idempotency key each; one send in five repeats an earlier key (with its payload), which
-/// must deliver nothing new. Until it is killed.
+/// A sender: sends messages to random unfinished runtime executions on a topic their plan
+/// receives on (or, one time in ten, on a topic nobody receives), with an idempotency key
+/// each; one send in five repeats an earlier key (with its payload), which must deliver
+/// nothing new. Until it is killed.
 ///
 /// # Errors
 /// A runtime error the workload never expects, or an acknowledgement log error.
 pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxError> {
     let client = Client::new(workload.journal().clone()).await?;
     let mut rng = process_rng(seed, 0x5e4d);
-    let mut sent: Vec<(Uuid, &str, String)> = Vec::new();
+    let mut sent: Vec<(Uuid, String, String)> = Vec::new();
     for number in 0_u64.. {
         let pause = rng.between(2, 10);
         tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -338,13 +379,17 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
         let (to, topic, key) = if repeat {
             sent[rng.between(0, sent.len() as u64 - 1) as usize].clone()
         } else {
-            let Some(to) = random_unfinished(workload.journal(), &mut rng)? else {
+            let Some((to, topics)) = random_receiver(workload.journal(), &mut rng)? else {
                 continue;
             };
-            let topic = TOPICS[rng.between(0, TOPICS.len() as u64 - 1) as usize];
+            let topic = if topics.is_empty() || rng.percent(UNRECEIVED_SEND_PERCENT) {
+                UNRECEIVED_TOPIC.to_owned()
+            } else {
+                topics[rng.between(0, topics.len() as u64 - 1) as usize].clone()
+            };
             (to, topic, format!("k{}-{number}", std::process::id()))
         };
-        if !send_acked(&workload, &client, to, topic, &key).await? {
+        if !send_acked(&workload, &client, to, &topic, &key).await? {
             continue;
         }
         if !repeat {

@@ -10,14 +10,25 @@
 //! acknowledgement log when such a closure starts; the checker then holds the journal to each.
 //! Outcomes still pending when the workflow returns are never acknowledged: the execution's
 //! own end, observed through its handle, covers them.
+//!
+//! Records: `A <execution> <seq> done|skipped <value>` for a step with an effect, and
+//! `M <execution> <seq> <message>|-` for a receive (`-`: it timed out), both pending as above;
+//! `T <execution> <seq> <wall ms>` when a timer's sleep returns, appended at once, since it
+//! says when the wait ended rather than that anything is durable.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use durably_journal::Guarded;
+use std::time::Duration;
+
+use chrono::Utc;
+use durably_journal::{Guarded, StepError};
 use durably_runtime::{Error, WorkflowContext, WorkflowError};
 use serde::{Deserialize, Serialize};
 
-use super::plan::{ExecutionPlan, PlanInput, StepKind};
+use super::plan::{
+    ExecutionPlan, PROGRESS_EVENT, PlanInput, RecvTopic, RuntimeStep, StepKind, own_message,
+    progress_value, topic,
+};
 use super::workload::Workload;
 
 /// The kind the runtimes register (the hand-driven workload's kind too: a runtime must leave
@@ -45,6 +56,9 @@ impl RuntimeOutput {
 
 /// The error message of an execution that ended at its planned fatal step.
 pub const FATAL_MESSAGE: &str = "planned fatal step";
+
+/// What an `M` record says of a receive that timed out.
+pub const TIMED_OUT: &str = "-";
 
 /// Step outcomes returned to the workflow but not yet acknowledged.
 #[derive(Debug, Clone)]
@@ -77,69 +91,151 @@ impl PendingAcks {
 /// Runs the plan `input` describes. Registered by every torture runtime.
 ///
 /// # Errors
-/// The planned fatal step's failure ([`FATAL_MESSAGE`]); a step that returned another value
-/// than its effect (the execution then fails, and the checker reports its end as wrong); or
-/// any runtime error, which the runtime acts on whatever this returns.
+/// The planned fatal step's failure ([`FATAL_MESSAGE`]); a step that returned what its plan
+/// rules out (another value than its effect, a message on a silent topic, no message where
+/// its own was waiting): the execution then fails, and the checker reports its end as wrong;
+/// or any runtime error, which the runtime acts on whatever this returns.
 pub async fn workflow(
     workload: Arc<Workload>,
-    mut context: WorkflowContext,
+    context: WorkflowContext,
     input: PlanInput,
 ) -> Result<RuntimeOutput, WorkflowError> {
     if !input.shape.is_runtime() {
         return Err(WorkflowError::new("not a runtime plan"));
     }
     let plan = ExecutionPlan::from_input(input);
-    let id = plan.id.to_string();
-    let acks = PendingAcks {
-        workload: Arc::clone(&workload),
-        records: Arc::default(),
+    let mut run = Run {
+        acks: PendingAcks {
+            workload: Arc::clone(&workload),
+            records: Arc::default(),
+        },
+        journal_seqs: plan.journal_seqs(),
+        id: plan.id.to_string(),
+        workload,
+        context,
+        plan,
     };
-    for (seq, step) in plan.steps.iter().enumerate() {
-        let effect = workload.effect(&plan, seq, None);
-        let expected = effect.clone();
+    for seq in 0..run.plan.steps.len() {
+        match run.plan.steps[seq].kind {
+            StepKind::Runtime(step) => run.runtime_step(seq, step).await?,
+            _ => run.effect_step(seq).await?,
+        }
+    }
+    Ok(RuntimeOutput::of(&run.plan))
+}
+
+/// One run of a plan.
+struct Run {
+    workload: Arc<Workload>,
+    context: WorkflowContext,
+    plan: ExecutionPlan,
+    journal_seqs: Vec<u32>,
+    id: String,
+    acks: PendingAcks,
+}
+
+impl Run {
+    /// A step with an effect in the ledger: pure, idempotent, fatal or guarded.
+    async fn effect_step(&mut self, seq: usize) -> Result<(), WorkflowError> {
+        let step = &self.plan.steps[seq];
+        let effect = self.workload.effect(&self.plan, seq, None);
+        let expected = effect.value().to_owned();
+        let acks = self.acks.clone();
         let keyed = |key| {
             let (effect, acks) = (effect.clone(), acks.clone());
             async move {
-                acks.flush().map_err(|error| {
-                    durably_journal::StepError::fatal(format!("ack write failed: {error}"))
-                })?;
+                acks.flush()
+                    .map_err(|error| StepError::fatal(format!("ack write failed: {error}")))?;
                 effect.run_keyed(key).await
             }
         };
+        let context = &mut self.context;
         let outcome = match step.kind {
-            StepKind::Pure => context
-                .pure(&step.name, || effect.clone().run_pure())
-                .await
-                .map(Guarded::Done),
             StepKind::Idempotent { .. } | StepKind::Fatal => context
                 .idempotent(&step.name, keyed)
                 .await
                 .map(Guarded::Done),
             StepKind::Guarded(policy) => {
-                context
-                    .guarded(&step.name, workload.policy(policy), keyed)
-                    .await
+                let policy = self.workload.policy(policy);
+                context.guarded(&step.name, policy, keyed).await
             }
+            _ => context
+                .pure(&step.name, || effect.clone().run_pure())
+                .await
+                .map(Guarded::Done),
         };
-        let place = [id.as_str(), &seq.to_string()];
+        let journal_seq = self.journal_seqs[seq].to_string();
         match outcome {
-            Ok(Guarded::Done(value)) if value == expected.value() => {
-                acks.push(&["A", place[0], place[1], "done", &value]);
+            Ok(Guarded::Done(value)) if value == expected => {
+                self.acks
+                    .push(&["A", &self.id, &journal_seq, "done", &value]);
+                Ok(())
             }
-            Ok(Guarded::Done(value)) => {
-                return Err(WorkflowError::new(format!(
-                    "step {seq} returned {value:?}, not {:?}",
-                    expected.value()
-                )));
+            Ok(Guarded::Done(value)) => Err(WorkflowError::new(format!(
+                "step {seq} returned {value:?}, not {expected:?}"
+            ))),
+            Ok(Guarded::Skipped(_)) => {
+                self.acks
+                    .push(&["A", &self.id, &journal_seq, "skipped", "-"]);
+                Ok(())
             }
-            Ok(Guarded::Skipped(_)) => acks.push(&["A", place[0], place[1], "skipped", "-"]),
             Err(Error::Journal(durably_journal::Error::StepFailed { .. }))
                 if step.kind == StepKind::Fatal =>
             {
-                return Err(WorkflowError::new(FATAL_MESSAGE));
+                Err(WorkflowError::new(FATAL_MESSAGE))
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => Err(error.into()),
         }
     }
-    Ok(RuntimeOutput::of(&plan))
+
+    /// A step of the runtime's own: a timer, a receive, a self-send, a published event.
+    async fn runtime_step(&mut self, seq: usize, step: RuntimeStep) -> Result<(), WorkflowError> {
+        let name = self.plan.steps[seq].name.clone();
+        let topic = topic(StepKind::Runtime(step), seq).unwrap_or_default();
+        match step {
+            RuntimeStep::Sleep { ms } => {
+                self.context.sleep(&name, Duration::from_millis(ms)).await?;
+                // Appended at once: it says when the timer ended, not that anything is durable.
+                let seq = self.journal_seqs[seq].to_string();
+                let now = Utc::now().timestamp_millis().to_string();
+                self.workload
+                    .ack(&["T", &self.id, &seq, &now])
+                    .map_err(|error| WorkflowError::new(format!("ack write failed: {error}")))?;
+                Ok(())
+            }
+            RuntimeStep::Recv {
+                topic: expected,
+                timeout_ms,
+            } => {
+                let timeout = Duration::from_millis(timeout_ms);
+                let received = self.context.recv::<String>(&topic, timeout).await?;
+                let recv_seq = (self.journal_seqs[seq] + 1).to_string();
+                let word = received.as_deref().unwrap_or(TIMED_OUT);
+                self.acks.push(&["M", &self.id, &recv_seq, word]);
+                match (expected, received) {
+                    (RecvTopic::Silent, Some(_)) => Err(WorkflowError::new(format!(
+                        "a message arrived on the silent topic {topic}"
+                    ))),
+                    (RecvTopic::Own(sent_at), received)
+                        if received.as_deref()
+                            != Some(&own_message(self.context.id(), sent_at)) =>
+                    {
+                        Err(WorkflowError::new(format!(
+                            "the receive on {topic} did not get the execution's own message"
+                        )))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            RuntimeStep::SendOwn => {
+                let own = own_message(self.context.id(), seq);
+                let id = self.context.id();
+                Ok(self.context.send(id, &topic, &own).await?)
+            }
+            RuntimeStep::SetEvent => {
+                let value = progress_value(self.plan.input.index, seq);
+                Ok(self.context.set_event(PROGRESS_EVENT, &value).await?)
+            }
+        }
+    }
 }

@@ -186,6 +186,9 @@ impl Workload {
                         })
                         .await
                 }
+                StepKind::Runtime(_) => {
+                    return Err(format!("{} is a runtime plan, not driven by hand", plan.id).into());
+                }
             };
             let ack = |fields: &[&str]| {
                 self.ack(&[&["A", &plan.id.to_string(), &seq.to_string()], fields].concat())
@@ -259,16 +262,18 @@ impl Workload {
     /// (see [`Stop::abort_after_effect`]).
     pub(super) fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
         let step = &plan.steps[seq];
+        // The journal numbers its steps, and a runtime step may record several.
+        let journal_seq = plan.journal_seqs()[seq];
         let (effect, policy) = match step.kind {
-            StepKind::Pure => ("pure", "-"),
+            StepKind::Pure | StepKind::Runtime(_) => ("pure", "-"),
             StepKind::Idempotent { .. } | StepKind::Fatal => ("idempotent", "-"),
             StepKind::Guarded(policy) => ("guarded", policy.as_str()),
         };
         Effect {
             ledger: Arc::clone(&self.ledger),
             execution_id: plan.id.to_string(),
-            seq,
-            key: IdempotencyKey::derive(plan.id, seq as u32, &step.name),
+            seq: journal_seq,
+            key: IdempotencyKey::derive(plan.id, journal_seq, &step.name),
             kind: effect,
             policy,
             value: effect_value(plan.input.index, seq),
@@ -403,7 +408,8 @@ impl Workload {
 pub(super) struct Effect {
     ledger: Arc<RecordFile>,
     execution_id: String,
-    seq: usize,
+    /// The step's journal seq.
+    seq: u32,
     key: IdempotencyKey,
     kind: &'static str,
     policy: &'static str,
