@@ -5,3 +5,4 @@ pub mod model;
 pub mod power_loss;
 
 pub mod torture;
+pub mod worker_io;

@@ -106,6 +106,8 @@ failpoint_tests! {
     journal_gc_between_batches => "journal::gc-between-batches",
     journal_migration_before_commit => "journal::migration-before-commit",
     journal_after_awaiting_operator_commit => "journal::after-awaiting-operator-commit",
+    journal_after_deferred_flush_commit => "journal::after-deferred-flush-commit",
+    runtime_after_finalize_commit => "runtime::after-finalize-commit",
     scheduler_after_fire_registered => "scheduler::after-fire-registered",
     journal_before_hooked_result_commit => "journal::before-hooked-result-commit",
     journal_before_release_commit => "journal::before-release-commit",

@@ -40,6 +40,10 @@ pub struct Args {
     /// `workflows`: the kind of step.
     #[arg(long, value_enum, default_value_t = EffectArg::Idempotent)]
     pub effect: EffectArg,
+    /// `workflows`: drive executions through the runtime (`Runtime::run`: deferred open and
+    /// write-behind) or by hand through the journal (open, steps, complete).
+    #[arg(long, value_enum, default_value_t = ApiArg::Runtime)]
+    pub api: ApiArg,
     /// `replay`: committed steps to replay.
     #[arg(long, default_value_t = 10_000)]
     pub replay_steps: u32,
@@ -78,6 +82,34 @@ pub enum Command {
     /// The resuming process of the `resume-memory` scenario.
     #[command(hide = true, name = "resume-worker")]
     Resumer(ResumeWorkerArgs),
+    /// The runtime process the `recovery` scenario kills.
+    #[command(hide = true)]
+    RecoveryWorker(RecoveryWorkerArgs),
+    /// A runtime process of the `parked` scenario.
+    #[command(hide = true)]
+    ParkedWorker(ParkedWorkerArgs),
+}
+
+/// Arguments of the `recovery` scenario's runtime process.
+#[derive(Debug, clap::Args)]
+pub struct RecoveryWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// How many workflows to start and run at once.
+    #[arg(long)]
+    pub workflows: u32,
+    /// Idempotent steps per workflow.
+    #[arg(long)]
+    pub steps: u32,
+}
+
+/// Arguments of a `parked` scenario's runtime process.
+#[derive(Debug, clap::Args)]
+pub struct ParkedWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
 }
 
 /// Arguments of the `resume-memory` scenario's resuming process.
@@ -164,6 +196,15 @@ pub enum EffectArg {
     Guarded,
 }
 
+/// `--api`: how `workflows` drives its executions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApiArg {
+    /// `Runtime::run` of a registered workflow.
+    Runtime,
+    /// `Journal::open_execution`, the steps, `Execution::complete`.
+    Journal,
+}
+
 /// `--scenario`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ScenarioName {
@@ -185,6 +226,12 @@ pub enum ScenarioName {
     Multiprocess,
     /// Scheduler fires per second, from one and from two processes.
     Scheduler,
+    /// Guarded workflows through a runtime queue with a limit, against none.
+    Queue,
+    /// A new runtime finishing the half-done workflows of a killed one.
+    Recovery,
+    /// The memory of a runtime process with 100,000 parked executions, against none.
+    Parked,
 }
 
 impl ScenarioName {
@@ -199,6 +246,9 @@ impl ScenarioName {
             Self::ResumeMemory,
             Self::Multiprocess,
             Self::Scheduler,
+            Self::Queue,
+            Self::Recovery,
+            Self::Parked,
             Self::Scale,
         ]
     }
@@ -215,6 +265,9 @@ impl ScenarioName {
             Self::Scale => "scale",
             Self::Multiprocess => "multiprocess",
             Self::Scheduler => "scheduler",
+            Self::Queue => "queue",
+            Self::Recovery => "recovery",
+            Self::Parked => "parked",
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use durably::{Durability, Journal};
 
-use crate::args::{Args, EffectArg, IdsArg, ScenarioName};
+use crate::args::{ApiArg, Args, EffectArg, IdsArg, ScenarioName};
 use crate::baseline;
 use crate::error::{BenchError, Result};
 use crate::report::{Outcome, Row};
@@ -34,6 +34,8 @@ pub struct Context {
     pub workflow_steps: u32,
     /// `workflows`: the kind of step.
     pub workflow_effect: EffectArg,
+    /// `workflows`: through the runtime or the journal.
+    pub workflow_api: ApiArg,
     /// `replay`: steps to replay.
     pub replay_steps: u32,
     /// `resume-memory`: steps of the resumed execution.
@@ -72,6 +74,7 @@ impl Context {
             workflow_executions: args.executions.max(1),
             workflow_steps: args.steps,
             workflow_effect: args.effect,
+            workflow_api: args.api,
             replay_steps: args.replay_steps,
             resume_steps: args
                 .resume_steps
@@ -156,6 +159,9 @@ impl Context {
             ScenarioName::Scale => scenarios::scale::run(self, dir).await,
             ScenarioName::Multiprocess => scenarios::multiprocess::run(self, dir).await,
             ScenarioName::Scheduler => scenarios::scheduler::run(self, dir).await,
+            ScenarioName::Queue => scenarios::queue::run(self, dir).await,
+            ScenarioName::Recovery => scenarios::recovery::run(self, dir).await,
+            ScenarioName::Parked => scenarios::parked::run(self, dir).await,
         }
     }
 }

@@ -47,6 +47,12 @@ async fn run(args: Args) -> Result<()> {
         Some(Command::Resumer(worker)) => {
             return scenarios::resume_memory::worker(worker, args.durability.into()).await;
         }
+        Some(Command::RecoveryWorker(worker)) => {
+            return scenarios::recovery::worker(worker, args.durability.into()).await;
+        }
+        Some(Command::ParkedWorker(worker)) => {
+            return scenarios::parked::worker(worker, args.durability.into()).await;
+        }
         None => {}
     }
     let context = Context::new(&args)?;

@@ -84,12 +84,13 @@
 //! ```
 
 pub use durably_journal::{
-    AmbiguityReason, AwaitingOperatorStep, Durability, Effect, Error, EventRecord, Execution,
-    ExecutionRecord, FencingToken, Finished, Guarded, IdempotencyKey, Inspector, Journal,
-    JournalBuilder, ListFilter, Opened, PREVIEW_CHARS_MAX, Payload, PayloadPreview, Policy,
-    PolicyKind, Previews, ReconcileFuture, ReconcileProbe, Result, RetryPolicy, Skipped, Status,
-    StepError, StepKey, StepRecord, StepState, UnknownWord, UnsafeFileReason, event_kind,
-    new_execution_id,
+    AmbiguityReason, AwaitingOperatorStep, Begun, DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX,
+    Durability, Effect, Error, EventRecord, Execution, ExecutionRecord, FencingToken, Finished,
+    Guarded, IdempotencyKey, Inspector, Journal, JournalBuilder, ListFilter, Opened,
+    PREVIEW_CHARS_MAX, Payload, PayloadPreview, Policy, PolicyKind, Previews, ReconcileFuture,
+    ReconcileProbe, Release, Result, RetryPolicy, STATUS_DETAIL_BYTES_MAX, Skipped, Status,
+    StepError, StepKey, StepRecord, StepRef, StepState, Timing, UnknownWord, UnsafeFileReason,
+    event_kind, new_execution_id,
 };
 
 /// Operator actions: `journal.operator()` and what its actions take and report.

@@ -176,7 +176,7 @@ impl Journal {
             .map(|claimed| Claim {
                 fence: Some(Arc::new(Fence::new(
                     self,
-                    Arc::from(claimed.row.execution_id.to_string()),
+                    claimed.row.execution_id,
                     claimed.epoch,
                 ))),
                 row: claimed.row,

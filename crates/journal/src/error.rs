@@ -342,6 +342,13 @@ pub enum Error {
     /// An operator action does not apply to the state it found.
     #[error("{0}")]
     Refused(String),
+    /// A deferred open lost its race ([`crate::Journal::begin_execution`]): the handle's first
+    /// write found the execution's row already there, or its lock held by a live process.
+    /// Nothing of that write was written; the execution is another handle's.
+    #[error(
+        "execution {0} was opened by another handle first; nothing of this handle's first write          was written"
+    )]
+    OpenRaced(Uuid),
     /// A caller's hook declined the write it was part of (a park that found a message already
     /// waiting, say): nothing of that transaction was written, and the handle is usable as
     /// before. The text says why, in the hook's words.

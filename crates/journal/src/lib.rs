@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod begin;
 mod claim;
 mod config;
 mod error;
@@ -72,6 +73,7 @@ mod storage;
 mod sweep;
 mod writer;
 
+pub use begin::Begun;
 pub use claim::{Claim, ClaimedRow, Claimer};
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
@@ -79,7 +81,10 @@ pub use config::{
     READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
-pub use execution::{Execution, Release, STATUS_DETAIL_BYTES_MAX, StepRef, Timing};
+pub use execution::{
+    DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, STATUS_DETAIL_BYTES_MAX, StepRef,
+    Timing,
+};
 pub use execution_id::new_execution_id;
 pub use extension::{
     ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,

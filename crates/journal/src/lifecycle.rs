@@ -212,6 +212,47 @@ pub fn clear_not_before(conn: &Connection, id: Uuid) -> Result<bool> {
     Ok(changed == 1)
 }
 
+/// An interrupted execution, as [`interrupted_after`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptedRow {
+    /// Its place in the listing: pass the last row's to [`interrupted_after`] for the next
+    /// page.
+    pub position: i64,
+    /// The execution.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+}
+
+/// One page of the `interrupted` executions, in the order they were created, starting after
+/// `after` (a [`InterruptedRow::position`]; `None`: from the first), at most `max`. A keyset
+/// page: each is one seek on `executions_by_status`, however many pages came before, so a
+/// pass over any number of interrupted executions holds one page at a time.
+///
+/// # Errors
+/// A storage error.
+pub fn interrupted_after(
+    conn: &Connection,
+    after: Option<i64>,
+    max: u32,
+) -> Result<Vec<InterruptedRow>> {
+    // `finalized_at IS NULL` always holds for an unfinished status (a CHECK says so); naming
+    // it lets the seek use the index's second column and range over its trailing rowid.
+    let mut statement = conn.prepare_cached(
+        "SELECT id, execution_id, kind FROM executions
+         WHERE status = 'interrupted' AND finalized_at IS NULL AND id > ?1
+         ORDER BY id LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![after.unwrap_or(i64::MIN), max], |row| {
+        Ok(InterruptedRow {
+            position: row.get(0)?,
+            id: records::uuid(row, 1)?,
+            kind: row.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// `interrupted` → `queued` (the runtime's recovery), with `detail` saying why.
 ///
 /// # Errors

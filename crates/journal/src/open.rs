@@ -109,7 +109,7 @@ impl Journal {
             OpenFound::Opened(outcome) => outcome,
         };
         span.record("resumed", outcome.is_resume);
-        let fence = Arc::new(Fence::new(self, Arc::from(id.to_string()), outcome.epoch));
+        let fence = Arc::new(Fence::new(self, id, outcome.epoch));
         let replay = match Replay::open(self, id) {
             Ok(replay) => replay,
             Err(error) => {
@@ -146,11 +146,31 @@ impl Journal {
 }
 
 /// The row an open creates when the execution is new.
-struct NewRow<'a> {
-    id: Uuid,
-    kind: &'a str,
-    name: &'a str,
-    input: &'a str,
+pub(crate) struct NewRow<'a> {
+    pub(crate) id: Uuid,
+    pub(crate) kind: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) input: &'a str,
+}
+
+/// Inserts `row` as a `running` execution opened once; `false`, with nothing written, when an
+/// execution with its id exists.
+pub(crate) fn insert_running(conn: &Connection, row: &NewRow<'_>, now: &str) -> Result<bool> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO executions (execution_id, kind, name, status, input, opens, created_at,
+                                     updated_at)
+             VALUES (?1, ?2, ?3, 'running', ?4, 1, ?5, ?5)
+             ON CONFLICT (execution_id) DO NOTHING",
+        )?
+        .execute(params![
+            row.id.to_string(),
+            row.kind,
+            row.name,
+            row.input,
+            now
+        ])?;
+    Ok(inserted == 1)
 }
 
 fn open_in_transaction(
@@ -209,12 +229,11 @@ fn open_in_transaction(
             input: existing.input.into_json(),
         }));
     }
-    conn.prepare_cached(
-        "INSERT INTO executions (execution_id, kind, name, status, input, opens, created_at,
-                                 updated_at)
-         VALUES (?1, ?2, ?3, 'running', ?4, 1, ?5, ?5)",
-    )?
-    .execute(params![resource, row.kind, row.name, row.input, now])?;
+    if !insert_running(conn, row, now)? {
+        return Err(Error::Inconsistent(format!(
+            "execution {resource} appeared inside the transaction that found it absent"
+        )));
+    }
     Ok(OpenFound::Opened(OpenOutcome {
         epoch,
         is_resume: false,

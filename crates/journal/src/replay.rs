@@ -77,6 +77,19 @@ impl Replay {
         Ok(replay)
     }
 
+    /// The replay of an execution that has no row yet (a deferred open): nothing recorded,
+    /// nothing to read.
+    pub(crate) fn empty(journal: &Journal, execution_id: Uuid) -> Self {
+        Self {
+            journal: journal.clone(),
+            execution_id,
+            recorded: 0,
+            window: Vec::new(),
+            first_seq: 0,
+            end: Some(0),
+        }
+    }
+
     /// How many steps were recorded when the execution was opened.
     pub(crate) fn recorded(&self) -> u32 {
         self.recorded

@@ -4,7 +4,7 @@
 //! write; a claim dropped unopened releases the lock, and the sweep then finds the execution
 //! interrupted; claim candidates come highest priority first and first come, first served;
 //! a `not_before` time, a wake-up and the operator's reopen each move exactly the rows they
-//! name.
+//! name; interrupted executions are listed a page at a time, each page after the last.
 //!
 //! Method: executions are inserted `queued` through `lifecycle::insert_execution` in a journal
 //! write, claimed through `Journal::claim_executions`, and their rows read back.
@@ -267,4 +267,51 @@ async fn stuck_and_finished_executions_reopen_only_from_the_statuses_named() {
             status: Status::Queued
         }
     );
+}
+
+/// The recovery pass's listing of interrupted executions comes in pages, in creation order,
+/// each starting after the last row of the one before; executions in any other status are
+/// left out.
+#[tokio::test]
+async fn interrupted_executions_are_listed_page_after_page_in_creation_order() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(enqueue(&journal, None, 0, None).await);
+    }
+    let claimed = ids.clone();
+    let claims = journal
+        .claim_executions(move |conn, claimer| {
+            for id in claimed {
+                claimer.claim(conn, id, Status::Queued)?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 5);
+    drop(claims);
+    barrier(&journal).await;
+    journal.operator().sweep(false).await.unwrap();
+    let requeued = ids[2];
+    assert!(
+        journal
+            .write(move |conn| lifecycle::requeue_interrupted(conn, requeued, Utc::now(), None))
+            .await
+            .unwrap()
+    );
+
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let page = journal
+            .read(|conn| lifecycle::interrupted_after(conn, after, 2))
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.position);
+        assert!(page.iter().all(|row| row.kind == "test"));
+        pages.push(page.iter().map(|row| row.id).collect::<Vec<_>>());
+    }
+    assert_eq!(pages, [vec![ids[0], ids[1]], vec![ids[3], ids[4]]]);
 }

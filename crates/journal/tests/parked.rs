@@ -157,6 +157,13 @@ fn each_index_of_executions_serves_its_query() {
             "SELECT execution_id FROM executions WHERE status = 'interrupted'",
             "SEARCH executions USING INDEX executions_by_status (status=?)",
         ),
+        (
+            "SELECT id, execution_id, kind FROM executions
+             WHERE status = 'interrupted' AND finalized_at IS NULL AND id > 5
+             ORDER BY id LIMIT 10",
+            "SEARCH executions USING INDEX executions_by_status \
+             (status=? AND finalized_at=? AND rowid>?)",
+        ),
     ] {
         assert_eq!(plan(sql), expected, "{sql}");
     }

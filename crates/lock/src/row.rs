@@ -128,10 +128,14 @@ enum DamagedRows {
     Skip,
 }
 
+/// The held lock rows, in no particular order. No `ORDER BY resource`: SQLite would serve it
+/// by scanning the primary key, reading every lock row the file keeps (one per execution ever
+/// opened, released ones included) at each journal open and sweep, instead of seeking the
+/// partial index `locks_held`, which names the held ones only.
+const HELD: &str = "FROM locks WHERE instance_id IS NOT NULL";
+
 fn held_rows(conn: &Connection, damaged: DamagedRows) -> Result<Vec<LockRow>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM locks WHERE instance_id IS NOT NULL ORDER BY resource"
-    ))?;
+    let mut statement = conn.prepare_cached(&format!("SELECT {COLUMNS} {HELD}"))?;
     let mut rows = statement.query([])?;
     let mut locks = Vec::new();
     while let Some(row) = rows.next()? {
@@ -144,6 +148,7 @@ fn held_rows(conn: &Connection, damaged: DamagedRows) -> Result<Vec<LockRow>> {
             Err(error) => return Err(error),
         }
     }
+    locks.sort_unstable_by(|a, b| a.resource.cmp(&b.resource));
     Ok(locks)
 }
 
@@ -312,5 +317,27 @@ pub(crate) fn describe(conn: &Connection, resource: &str) -> String {
         })) => format!("epoch {epoch}, free"),
         Ok(None) => "gone".to_owned(),
         Err(error) => format!("unreadable ({error})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Listing the held locks seeks the partial index of held locks, whatever the number of
+    /// released lock rows: the journal's open and every sweep list them.
+    #[test]
+    fn the_held_locks_are_read_from_their_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(include_str!("../../../schema/0001_locks.sql"))
+            .unwrap();
+        let plan: String = conn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN SELECT {COLUMNS} {HELD}"),
+                [],
+                |row| row.get(3),
+            )
+            .unwrap();
+        assert_eq!(plan, "SEARCH locks USING INDEX locks_held (instance_id>?)");
     }
 }

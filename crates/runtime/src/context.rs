@@ -42,6 +42,9 @@ pub(crate) struct Slot {
     /// ambiguous step left to an operator, storage), as its message. The task ends the run on
     /// it instead of recording the workflow's result.
     pub(crate) halted: Option<String>,
+    /// Whether the first write lost the deferred open's race ([`durably_journal::Error::OpenRaced`]):
+    /// the execution is another run's, and this one wrote nothing.
+    pub(crate) raced: bool,
 }
 
 impl WorkflowContext {
@@ -57,6 +60,7 @@ impl WorkflowContext {
         let slot = Arc::new(Mutex::new(Slot {
             execution: Some(execution),
             halted: None,
+            raced: false,
         }));
         let parked = Arc::new(Notify::new());
         let context = Self {
@@ -164,6 +168,7 @@ impl Slot {
             Err(error @ durably_journal::Error::StepFailed { .. }) => Err(error.into()),
             Err(error) => {
                 if self.halted.is_none() {
+                    self.raced = matches!(error, durably_journal::Error::OpenRaced(_));
                     self.halted = Some(error.to_string());
                 }
                 Err(error.into())

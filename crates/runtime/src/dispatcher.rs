@@ -83,7 +83,25 @@ impl Capacity {
             .collect()
     }
 
-    fn add(&self, queue: &QueueKey, delta: i64) {
+    /// Takes one place in `queue` for a run this process starts itself ([`crate::Runtime::run`])
+    /// if it has room; give it back with `add(queue, -1)`.
+    pub(crate) fn try_take(&self, queue: &QueueKey) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: u32 = running.values().sum();
+        let max = self
+            .process_concurrency_max
+            .get(queue)
+            .copied()
+            .unwrap_or(0);
+        let mine = running.entry(queue.clone()).or_default();
+        if total >= self.concurrency_max || *mine >= max {
+            return false;
+        }
+        *mine += 1;
+        true
+    }
+
+    pub(crate) fn add(&self, queue: &QueueKey, delta: i64) {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let count = running.entry(queue.clone()).or_default();
         *count = u32::try_from(i64::from(*count) + delta).unwrap_or(0);
@@ -188,7 +206,7 @@ pub(crate) const EVENT_CLAIMED: &str = "claimed";
 
 /// Records why a run here stopped abnormally and has the next pass recover it: its handle is
 /// gone, so the sweep finds it `interrupted` and the recovery counts the failure.
-async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
+pub(crate) async fn record_halt(dispatch: &Dispatch, id: Uuid, reason: String) {
     let failure = serde_json::json!({ "message": reason });
     let recorded = dispatch
         .client

@@ -50,6 +50,24 @@ pub enum Error {
         kind: String,
     },
 
+    /// [`crate::Runtime::run`] was asked for a kind this process has not registered: `run`
+    /// runs the workflow in the caller's task. Nothing was written.
+    #[error("workflow kind {kind:?} is not registered in this process, so it cannot run here")]
+    KindNotRegisteredHere {
+        /// The kind.
+        kind: String,
+    },
+
+    /// A [`crate::Runtime::run`] stopped before its first write (a step's result could not be
+    /// encoded, the journal could not be written): nothing was written.
+    #[error("the run of execution {execution_id} stopped before anything was written: {reason}")]
+    RunStopped {
+        /// The execution.
+        execution_id: Uuid,
+        /// Why it stopped.
+        reason: String,
+    },
+
     /// A start named an id that an execution of another kind already has; nothing was
     /// written.
     #[error("execution {execution_id} exists with kind {existing_kind:?}, not {kind:?}")]

@@ -67,6 +67,7 @@ mod payload;
 mod recovery;
 mod registry;
 mod resume;
+mod run;
 mod runtime;
 mod start;
 mod store;

@@ -7,23 +7,34 @@
 //! recorded a step after its claim (`steps_at_open`). Consecutive failures without progress
 //! are counted in `resume_failures`; at the runtime's maximum the execution is `stuck`, with
 //! the count and the last failure as its status detail.
+//!
+//! The pass reads the interrupted executions a page at a time (a keyset page on the journal's
+//! status index, [`RECOVERY_BATCH_MAX`] rows) and moves each page's executions in one
+//! transaction, so its memory and each transaction's length are bounded however many
+//! executions a crash left, and a crash between two batches leaves every execution either
+//! moved with its failure counted once, or untouched for the next pass.
 
 use std::collections::BTreeMap;
 
-use durably_journal::Status;
-use durably_journal::lifecycle::{park_stuck, recorded_steps, requeue_interrupted};
+use durably_journal::lifecycle::{
+    InterruptedRow, interrupted_after, park_stuck, recorded_steps, requeue_interrupted,
+};
+use durably_journal::{Status, execution_status};
+use rusqlite::Connection;
 use serde_json::json;
 use uuid::Uuid;
 
 use crate::client::Client;
 use crate::error::Result;
+use crate::registry::Registry;
 use crate::store;
 
 /// The default of [`crate::RuntimeBuilder::resume_failures_max`].
 pub const RESUME_FAILURES_MAX_DEFAULT: u32 = 3;
 
-/// The most executions one recovery transaction moves.
-pub(crate) const RECOVERY_BATCH_MAX: usize = 512;
+/// The most interrupted executions one recovery page reads, and so the most one recovery
+/// transaction moves.
+pub(crate) const RECOVERY_BATCH_MAX: u32 = 512;
 
 /// What a recovery pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,50 +48,44 @@ pub struct RecoveryReport {
     pub unknown_kinds: Vec<(String, usize)>,
 }
 
+/// One page of interrupted executions, sorted by whom they concern.
+struct Page {
+    /// Started through the runtime, of a kind this process serves: to move.
+    served: Vec<Uuid>,
+    /// The kind of each one started through the runtime that this process does not serve.
+    unknown: Vec<String>,
+    /// Where the next page starts; `None` when this page was the last.
+    next: Option<i64>,
+}
+
 /// One recovery pass: sweeps the journal (dead holders' and released executions become
-/// `interrupted`), then requeues or parks every interrupted execution of a served kind, in
-/// transactions of at most [`RECOVERY_BATCH_MAX`].
+/// `interrupted`), then requeues or parks every interrupted execution of a served kind, a
+/// page of at most [`RECOVERY_BATCH_MAX`] per transaction. Hand-driven executions (no
+/// `runtime_executions` row) are never touched.
 pub(crate) async fn recover(client: &Client, resume_failures_max: u32) -> Result<RecoveryReport> {
     let journal = client.journal();
     journal.operator().sweep(false).await?;
     let mut report = RecoveryReport::default();
     let mut unknown: BTreeMap<String, usize> = BTreeMap::new();
-    let mut served: Vec<Uuid> = Vec::new();
-    for record in journal.recoverable()? {
-        if record.status != Status::Interrupted {
-            continue;
+    let mut after = None;
+    loop {
+        let page = journal.read(|conn| read_page(conn, client.registry(), after))?;
+        for kind in page.unknown {
+            *unknown.entry(kind).or_default() += 1;
         }
-        if client.registry().latest(&record.kind).is_some() {
-            served.push(record.execution_id);
-        } else if journal.read(|conn| store::is_runtime_execution(conn, record.execution_id))? {
-            *unknown.entry(record.kind).or_default() += 1;
+        if !page.served.is_empty() {
+            let (served, now) = (page.served, client.now());
+            let (requeued, stuck) = journal
+                .write(move |conn| move_page(conn, &served, now, resume_failures_max))
+                .await?;
+            report.requeued += requeued;
+            report.stuck += stuck;
+            fail::fail_point!("runtime::after-recovery-batch", |_| std::process::abort());
         }
-    }
-    for batch in served.chunks(RECOVERY_BATCH_MAX) {
-        let (batch, now) = (batch.to_vec(), client.now());
-        let (requeued, stuck) = journal
-            .write(move |conn| {
-                let (mut requeued, mut stuck) = (0, 0);
-                for id in batch {
-                    let steps = recorded_steps(conn, id)?;
-                    // Hand-driven executions of a served kind have no runtime row: not ours.
-                    let Some((failures, last)) = store::count_failed_run(conn, id, steps)? else {
-                        continue;
-                    };
-                    if failures >= resume_failures_max {
-                        let last: Option<serde_json::Value> =
-                            last.and_then(|text| serde_json::from_str(&text).ok());
-                        let detail = json!({ "failures": failures, "last": last });
-                        stuck += usize::from(park_stuck(conn, id, now, &detail)?);
-                    } else {
-                        requeued += usize::from(requeue_interrupted(conn, id, now, None)?);
-                    }
-                }
-                Ok((requeued, stuck))
-            })
-            .await?;
-        report.requeued += requeued;
-        report.stuck += stuck;
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
     }
     report.unknown_kinds = unknown.into_iter().collect();
     if !report.unknown_kinds.is_empty() {
@@ -90,4 +95,66 @@ pub(crate) async fn recover(client: &Client, resume_failures_max: u32) -> Result
         );
     }
     Ok(report)
+}
+
+/// Reads the page of interrupted executions after `after` and sorts it: the runtime's
+/// executions (a `runtime_executions` row, one seek each) of served kinds, and the kinds of
+/// the others.
+fn read_page(
+    conn: &Connection,
+    registry: &Registry,
+    after: Option<i64>,
+) -> durably_journal::Result<Page> {
+    let rows = interrupted_after(conn, after, RECOVERY_BATCH_MAX)?;
+    let next = rows
+        .last()
+        .filter(|_| rows.len() == RECOVERY_BATCH_MAX as usize)
+        .map(|last| last.position);
+    let mut page = Page {
+        served: Vec::with_capacity(rows.len()),
+        unknown: Vec::new(),
+        next,
+    };
+    for InterruptedRow { id, kind, .. } in rows {
+        if !store::is_runtime_execution(conn, id)? {
+            continue;
+        }
+        if registry.latest(&kind).is_some() {
+            page.served.push(id);
+        } else {
+            page.unknown.push(kind);
+        }
+    }
+    Ok(page)
+}
+
+/// Counts the failed run of each execution of `served` still `interrupted` (another process
+/// may have moved it since the page was read) and requeues it, or parks it `stuck` at
+/// `resume_failures_max`. Returns (requeued, stuck).
+fn move_page(
+    conn: &Connection,
+    served: &[Uuid],
+    now: chrono::DateTime<chrono::Utc>,
+    resume_failures_max: u32,
+) -> durably_journal::Result<(usize, usize)> {
+    let (mut requeued, mut stuck) = (0, 0);
+    for &id in served {
+        // Checked before counting, so a run is counted once however many processes recover.
+        if execution_status(conn, id)? != Some(Status::Interrupted) {
+            continue;
+        }
+        let steps = recorded_steps(conn, id)?;
+        let Some((failures, last)) = store::count_failed_run(conn, id, steps)? else {
+            continue;
+        };
+        if failures >= resume_failures_max {
+            let last: Option<serde_json::Value> =
+                last.and_then(|text| serde_json::from_str(&text).ok());
+            let detail = json!({ "failures": failures, "last": last });
+            stuck += usize::from(park_stuck(conn, id, now, &detail)?);
+        } else {
+            requeued += usize::from(requeue_interrupted(conn, id, now, None)?);
+        }
+    }
+    Ok((requeued, stuck))
 }

@@ -92,6 +92,11 @@ impl Runtime {
         }
     }
 
+    /// What this runtime's dispatcher and its tasks share.
+    pub(crate) fn dispatch(&self) -> &Arc<Dispatch> {
+        &self.dispatch
+    }
+
     /// What recovery did when this runtime started: executions requeued, parked `stuck`, and
     /// interrupted executions of kinds it does not serve, left alone.
     pub fn recovery_report(&self) -> &RecoveryReport {

@@ -1,4 +1,8 @@
 //! One run of a workflow on an open execution, and how it ends.
+//!
+//! Runs write behind ([`Execution::defer_results`]): step results ride on the run's next
+//! write, and the end (completed or failed) rides on the last step's, so a workflow of N
+//! idempotent steps costs N commits.
 
 use std::sync::Arc;
 
@@ -18,7 +22,7 @@ use crate::waiting::Waits;
 #[derive(Debug)]
 pub(crate) enum Ran {
     /// The workflow returned its output, recorded as the execution's.
-    Completed,
+    Completed(serde_json::Value),
     /// The workflow returned its error, recorded as the execution's.
     Failed,
     /// The stored input does not decode as the workflow's input type (a start from a process
@@ -28,6 +32,9 @@ pub(crate) enum Ran {
     /// to an operator, storage): nothing was finalized and the lock is released, so the
     /// execution is resumed or parked by whoever accounts for failed runs.
     Halted(String),
+    /// The run's first write lost a deferred open's race: the execution is another run's, and
+    /// this one wrote nothing.
+    Raced,
     /// A wait parked the execution (`waiting`, its lock released): the workflow's future was
     /// dropped, and a later claim resumes it.
     Parked,
@@ -62,12 +69,13 @@ fn release(
 /// with what the workflow returned, in the transaction that releases the lock and, for a run
 /// holding a `slot` of a limited queue, records its release; or parked by one of its waits.
 pub(crate) async fn run(
-    execution: Execution,
+    mut execution: Execution,
     version: u32,
     workflow: &Workflow,
     waits: Arc<Waits>,
     slot: Option<HeldSlot>,
 ) -> Result<Ran> {
+    execution.defer_results();
     let id = execution.id();
     let input: serde_json::Value = execution.input()?;
     let (context, context_slot, parked) = WorkflowContext::new(execution, version, waits);
@@ -86,26 +94,45 @@ pub(crate) async fn run(
         ))
     })?;
     if let Some(reason) = context_slot.halted.take() {
-        // Dropping the handle releases the lock and leaves the execution to be resumed.
+        // What the run recorded before it stopped stays recorded, so the failure accounting
+        // sees its progress; a flush that fails (the lock is lost, the open raced) loses only
+        // steps that run again. Dropping the handle then releases the lock and leaves the
+        // execution to be resumed.
+        let mut execution = execution;
+        if let Err(error) = execution.flush().await {
+            tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
+        }
         drop(execution);
-        return Ok(Ran::Halted(reason));
+        return Ok(if context_slot.raced {
+            Ran::Raced
+        } else {
+            Ran::Halted(reason)
+        });
     }
-    match outcome {
-        Some(Ok(output)) => {
-            execution.complete_with(&output, release(slot, id)).await?;
-            Ok(Ran::Completed)
-        }
-        Some(Err(error)) => {
-            execution.fail_with(&error, release(slot, id)).await?;
-            Ok(Ran::Failed)
-        }
+    let (ended, ran) = match outcome {
+        Some(Ok(output)) => (
+            execution.complete_with(&output, release(slot, id)).await,
+            Ran::Completed(output),
+        ),
+        Some(Err(error)) => (
+            execution.fail_with(&error, release(slot, id)).await,
+            Ran::Failed,
+        ),
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
-            let error = json!({
-                "bad_input": format!("the input does not decode as {}", workflow.input_type())
-            });
-            execution.fail_with(&error, release(slot, id)).await?;
-            Ok(Ran::BadInput)
+            let reason = format!("the input does not decode as {}", workflow.input_type());
+            let error = json!({ "bad_input": reason });
+            let ended = execution.fail_with(&error, release(slot, id)).await;
+            (ended, Ran::BadInput)
+        }
+    };
+    match ended {
+        // The end was the run's first write (no step wrote before it), and it lost the race.
+        Err(durably_journal::Error::OpenRaced(_)) => Ok(Ran::Raced),
+        Err(error) => Err(error.into()),
+        Ok(()) => {
+            fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
+            Ok(ran)
         }
     }
 }
@@ -163,7 +190,7 @@ mod tests {
         let journal = Journal::open(dir.path().join("journal.db")).unwrap();
 
         let (id, ran) = run_on(&journal, &serde_json::json!(21)).await;
-        assert!(matches!(ran, Ran::Completed), "{ran:?}");
+        assert!(matches!(ran, Ran::Completed(_)), "{ran:?}");
         let record = journal.get(id).unwrap().unwrap();
         assert_eq!(record.output.unwrap().decode::<u64>().unwrap(), 42);
 

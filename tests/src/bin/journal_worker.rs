@@ -38,13 +38,14 @@
 //! - `inspect <db>`: opens the journal only to read it (`Journal::inspect`), and prints each
 //!   execution's id and status and each lock holder's resource and verdict, or the error.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use durably_journal::{
     Effect, Error, Guarded, Journal, ListFilter, Opened, Policy, Release, StepError, Timing,
 };
 use durably_lock::Judgement;
+use durably_tests::worker_io::{append, say, wait_for_a_line};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -80,14 +81,7 @@ async fn main() -> Outcome {
         ["inspect", db] => inspect(Path::new(db)).unwrap_or_else(|error| error_json(&error)),
         _ => return Err(format!("unknown command {args:?}").into()),
     };
-    say(&answer)
-}
-
-fn say(value: &Value) -> Outcome {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")?;
-    out.flush()?;
-    Ok(())
+    Ok(say(&answer)?)
 }
 
 /// A short name for each error the tests tell apart.
@@ -111,19 +105,6 @@ fn kind(error: &Error) -> &'static str {
 
 fn error_json(error: &Error) -> Value {
     json!({ "outcome": "error", "kind": kind(error), "message": error.to_string() })
-}
-
-/// Appends one line to the ledger in a single `write` on an `O_APPEND` file, so lines from
-/// successive processes never interleave, and a crash right after it keeps it.
-fn append(ledger: &Path, line: &str) -> Result<(), StepError> {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(ledger)
-        .map_err(|error| StepError::fatal(format!("cannot open the ledger: {error}")))?;
-    file.write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| file.flush())
-        .map_err(|error| StepError::fatal(format!("cannot append to the ledger: {error}")))
 }
 
 fn policy_of(word: &str) -> Outcome<Policy> {
@@ -376,16 +357,6 @@ async fn fenced_effect(
 
 /// Waits for a line on stdin on a blocking thread, so the runtime (and the lease heartbeat on
 /// it) goes on meanwhile.
-async fn wait_for_a_line() -> Result<(), StepError> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(drop)
-    })
-    .await
-    .map_err(|error| StepError::fatal(error.to_string()))?
-    .map_err(|error| StepError::fatal(error.to_string()))
-}
-
 /// The effect sink: performs the effect of `key` with fencing `token`, unless a write with a
 /// higher token has been seen for `key`, in which case it refuses. Every write, accepted or
 /// refused, is logged in `writes`; `highest` keeps the highest token accepted per key.

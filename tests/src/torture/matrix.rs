@@ -15,12 +15,16 @@
 //!    end (`after-lock-commit`, `after-intent-commit`, `after-effect`, `after-result-commit`;
 //!    a `Fail` step an orphan maker left ambiguous parks its execution for the operator,
 //!    `after-awaiting-operator-commit`);
-//! 6. two slots of four scheduled jobs (one per policy) are fired
+//! 6. two executions run through `Runtime::run` with write-behind and the deferred open
+//!    (`after-lock-commit` at the open, `after-deferred-flush-commit`,
+//!    `runtime::after-finalize-commit`; see [`super::runs`]);
+//! 7. two slots of four scheduled jobs (one per policy) are fired
 //!    (`scheduler::after-fire-registered`);
-//! 7. five executions are cancelled and collected by the retention sweep in batches of two
+//! 8. five executions are cancelled and collected by the retention sweep in batches of two
 //!    (`gc-between-batches`);
-//! 8. the runtime's part (see [`super::matrix_runtime`]): two runtimes run covering workflows
-//!    in a limited queue and without one, a message is sent and a queued execution cancelled.
+//! 9. the runtime's part (see [`super::matrix_runtime`]): two runtimes run covering workflows
+//!    in a limited queue and without one, with timers, messages and events, and a queued
+//!    execution is sent a message and cancelled.
 //!
 //! Rerunning it after a crash resumes everything, so "restart to completion" is running it
 //! again without failpoints.
@@ -36,7 +40,7 @@ use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::workload::{DATABASE_FILE, Stop, Workload};
-use super::{BoxError, fires, matrix_runtime};
+use super::{BoxError, fires, matrix_runtime, runs};
 
 /// The first index of each group of orphans.
 pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
@@ -118,6 +122,9 @@ pub async fn run(
             .drive(&covering(seed, index), Stop::default())
             .await?;
     }
+    let runtime = runs::runtime(workload.journal(), dir).await?;
+    runs::run_all(&runtime, &workload, seed).await?;
+    drop(runtime);
     let scheduler = fires::scheduler(&workload).await?;
     for number in 0..FIRE_SLOTS {
         for job in scheduler.job_ids() {

@@ -9,7 +9,8 @@
 //! - [`runtime_roles`]: runtime workers, a sender and a canceller, on the runtime's workflows
 //!   ([`runtime_workflow`]).
 //! - [`matrix`]: the small deterministic workload of the failpoint matrix
-//!   ([`matrix_runtime`]: its runtime part).
+//!   ([`runs`]: its executions run through `Runtime::run`; [`matrix_runtime`]: its runtime
+//!   part).
 //! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
@@ -20,6 +21,7 @@ pub mod ledger;
 pub mod matrix;
 pub mod matrix_runtime;
 pub mod plan;
+pub mod runs;
 pub mod runtime_checks;
 pub mod runtime_roles;
 pub mod runtime_workflow;

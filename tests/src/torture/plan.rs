@@ -190,13 +190,20 @@ pub enum Shape {
     /// The steps of [`Shape::Covering`], in a workflow that runtimes run (the failpoint
     /// matrix).
     RuntimeCovering,
+    /// The steps of [`Shape::Covering`] with the `Fail` step under `Retry`, in a workflow the
+    /// failpoint matrix runs through `Runtime::run` (see [`super::runs`]): a run waits for its
+    /// execution's end, which one awaiting an operator does not have until one answers.
+    RuntimeRun,
 }
 
 impl Shape {
     /// Whether executions of this shape are started through the runtime (and never driven by
     /// hand).
     pub fn is_runtime(self) -> bool {
-        matches!(self, Self::Runtime | Self::RuntimeCovering)
+        matches!(
+            self,
+            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun
+        )
     }
 }
 
@@ -241,6 +248,13 @@ impl ExecutionPlan {
             Shape::Runtime => runtime_kinds(&mut rng),
             Shape::Covering => covering_kinds(),
             Shape::RuntimeCovering => runtime_covering_kinds(),
+            Shape::RuntimeRun => covering_kinds()
+                .into_iter()
+                .map(|kind| match kind {
+                    StepKind::Guarded(PolicyKind::Fail) => StepKind::Guarded(PolicyKind::Retry),
+                    kind => kind,
+                })
+                .collect(),
         };
         let steps = kinds
             .into_iter()
@@ -248,7 +262,7 @@ impl ExecutionPlan {
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
                     Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
-                    Shape::Covering | Shape::RuntimeCovering => (0, 0),
+                    Shape::Covering | Shape::RuntimeCovering | Shape::RuntimeRun => (0, 0),
                 };
                 StepPlan {
                     name: format!("{}-{seq}", kind_word(kind)),

@@ -36,7 +36,7 @@ use super::checker::{EffectRecord, Report};
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
 };
-use super::runtime_workflow::{FATAL_MESSAGE, RUNTIME_KIND, RuntimeOutput, TIMED_OUT};
+use super::runtime_workflow::{FATAL_MESSAGE, RuntimeOutput, TIMED_OUT};
 
 /// The events that end a run holding a slot of a limited queue.
 const RUN_ENDS: [&str; 8] = [
@@ -232,12 +232,12 @@ fn check_ends(
     let mut statement = conn.prepare(
         "SELECT e.execution_id, e.status, e.input, e.output, json_extract(e.error, '$.message'),
                 (SELECT value FROM workflow_events w
-                 WHERE w.execution_id = e.execution_id AND w.key = ?2)
-         FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id
-         WHERE e.kind = ?1",
+                 WHERE w.execution_id = e.execution_id AND w.key = ?1)
+         FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id",
     )?;
+    // Every kind the torture runs through the runtime; its input says it is a runtime plan.
     let rows = statement
-        .query_map([RUNTIME_KIND, PROGRESS_EVENT], |row| {
+        .query_map([PROGRESS_EVENT], |row| {
             Ok((
                 row.get::<_, String>(0)?,
                 row.get::<_, String>(1)?,
@@ -256,9 +256,11 @@ fn check_ends(
         report.runtime_executions += 1;
         let plan = ExecutionPlan::from_input(input);
         let fatal = plan.steps.iter().any(|step| step.kind == StepKind::Fatal);
-        let expected = serde_json::to_value(RuntimeOutput::of(&plan))?;
-        let output: Option<serde_json::Value> =
-            output.as_deref().map(serde_json::from_str).transpose()?;
+        let steps = output
+            .as_deref()
+            .map(serde_json::from_str::<RuntimeOutput>)
+            .transpose()?
+            .map(|output| output.steps);
         let progress: Option<serde_json::Value> =
             progress.as_deref().map(serde_json::from_str).transpose()?;
         let wrong = match status.as_str() {
@@ -266,7 +268,7 @@ fn check_ends(
                 Some("its cancel was acknowledged")
             }
             "completed" if fatal => Some("its plan has a fatal step"),
-            "completed" if output.as_ref() != Some(&expected) => {
+            "completed" if steps != Some(plan.steps.len() as u64) => {
                 Some("its output is not its plan's")
             }
             "completed" if progress != last_progress(&plan) => {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use durably_journal::{Error as JournalError, IdempotencyKey, Journal, Status};
 use durably_runtime::{
-    Client, Error, QueueConfig, Runtime, SendOutcome, StartOptions, WorkflowHandle,
+    Client, Error, QueueConfig, Runtime, SendOutcome, StartOptions, WorkflowError, WorkflowHandle,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -31,7 +31,7 @@ use super::plan::{
     ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep, SeededRng, Shape, StepKind,
     topic,
 };
-use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, workflow};
+use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, ack_end, workflow};
 use super::workload::{OperatorLock, Workload};
 
 /// The limited queue of the runtime workload.
@@ -82,7 +82,8 @@ pub struct Placement {
     pub priority: i32,
     /// Not claimable for this long after its start.
     pub not_before_ms: u64,
-    /// Also started by the next worker slot, at about the same time.
+    /// Run (`Runtime::run`, with no queue and no not-before time, so the open is deferred) by
+    /// its own worker slot and the next one, at about the same time.
     pub contended: bool,
 }
 
@@ -90,15 +91,16 @@ impl Placement {
     /// The placement of the execution `input` describes.
     pub fn of(input: PlanInput) -> Self {
         let mut rng = SeededRng::new(input.seed, input.index.wrapping_add(1) << 9 | 1);
+        let contended = rng.percent(CONTENDED_PERCENT);
         Self {
-            queued: rng.percent(QUEUED_PERCENT),
+            queued: !contended && rng.percent(QUEUED_PERCENT),
             priority: rng.between(0, 2) as i32,
-            not_before_ms: if rng.percent(NOT_BEFORE_PERCENT) {
+            not_before_ms: if !contended && rng.percent(NOT_BEFORE_PERCENT) {
                 rng.between(1, 20)
             } else {
                 0
             },
-            contended: rng.percent(CONTENDED_PERCENT),
+            contended,
         }
     }
 
@@ -149,9 +151,9 @@ pub async fn start_runtime(workload: &Arc<Workload>) -> Result<Runtime, BoxError
         .await?)
 }
 
-/// A runtime worker: runs a runtime, starts planned executions of its slot (and, for
-/// contended ones, the next slot's) and awaits their results, and plays the operator for
-/// runtime executions, until it is killed.
+/// A runtime worker: runs a runtime, starts planned executions of its slot and awaits their
+/// results (or runs them in its own task, contended ones together with the next slot), and
+/// plays the operator for runtime executions, until it is killed.
 ///
 /// # Errors
 /// A runtime error the workload never expects, or an acknowledgement log error.
@@ -178,13 +180,16 @@ pub async fn run_worker(
             }
             continue;
         }
-        let own = input(seed, slot, slots, number);
-        let mut inputs = vec![own];
-        if Placement::of(own).contended && slots > 1 {
-            inputs.push(input(seed, (slot + 1) % slots, slots, number));
+        // A contended execution is run by its own slot and by the next one, at the same number.
+        let mut inputs = vec![input(seed, slot, slots, number)];
+        let previous = input(seed, (slot + slots - 1) % slots, slots, number);
+        if slots > 1 && Placement::of(previous).contended {
+            inputs.push(previous);
         }
         for input in inputs {
-            if let Some(handle) = start(&runtime, input).await? {
+            if Placement::of(input).contended {
+                awaiting.spawn(run(runtime.clone(), Arc::clone(&workload), input));
+            } else if let Some(handle) = start(&runtime, input).await? {
                 awaiting.spawn(await_outcome(
                     Arc::clone(&workload),
                     handle,
@@ -210,6 +215,17 @@ fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErr
     Ok(highest.map_or(0, |highest| {
         (highest as u64 - RUNTIME_INDEX_BASE - slot) / slots + 1
     }))
+}
+
+/// Runs the execution `input` describes in this task (`Runtime::run`: the deferred open races
+/// the other slot's run of it) and acknowledges its end.
+async fn run(runtime: Runtime, workload: Arc<Workload>, input: PlanInput) -> Result<(), BoxError> {
+    let id = ExecutionPlan::from_input(input).id;
+    let options = Placement::of(input).options();
+    let ran = runtime
+        .run::<PlanInput, RuntimeOutput>(RUNTIME_KIND, id, &input, options)
+        .await;
+    ack_result(&workload, id, ran)
 }
 
 /// Starts the execution `input` describes; `None` when the journal was busy.
@@ -238,14 +254,33 @@ pub async fn await_outcome(
     let Ok(result) = tokio::time::timeout(wait_max, handle.result()).await else {
         return Ok(());
     };
-    let status = match result {
-        Ok(_) => "completed",
-        Err(Error::WorkflowFailed { .. }) => "failed",
-        Err(Error::Cancelled { .. }) => "cancelled",
-        Err(error) if error.is_retryable() => return Ok(()),
+    ack_result(&workload, handle.id(), result)
+}
+
+/// Acknowledges what an execution's result (from a handle or a `run`) says: its outcomes and
+/// its end. Nothing for an error that says nothing of the end (a busy journal).
+///
+/// # Errors
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub fn ack_result(
+    workload: &Workload,
+    id: Uuid,
+    result: durably_runtime::Result<RuntimeOutput>,
+) -> Result<(), BoxError> {
+    match result {
+        Ok(output) => ack_end(workload, id, "completed", &output.acks)?,
+        Err(Error::WorkflowFailed { error, .. }) => {
+            let error: Option<WorkflowError> = error.map(|error| error.decode()).transpose()?;
+            let acks = match error.and_then(|error| error.details) {
+                Some(details) => serde_json::from_value(details)?,
+                None => Vec::new(),
+            };
+            ack_end(workload, id, "failed", &acks)?;
+        }
+        Err(Error::Cancelled { .. }) => ack_end(workload, id, "cancelled", &[])?,
+        Err(error) if error.is_retryable() => {}
         Err(error) => return Err(error.into()),
-    };
-    workload.ack(&["F", &handle.id().to_string(), status])?;
+    }
     Ok(())
 }
 

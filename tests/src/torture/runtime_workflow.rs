@@ -8,8 +8,10 @@
 //! the closure of a later idempotent or guarded step runs (so an effect never sees an input
 //! that a crash could change). So outcomes wait in [`PendingAcks`] and are appended to the
 //! acknowledgement log when such a closure starts; the checker then holds the journal to each.
-//! Outcomes still pending when the workflow returns are never acknowledged: the execution's
-//! own end, observed through its handle, covers them.
+//! Outcomes still pending when the workflow returns are acknowledged by whoever observes the
+//! execution's end (a handle's result, a `run`): the workflow returns every outcome of its
+//! run in its output (or in its planned failure's details), since the end carries whatever
+//! was pending.
 //!
 //! Records: `A <execution> <seq> done|skipped <value>` for a step with an effect, and
 //! `M <execution> <seq> <message>|-` for a receive (`-`: it timed out), both pending as above;
@@ -24,6 +26,7 @@ use chrono::Utc;
 use durably_journal::{Guarded, StepError};
 use durably_runtime::{Error, WorkflowContext, WorkflowError};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RecvTopic, RuntimeStep, StepKind, own_message,
@@ -38,20 +41,34 @@ pub use super::plan::EXECUTION_KIND as RUNTIME_KIND;
 /// The version the runtimes register.
 pub const RUNTIME_VERSION: u32 = 1;
 
-/// What a completed runtime execution returns: how many steps its plan has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a completed runtime execution returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeOutput {
-    /// The plan's step count.
+    /// How many steps its plan has.
     pub steps: u64,
+    /// The acknowledgement records of every outcome its steps returned (in the last run, which
+    /// replays the earlier ones'), for whoever observes the end: once the execution has ended,
+    /// every one of them is durable.
+    #[serde(default)]
+    pub acks: Vec<Vec<String>>,
 }
 
-impl RuntimeOutput {
-    /// The output a completed execution of `plan` must have.
-    pub fn of(plan: &ExecutionPlan) -> Self {
-        Self {
-            steps: plan.steps.len() as u64,
-        }
+/// Acknowledges the outcomes an execution's end reports (its output's, or the details of its
+/// planned failure), then the end itself as `F <execution> <status>`.
+///
+/// # Errors
+/// The end's details are not acknowledgement records, or the log cannot be written.
+pub fn ack_end(
+    workload: &Workload,
+    id: Uuid,
+    status: &str,
+    acks: &[Vec<String>],
+) -> std::io::Result<()> {
+    for record in acks {
+        let fields: Vec<&str> = record.iter().map(String::as_str).collect();
+        workload.ack(&fields)?;
     }
+    workload.ack(&["F", &id.to_string(), status])
 }
 
 /// The error message of an execution that ended at its planned fatal step.
@@ -60,19 +77,33 @@ pub const FATAL_MESSAGE: &str = "planned fatal step";
 /// What an `M` record says of a receive that timed out.
 pub const TIMED_OUT: &str = "-";
 
-/// Step outcomes returned to the workflow but not yet acknowledged.
+/// Step outcomes returned to the workflow but not yet acknowledged, and every outcome so far.
 #[derive(Debug, Clone)]
 struct PendingAcks {
     workload: Arc<Workload>,
     records: Arc<Mutex<Vec<Vec<String>>>>,
+    all: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 impl PendingAcks {
     fn push(&self, fields: &[&str]) {
+        let record: Vec<String> = fields.iter().map(|field| (*field).to_owned()).collect();
+        self.all
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record.clone());
         self.records
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(fields.iter().map(|field| (*field).to_owned()).collect());
+            .push(record);
+    }
+
+    /// Every outcome the run has seen.
+    fn all(&self) -> Vec<Vec<String>> {
+        self.all
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Acknowledges every pending outcome: called when an effect closure starts, when all of
@@ -108,6 +139,7 @@ pub async fn workflow(
         acks: PendingAcks {
             workload: Arc::clone(&workload),
             records: Arc::default(),
+            all: Arc::default(),
         },
         journal_seqs: plan.journal_seqs(),
         id: plan.id.to_string(),
@@ -121,7 +153,10 @@ pub async fn workflow(
             _ => run.effect_step(seq).await?,
         }
     }
-    Ok(RuntimeOutput::of(&run.plan))
+    Ok(RuntimeOutput {
+        steps: run.plan.steps.len() as u64,
+        acks: run.acks.all(),
+    })
 }
 
 /// One run of a plan.
@@ -182,7 +217,9 @@ impl Run {
             Err(Error::Journal(durably_journal::Error::StepFailed { .. }))
                 if step.kind == StepKind::Fatal =>
             {
-                Err(WorkflowError::new(FATAL_MESSAGE))
+                let mut error = WorkflowError::new(FATAL_MESSAGE);
+                error.details = serde_json::to_value(self.acks.all()).ok();
+                Err(error)
             }
             Err(error) => Err(error.into()),
         }

@@ -15,6 +15,7 @@
 pub mod journal;
 pub mod lock;
 mod process;
+pub mod runtime;
 pub mod scheduler;
 
 use std::path::{Path, PathBuf};

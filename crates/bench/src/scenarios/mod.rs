@@ -1,9 +1,14 @@
 //! One file per scenario, and the step helpers they share.
 
+pub mod child;
 pub mod concurrent;
 pub mod multiprocess;
+pub mod parked;
+pub mod queue;
+pub mod recovery;
 pub mod replay;
 pub mod resume_memory;
+pub mod runtime_load;
 pub mod scale;
 pub mod scheduler;
 pub mod seq;
@@ -57,6 +62,12 @@ pub async fn step(execution: &mut Execution, effect: EffectArg) -> Result<u32> {
     }
 }
 
+/// The single number `sql` (a `SELECT count(*)` or the like) reads from `journal`.
+pub fn count(journal: &Journal, sql: &'static str) -> Result<u64> {
+    let count: i64 = journal.read(|conn| Ok(conn.query_row(sql, [], |row| row.get(0))?))?;
+    Ok(count.unsigned_abs())
+}
+
 /// Measures the storage ceiling (see [`ceiling`]) for transactions of one request from each
 /// of `requests` executions' `effect` steps, on a blocking thread for as long as a baseline, and says how close
 /// `steps_per_s` came to it.
@@ -98,6 +109,11 @@ impl WriterSnapshot {
             stats: journal.writer_stats(),
             written_bytes: proc_io::written_bytes(),
         }
+    }
+
+    /// The writer's commits at the snapshot.
+    pub fn commits(&self) -> u64 {
+        self.stats.commits
     }
 }
 

@@ -1,28 +1,51 @@
-//! [`Fence`]: what one open execution needs to write, taken once when it is opened.
+//! [`Fence`]: what one execution's handle needs to write: the writer, the lock and its epoch,
+//! and what the next write carries (the deferred open and the pending step rows, see
+//! [`super::deferred`]).
 //!
 //! Invariant: every write made through a fence first checks, in the same transaction, that
-//! the fence's epoch is still the lock's epoch. A handle whose lock was taken over writes
-//! nothing ([`crate::Error::LockLost`]).
+//! the fence's epoch is still the lock's epoch, or takes the lock itself (a deferred open). A
+//! handle whose lock was taken over writes nothing ([`crate::Error::LockLost`]).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use durably_lock::{Clock, Locker, format_timestamp};
 use rusqlite::Connection;
+use uuid::Uuid;
 
-use crate::error::Result;
+use super::deferred::{Carry, DeferredOpen, Pending};
+use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::step::FencingToken;
 use crate::writer::{Undo, Writer};
 
-/// The writer, the lock and the epoch of one open execution.
+/// How many times a write that carries step results is tried when the database is busy. The
+/// effects have already run, so giving up early would run them again (or, for a guarded step,
+/// leave it ambiguous) for no good reason.
+const CARRY_WRITE_TRIES_MAX: u32 = 3;
+
+/// A caller's hook that runs first in a write of the handle, before what the write carries: if
+/// it declines ([`Error::Aborted`]), nothing was taken, and what was pending stays pending.
+pub(crate) type FirstHook = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
+/// A [`FirstHook`] kept outside the request, so that a request that never ran leaves it here
+/// for the next try.
+type FirstSlot = Arc<Mutex<Option<FirstHook>>>;
+
+/// The writer, the lock and the epoch of one execution's handle.
 #[derive(Debug)]
 pub(crate) struct Fence {
     writer: Writer,
     locker: Arc<Locker>,
+    id: Uuid,
     resource: Arc<str>,
-    epoch: u64,
+    /// The lock's epoch; 0 until a deferred open has committed (no lock yet).
+    epoch: Arc<AtomicU64>,
     clock: Arc<dyn Clock>,
+    /// What the next write carries. Taken by the request that writes it, inside its
+    /// transaction: a request that never ran (the database was busy) leaves it here.
+    carry: Arc<Mutex<Carry>>,
     /// Never read: keeps the journal open while a handle (or its heartbeat task) can still
     /// write. The journal's last drop joins its writer thread, which ends only once every
     /// writer handle is gone; a fence that outlived the journal would make that join wait on
@@ -31,20 +54,54 @@ pub(crate) struct Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(journal: &Journal, resource: Arc<str>, epoch: u64) -> Self {
+    /// The fence of an execution whose lock this journal holds at `epoch`.
+    pub(crate) fn new(journal: &Journal, id: Uuid, epoch: u64) -> Self {
+        Self::with_carry(journal, id, epoch, Carry::default())
+    }
+
+    /// The fence of an execution not written yet: its first write inserts the row and takes
+    /// the lock as `open` says.
+    pub(crate) fn unopened(journal: &Journal, id: Uuid, open: DeferredOpen) -> Self {
+        Self::with_carry(journal, id, 0, Carry::opening(open))
+    }
+
+    fn with_carry(journal: &Journal, id: Uuid, epoch: u64, carry: Carry) -> Self {
         Self {
             writer: journal.inner.writer.clone(),
             locker: Arc::clone(&journal.inner.locker),
-            resource,
-            epoch,
+            id,
+            resource: Arc::from(id.to_string()),
+            epoch: Arc::new(AtomicU64::new(epoch)),
             clock: Arc::clone(&journal.inner.clock),
+            carry: Arc::new(Mutex::new(carry)),
             _journal: journal.clone(),
         }
     }
 
-    /// The epoch as the token handed to step closures.
+    /// The epoch as the token handed to step closures: 0 before a deferred open.
     pub(crate) fn token(&self) -> FencingToken {
-        FencingToken(self.epoch)
+        FencingToken(self.epoch.load(Ordering::SeqCst))
+    }
+
+    /// Whether the execution's row and lock are written (always, but for a deferred open
+    /// whose first write has not committed).
+    pub(crate) fn is_open(&self) -> bool {
+        self.epoch.load(Ordering::SeqCst) != 0
+    }
+
+    /// Now, on the journal's clock.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// What the next write carries.
+    pub(super) fn carry(&self) -> MutexGuard<'_, Carry> {
+        self.carry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a step row to what the next write carries.
+    pub(super) fn push(&self, pending: Pending) {
+        self.carry().push(pending);
     }
 
     /// Runs `work(conn, resource, now)` in the writer after the fence check, in the same
@@ -73,65 +130,201 @@ impl Fence {
 
     /// [`Fence::write_with`], with `work` also handed the time of the write as a value, for the
     /// caller's hooks: `work(conn, resource, at, now)`, where `now` is `at` as stored.
+    ///
+    /// The write carries what is pending (the deferred open first, then the step rows, in
+    /// seq order, before `work`): all of it commits with `work` or none of it does. A carrying
+    /// write always takes a savepoint.
     pub(crate) async fn write_at<T, W>(&self, undo: Undo, work: W) -> Result<T>
     where
         T: Send + 'static,
         W: FnOnce(&Connection, &str, DateTime<Utc>, &str) -> Result<T> + Send + 'static,
     {
-        let locker = Arc::clone(&self.locker);
-        let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
-        let at = self.clock.now();
-        let now = format_timestamp(at);
-        self.writer
-            .write_with(undo, move |conn| {
-                locker.fence(conn, &resource, epoch)?;
-                work(conn, &resource, at, &now)
-            })
-            .await
+        let carrying = !self.carry().is_empty();
+        let undo = if carrying { Undo::Savepoint } else { undo };
+        self.submit(undo, carrying, None, work).await
     }
 
-    /// Runs `work(conn, locker, resource, epoch)` in the writer without the fence check, for
-    /// writes that check the lock themselves (a heartbeat, a release).
-    async fn write_unfenced<T, W>(&self, work: W) -> Result<T>
+    /// [`Fence::write`], with `first` run before anything else of the transaction (before the
+    /// fence check and what the write carries), so that its [`Error::Aborted`] leaves what is
+    /// pending untaken.
+    pub(crate) async fn write_first<T, W>(&self, first: FirstHook, work: W) -> Result<T>
     where
         T: Send + 'static,
-        W: FnOnce(&Connection, &Locker, &str, u64) -> Result<T> + Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
     {
-        let locker = Arc::clone(&self.locker);
-        let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
-        self.writer
-            .write(move |conn| work(conn, &locker, &resource, epoch))
+        let carrying = !self.carry().is_empty();
+        let first = Arc::new(Mutex::new(Some(first)));
+        self.submit(
+            Undo::Savepoint,
+            carrying,
+            Some(first),
+            move |conn, resource, _, now| work(conn, resource, now),
+        )
+        .await
+    }
+
+    /// Writes what is pending, after `first` when there is one; nothing when nothing is
+    /// pending. A busy database is tried again, as long as the request that met it never ran
+    /// (so what it carried is still pending). Returns whether it wrote.
+    ///
+    /// # Errors
+    /// As [`Fence::write`]; after `first`'s [`Error::Aborted`] nothing was taken; after any
+    /// other error but a busy database, what was pending is lost (it was taken by a
+    /// transaction that did not commit).
+    pub(crate) async fn flush(&self, first: Option<FirstHook>) -> Result<bool> {
+        let hooked = first.is_some();
+        let first: FirstSlot = Arc::new(Mutex::new(first));
+        for try_number in 1..=CARRY_WRITE_TRIES_MAX {
+            let undo = {
+                let carry = self.carry();
+                if carry.is_empty() {
+                    return Ok(false);
+                }
+                // One row with no hook is one statement after the fence check.
+                if carry.is_one_plain_row() && !hooked {
+                    Undo::OneStatement
+                } else {
+                    Undo::Savepoint
+                }
+            };
+            let slot = hooked.then(|| Arc::clone(&first));
+            // Every row of the write is in by then: a hooked step's row, its hook, the rest.
+            let last = move |_: &Connection, _: &str, _, _: &str| {
+                if hooked {
+                    fail::fail_point!("journal::before-hooked-result-commit", |_| {
+                        std::process::abort()
+                    });
+                }
+                Ok(())
+            };
+            match self.submit(undo, true, slot, last).await {
+                Err(Error::Busy { .. })
+                    if try_number < CARRY_WRITE_TRIES_MAX
+                        && !self.carry().is_empty()
+                        && (!hooked || is_kept(&first)) => {}
+                Err(error) => return Err(error),
+                Ok(()) => return Ok(true),
+            }
+        }
+        Err(Error::Inconsistent(
+            "the carrying write loop ended without an answer".to_owned(),
+        ))
+    }
+
+    /// Checks that this handle still holds its lock, writing nothing (not even what is
+    /// pending). A handle that never opened has no lock to lose.
+    pub(crate) async fn check(&self) -> Result<()> {
+        if !self.is_open() {
+            return Ok(());
+        }
+        self.submit(Undo::OneStatement, false, None, |_, _, _, _| Ok(()))
             .await
     }
 
-    /// Refreshes the lease heartbeat of the lock.
+    async fn submit<T, W>(
+        &self,
+        undo: Undo,
+        carrying: bool,
+        first: Option<FirstSlot>,
+        work: W,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, DateTime<Utc>, &str) -> Result<T> + Send + 'static,
+    {
+        let locker = Arc::clone(&self.locker);
+        let (id, resource, epoch) = (self.id, Arc::clone(&self.resource), Arc::clone(&self.epoch));
+        let carry = carrying.then(|| Arc::clone(&self.carry));
+        let at = self.clock.now();
+        let now = format_timestamp(at);
+        let opening = carrying && !self.is_open();
+        let written = self
+            .writer
+            .write_with(undo, move |conn| {
+                if let Some(hook) = first.as_deref().and_then(take) {
+                    hook(conn)?;
+                }
+                match carry {
+                    // Taken here, in the transaction: if it does not commit, it is lost, and
+                    // the handle halts (see `super::deferred`).
+                    Some(carry) => {
+                        let taken = std::mem::take(
+                            &mut *carry.lock().unwrap_or_else(PoisonError::into_inner),
+                        );
+                        taken.write(conn, &locker, (id, &resource), &epoch, &now)?;
+                    }
+                    None => locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?,
+                }
+                work(conn, &resource, at, &now)
+            })
+            .await;
+        if opening {
+            if written.is_ok() {
+                fail::fail_point!("journal::after-lock-commit", |_| std::process::abort());
+            } else {
+                // The open did not commit: there is no lock, whatever the request set.
+                self.epoch.store(0, Ordering::SeqCst);
+            }
+        }
+        written
+    }
+
+    /// Refreshes the lease heartbeat of the lock; nothing before a deferred open.
     ///
     /// # Errors
     /// [`crate::Error::LockLost`] when the lock was taken over.
     pub(crate) async fn heartbeat(&self) -> Result<()> {
-        self.write_unfenced(|conn, locker, resource, epoch| {
-            Ok(locker.heartbeat(conn, resource, epoch)?)
-        })
-        .await
+        if !self.is_open() {
+            return Ok(());
+        }
+        let locker = Arc::clone(&self.locker);
+        let (resource, epoch) = (
+            Arc::clone(&self.resource),
+            self.epoch.load(Ordering::SeqCst),
+        );
+        self.writer
+            .write(move |conn| Ok(locker.heartbeat(conn, &resource, epoch)?))
+            .await
     }
 
-    /// Releases the lock inside a transaction the caller is already in (a finalize).
+    /// Releases the lock inside a transaction the caller is already in (a finalize). A
+    /// deferred open in the same transaction has set the epoch by then.
     ///
     /// # Errors
     /// [`crate::Error::LockLost`] when the lock was taken over.
     pub(crate) fn release_in(&self, conn: &Connection) -> Result<()> {
-        Ok(self.locker.release(conn, &self.resource, self.epoch)?)
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        Ok(self.locker.release(conn, &self.resource, epoch)?)
     }
 
     /// Releases the lock without waiting for the release to commit (a `Drop` cannot wait).
+    /// A handle that never opened holds no lock, and writes nothing.
     pub(crate) fn release_detached(&self) {
+        if !self.is_open() {
+            return;
+        }
         let locker = Arc::clone(&self.locker);
-        let (resource, epoch) = (Arc::clone(&self.resource), self.epoch);
+        let (resource, epoch) = (
+            Arc::clone(&self.resource),
+            self.epoch.load(Ordering::SeqCst),
+        );
         self.writer.write_detached(move |conn| {
             release_if_held(conn, &locker, &resource, epoch);
             Ok(())
         });
     }
+}
+
+/// Takes the hook out of its slot: a request runs it at most once.
+fn take<H>(slot: &Mutex<Option<H>>) -> Option<H> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// Whether the hook is still in its slot, that is whether no request has run it.
+fn is_kept<H>(slot: &Mutex<Option<H>>) -> bool {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
 }
 
 /// Releases a lock if this instance still holds it; a lock already lost needs no release.

@@ -7,7 +7,6 @@
 //! it wrote committed with the step, on the run that recorded it.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
@@ -17,17 +16,16 @@ use uuid::Uuid;
 
 use super::Execution;
 use super::protocol::StepOutcome;
-use super::step_rows::ResultRow;
 use crate::error::{Error, Result};
 use crate::states::StepState;
 use crate::step::{Effect, StepKey};
-use crate::writer::Undo;
 
 /// When [`Execution::step_with`] writes its step's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timing {
     /// The result, with the hook, may wait in the handle and commit with a later write of
-    /// the same handle. A handle that does not defer results writes it at once, as `Now`.
+    /// the same handle ([`Execution::defer_results`]); the hook must then not decline. A
+    /// handle that does not defer results writes it at once, as `Now`.
     Deferred,
     /// The result and the hook commit before `step_with` returns (a message consumed, an
     /// event published: what other processes must see before the workflow goes on).
@@ -58,24 +56,21 @@ pub(super) type ResultHook = Box<dyn FnOnce(&Connection, StepRef) -> Result<()> 
 pub(super) enum Hook {
     /// With a guarded step's intent.
     Intent(IntentHook),
-    /// With a pure or idempotent step's result.
-    Result(ResultHook),
+    /// With a pure or idempotent step's result, written as `Timing` says.
+    Result(ResultHook, Timing),
 }
-
-/// How many times a step's result write is tried when the database is busy. The effect has
-/// already run, so giving up early would leave an ambiguous step for no good reason.
-const RESULT_WRITE_TRIES_MAX: u32 = 3;
 
 impl Execution {
     /// Runs a pure or idempotent step whose result commits in one transaction with `also`'s
-    /// rows: `also(conn, step)` runs in the transaction that records the step, after its row.
-    /// A step replayed from an earlier run returns its recorded outcome and does not run
+    /// rows: `also(conn, step)` runs in the transaction that records the step. A step replayed from an earlier run returns its recorded outcome and does not run
     /// `also`. `also` also runs when the closure failed (the failure is recorded like a
     /// result); [`StepRef::state`] says which.
     ///
-    /// If `also` returns [`Error::Aborted`], nothing of the transaction is written, the step
-    /// is not recorded, and the handle stays usable: calling the step again runs it again at
-    /// the same sequence number.
+    /// If `also` returns [`Error::Aborted`] in a write made at once, nothing of the
+    /// transaction is written (what the handle kept pending stays pending), the step is not
+    /// recorded, and the handle stays usable: calling the step again runs it again at the
+    /// same sequence number. `also` runs first in that transaction, before the handle's
+    /// pending rows and the step's own.
     ///
     /// # Errors
     /// As [`Execution::pure`]; `also`'s own error (then nothing was written; any error but
@@ -103,73 +98,8 @@ impl Execution {
                 self.id
             )));
         }
-        // Both timings write at once until the handle defers results.
-        let _ = timing;
-        let hook = Hook::Result(Box::new(also));
+        let hook = Hook::Result(Box::new(also), timing);
         let outcome = self.step(name, effect, None, Some(hook), f).await?;
         self.never_skipped(outcome)
     }
-
-    /// Writes a pure or idempotent step's result row, or a guarded step's result, with `hook`'s
-    /// rows when there is one (which then takes a savepoint).
-    pub(super) async fn record_result(
-        &self,
-        row: ResultRow,
-        hook: Option<ResultHook>,
-    ) -> Result<()> {
-        let undo = if hook.is_some() {
-            Undo::Savepoint
-        } else {
-            Undo::OneStatement
-        };
-        // Kept outside the request, so that a request that never ran leaves the hook here for
-        // the next try.
-        let hook = Arc::new(Mutex::new(hook));
-        let execution_id = self.id;
-        // A busy database means the batch never began, so trying again cannot write twice.
-        for try_number in 1..=RESULT_WRITE_TRIES_MAX {
-            let (row, slot) = (row.clone(), Arc::clone(&hook));
-            let written = self
-                .fence
-                .write_at(undo, move |conn, resource, now, stamp| {
-                    row.record(conn, resource, stamp)?;
-                    let Some(hook) = take(&slot) else {
-                        return Ok(());
-                    };
-                    let step = StepRef {
-                        execution_id,
-                        seq: row.seq,
-                        state: row.state,
-                        now,
-                    };
-                    hook(conn, step)?;
-                    fail::fail_point!("journal::before-hooked-result-commit", |_| {
-                        std::process::abort()
-                    });
-                    Ok(())
-                })
-                .await;
-            match written {
-                Err(Error::Busy { .. })
-                    if try_number < RESULT_WRITE_TRIES_MAX
-                        && (undo == Undo::OneStatement || is_kept(&hook)) => {}
-                other => return other,
-            }
-        }
-        Err(Error::Inconsistent(
-            "the result write loop ended without an answer".to_owned(),
-        ))
-    }
-}
-
-/// Takes the hook out of its slot: a request runs it at most once.
-fn take<H>(slot: &Mutex<Option<H>>) -> Option<H> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
-}
-
-/// Whether the hook is still in its slot, that is whether no request has run it.
-fn is_kept<H>(slot: &Mutex<Option<H>>) -> bool {
-    slot.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_some()
 }

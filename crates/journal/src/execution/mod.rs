@@ -3,11 +3,13 @@
 //! The handle's files, one job each:
 //! - this file: the handle, its public step methods and its end (complete, fail, drop);
 //! - `hooks`: steps whose rows commit with the caller's own ([`Execution::step_with`]);
+//! - `deferred`: write-behind and the deferred open (what a write carries, and when);
 //! - `release`: the end that parks the execution instead ([`Execution::release_to`]);
 //! - `protocol`: the step protocol (replay, the ambiguity policies, retries);
 //! - `step_rows`: the SQL of step rows;
 //! - `fence`: the writer, lock and epoch the handle writes with.
 
+mod deferred;
 mod fence;
 mod hooks;
 mod protocol;
@@ -22,6 +24,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
+pub use deferred::{DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX};
+pub(crate) use deferred::{DeferredOpen, OpenHook};
 pub(crate) use fence::Fence;
 use hooks::{Hook, IntentHook};
 pub use hooks::{StepRef, Timing};
@@ -54,6 +58,8 @@ pub struct Execution {
     replay: Box<Replay>,
     next_seq: u32,
     halted_at: Option<u32>,
+    /// Write-behind ([`Execution::defer_results`]): results wait in the fence's carry.
+    deferring: bool,
     /// Set by [`Execution::release_to`]: the status the execution was parked in. The handle
     /// then writes nothing more.
     released_to: Option<Status>,
@@ -87,6 +93,7 @@ impl Execution {
             replay: Box::new(opening.replay),
             next_seq: 0,
             halted_at: None,
+            deferring: false,
             released_to: None,
             finalized: false,
             heartbeat,
@@ -105,7 +112,8 @@ impl Execution {
     }
 
     /// The fencing token of this handle's lock; each step closure also gets it in its
-    /// [`StepKey`].
+    /// [`StepKey`]. `FencingToken(0)` until the first write of a handle from
+    /// [`crate::Journal::begin_execution`] has taken the lock.
     pub fn fencing_token(&self) -> FencingToken {
         self.fence.token()
     }
@@ -267,7 +275,7 @@ impl Execution {
         // completing would bury the doubt under a final status. `fail` stays allowed. A lost
         // lock is the more useful answer when it is the reason, so the fence is asked first.
         if let Some(seq) = self.halted_at {
-            self.fence.write(|_, _, _| Ok(())).await?;
+            self.fence.check().await?;
             return Err(Error::Halted {
                 execution_id: self.id,
                 seq,

@@ -12,7 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
-use super::hooks::{Hook, IntentHook, ResultHook};
+use super::hooks::{Hook, IntentHook, ResultHook, Timing};
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
@@ -145,7 +145,7 @@ impl Execution {
         let (with_intent, with_result) = match hook {
             None => (None, None),
             Some(Hook::Intent(hook)) => (Some(hook), None),
-            Some(Hook::Result(hook)) => (None, Some(hook)),
+            Some(Hook::Result(hook, timing)) => (None, Some((hook, timing))),
         };
         if let Some(policy) = call.policy {
             self.write_intent(call, policy, with_intent).await?;
@@ -286,25 +286,30 @@ impl Execution {
         }
     }
 
-    /// Calls the closure (with bounded retries of retryable errors) and journals its outcome,
-    /// with `with_result`'s rows in the same transaction.
+    /// Calls the closure (with bounded retries of retryable errors) after what must be durable
+    /// before it is, and journals its outcome, with `with_result`'s rows in the same
+    /// transaction.
     async fn run_and_record<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         first_attempt: u32,
         f: &mut F,
-        with_result: Option<ResultHook>,
+        with_result: Option<(ResultHook, Timing)>,
     ) -> Result<Guarded<T>>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
+        self.before_closure(call.effect).await?;
         let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
         fail::fail_point!("journal::after-effect", |_| std::process::abort());
-        self.write_result(call, &outcome, attempts, with_result)
-            .await?;
-        fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        if self
+            .write_result(call, &outcome, attempts, with_result)
+            .await?
+        {
+            fail::fail_point!("journal::after-result-commit", |_| std::process::abort());
+        }
         outcome
             .map(Guarded::Done)
             .map_err(|error| call.failed(error))
@@ -342,9 +347,9 @@ impl Execution {
         ))
     }
 
-    /// Records a guarded step's intent, with `with_intent`'s rows when there are any. The
-    /// intent alone is one statement and needs no savepoint; with the caller's rows it takes
-    /// one.
+    /// Records a guarded step's intent, with `with_intent`'s rows when there are any (run
+    /// first in the transaction). The intent alone is one statement and needs no savepoint
+    /// (unless the write carries pending rows); with the caller's rows it takes one.
     async fn write_intent(
         &self,
         call: &StepCall<'_>,
@@ -357,28 +362,25 @@ impl Execution {
             policy: policy.kind(),
             key: call.key().to_string(),
         };
-        let undo = if with_intent.is_some() {
-            Undo::Savepoint
-        } else {
-            Undo::OneStatement
+        let record = move |conn: &rusqlite::Connection, resource: &str, now: &str| {
+            row.record(conn, resource, now)
         };
-        self.fence
-            .write_with(undo, move |conn, resource, now| {
-                row.record(conn, resource, now)?;
-                with_intent.map_or(Ok(()), |write| write(conn))
-            })
-            .await
+        match with_intent {
+            // First in the transaction: if it declines, what is pending stays pending.
+            Some(with_intent) => self.fence.write_first(with_intent, record).await,
+            None => self.fence.write_with(Undo::OneStatement, record).await,
+        }
     }
 
     /// Records a step's outcome, with `with_result`'s rows in the same transaction when there
-    /// is a hook (which then takes a savepoint).
+    /// is a hook. Returns whether it was written now (else it is pending in the handle).
     async fn write_result<T: Serialize>(
         &self,
         call: &StepCall<'_>,
         outcome: &StepOutcome<T>,
         attempts: u32,
-        with_result: Option<ResultHook>,
-    ) -> Result<()> {
+        with_result: Option<(ResultHook, Timing)>,
+    ) -> Result<bool> {
         let cap = self.settings.payload_bytes_max;
         let encoded = match outcome {
             Ok(value) => payload::encode(value, "the step result", cap)
@@ -412,8 +414,11 @@ impl Execution {
             error,
             attempts,
         };
-        self.record_result(row, with_result).await?;
-        unrecordable.map_or(Ok(()), |error| Err(call.failed(error)))
+        let (hook, timing) = with_result.map_or((None, Timing::Deferred), |(hook, timing)| {
+            (Some(hook), timing)
+        });
+        let written = self.record_result(row, hook, timing).await?;
+        unrecordable.map_or(Ok(written), |error| Err(call.failed(error)))
     }
 
     /// Records that an ambiguous step is about to run again (`kind` says why), unless it has

@@ -147,7 +147,7 @@ impl Parking {
 
 impl Execution {
     /// Ends this run without finishing the execution: in one transaction, `also`'s rows, the
-    /// status `running` → `to` (with its `due_at`, `wait_topic` and `detail` as
+    /// rows the handle kept pending, the status `running` → `to` (with its `due_at`, `wait_topic` and `detail` as
     /// `status_detail`), the audit event (`parked`, `yielded` or `stuck`) and the lock's
     /// release. Allowed on a halted handle (a run stopped by non-determinism is parked
     /// `stuck`). Afterwards the handle writes nothing more, and dropping it releases nothing.
@@ -179,9 +179,10 @@ impl Execution {
         let parking = Parking::new(&to, detail);
         let status = parking.status;
         let release = Arc::clone(&self.fence);
-        self.fence
-            .write(move |conn, resource, now| {
-                also(conn)?;
+        // First in the transaction: if it declines, what is pending stays pending.
+        let released = self
+            .fence
+            .write_first(Box::new(also), move |conn, resource, now| {
                 parking.record(conn, resource, now)?;
                 release.release_in(conn)?;
                 fail::fail_point!("journal::before-release-commit", |_| {
@@ -189,7 +190,15 @@ impl Execution {
                 });
                 Ok(())
             })
-            .await?;
+            .await;
+        if let Err(error) = released {
+            // Any other failure took what was pending with it: the handle must not go on
+            // past steps the journal does not hold.
+            if !matches!(error, Error::Aborted(_)) {
+                self.halted_at.get_or_insert(self.next_seq);
+            }
+            return Err(error);
+        }
         fail::fail_point!("journal::after-release-commit", |_| std::process::abort());
         self.released_to = Some(status);
         self.finalized = true;
