@@ -367,7 +367,10 @@ impl Execution {
         };
         match with_intent {
             // First in the transaction: if it declines, what is pending stays pending.
-            Some(with_intent) => self.fence.write_first(with_intent, record).await,
+            Some(with_intent) => {
+                self.fence.open_before_hook().await?;
+                self.fence.write_first(with_intent, record).await
+            }
             None => self.fence.write_with(Undo::OneStatement, record).await,
         }
     }
