@@ -16,7 +16,9 @@
 //! - **unexpected**: a ledger effect whose key no step row has (or a different step has), or an
 //!   effect of a step the journal holds as failed (planned failures have no effect). A pure or
 //!   idempotent effect with no row in a cancelled execution is not one: its result was never
-//!   recorded, and nothing runs it again (counted as `abandoned`).
+//!   recorded, and nothing runs it again; nor is one of an execution that does not exist, made
+//!   before a run's deferred open (fencing token 0) by a process that died before the open
+//!   committed (both counted as `abandoned`).
 //! - **stuck**: an execution not finalized at the end, a step still in the intent state (but
 //!   in a cancelled execution, where an ambiguous intent is kept for people), or a scheduler
 //!   fire not finished (a completed fire whose execution is not completed is lost).
@@ -406,10 +408,7 @@ fn check_steps(
 ) {
     for (key, list) in effects {
         let Some(row) = steps.get(key) else {
-            let first = &list[0];
-            if statuses.get(&first.execution_id).map(String::as_str) == Some("cancelled")
-                && list.iter().all(|effect| effect.effect != "guarded")
-            {
+            if abandoned(list, statuses) {
                 report.abandoned += list.len() as u64;
                 continue;
             }
@@ -459,6 +458,19 @@ fn check_steps(
         }
         let count = effects.get(key).map_or(0, Vec::len);
         check_state(key, row, count, effects.get(key), report);
+    }
+}
+
+/// Whether the effects of one key, which no step row holds, belong to a step whose result
+/// nothing will ever record, which its kind allows: pure or idempotent effects of a cancelled
+/// execution, or of a run that died before its deferred open wrote the execution (its
+/// closures ran with fencing token 0, or none for a pure step).
+fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
+    let repeatable = list.iter().all(|effect| effect.effect != "guarded");
+    match statuses.get(&list[0].execution_id).map(String::as_str) {
+        Some("cancelled") => repeatable,
+        None => repeatable && list.iter().all(|effect| effect.token.unwrap_or(0) == 0),
+        Some(_) => false,
     }
 }
 
