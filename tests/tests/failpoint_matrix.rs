@@ -118,6 +118,7 @@ failpoint_tests! {
     runtime_after_send_commit => "runtime::after-send-commit",
     runtime_after_consume_commit => "runtime::after-consume-commit",
     runtime_after_event_commit => "runtime::after-event-commit",
+    runtime_after_recovery_batch => "runtime::after-recovery-batch",
 }
 
 #[test]

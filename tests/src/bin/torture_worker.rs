@@ -12,6 +12,7 @@
 //!   brings every runtime execution to its end.
 //! - `matrix`: the failpoint matrix's deterministic workload (see `durably_tests::torture::matrix`).
 //! - `orphans --first I`: makes orphans for the matrix, then aborts.
+//! - `runtime-orphans`: makes a runtime orphan for the matrix, then aborts.
 //!
 //! Built with the `failpoints` feature, it reads `FAILPOINTS` at start. It exits 0 when done,
 //! 3 on an engine error it never expects (printed on stderr), and aborts on a crashing failpoint.
@@ -25,7 +26,9 @@ use std::sync::Arc;
 
 use durably_tests::torture::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
 use durably_tests::torture::workload::{Stop, Workload};
-use durably_tests::torture::{BoxError, disable_core_dumps, fires, matrix, runtime_roles};
+use durably_tests::torture::{
+    BoxError, disable_core_dumps, fires, matrix, matrix_runtime, runtime_roles,
+};
 
 /// Executions one worker process creates at most before it exits (and is restarted).
 const EXECUTIONS_PER_PROCESS_MAX: u64 = 100_000;
@@ -77,6 +80,8 @@ enum Mode {
     Finish,
     /// The failpoint matrix's workload.
     Matrix,
+    /// Make a runtime orphan for the matrix, then abort.
+    RuntimeOrphans,
     /// Make orphans for the matrix, then abort.
     Orphans {
         /// The first execution index of the group.
@@ -148,6 +153,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
             matrix::run(&cli.dir, cli.seed, durability, &worker).await
         }
         Mode::Orphans { first } => matrix::orphans(&cli.dir, cli.seed, durability, first).await,
+        Mode::RuntimeOrphans => matrix_runtime::make_orphan(&cli.dir, cli.seed, durability).await,
     }
 }
 

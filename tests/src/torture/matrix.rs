@@ -22,9 +22,11 @@
 //!    (`scheduler::after-fire-registered`);
 //! 8. five executions are cancelled and collected by the retention sweep in batches of two
 //!    (`gc-between-batches`);
-//! 9. the runtime's part (see [`super::matrix_runtime`]): two runtimes run covering workflows
-//!    in a limited queue and without one, with timers, messages and events, and a queued
-//!    execution is sent a message and cancelled.
+//! 9. the runtime's part (see [`super::matrix_runtime`]): a runtime orphan maker aborts inside
+//!    a step, so the next runtimes' recovery requeues its execution
+//!    (`runtime::after-recovery-batch`); two runtimes run covering workflows in a limited queue
+//!    and without one, with timers, messages and events, and a queued execution is sent a
+//!    message and cancelled.
 //!
 //! Rerunning it after a crash resumes everything, so "restart to completion" is running it
 //! again without failpoints.
@@ -134,7 +136,7 @@ pub async fn run(
     collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
     fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
-    matrix_runtime::run(&workload, dir, seed, durability).await
+    matrix_runtime::run(&workload, dir, seed, durability, worker).await
 }
 
 /// The orphan maker: opens the executions of one group, runs some steps of each, keeps their
@@ -167,11 +169,32 @@ fn make_orphans(
     durability: Durability,
     first: u64,
 ) -> Result<(), BoxError> {
+    let first = first.to_string();
+    run_orphan_maker(
+        worker,
+        dir,
+        seed,
+        durability,
+        &["orphans", "--first", &first],
+    )
+}
+
+/// Runs the orphan maker `mode` of the worker binary in a child process, which must abort.
+///
+/// # Errors
+/// The child does not start, or ends otherwise than by aborting.
+pub fn run_orphan_maker(
+    worker: &Path,
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    mode: &[&str],
+) -> Result<(), BoxError> {
     let status = Command::new(worker)
-        .arg("orphans")
+        .args(mode)
         .arg("--dir")
         .arg(dir)
-        .args(["--seed", &seed.to_string(), "--first", &first.to_string()])
+        .args(["--seed", &seed.to_string()])
         .args(["--durability", durability.as_str()])
         .env_remove("FAILPOINTS")
         .stdin(Stdio::null())

@@ -1,5 +1,7 @@
 //! The runtime's part of the failpoint matrix's workload, after the hand-driven part:
 //!
+//! 0. a runtime orphan maker (a child process) starts a covering execution and aborts inside
+//!    its second step, after the effect: the runtimes below find it interrupted and requeue it;
 //! 1. two runtimes on two journal instances of the file (two lock holders, as two processes
 //!    would be), both serving kind [`RUNTIME_KIND`] with the limited queue [`QUEUE`];
 //! 2. an execution held back by a far not-before time receives a message from the driver and
@@ -17,22 +19,29 @@ use std::path::Path;
 use std::sync::Arc;
 
 use durably_journal::Durability;
-use durably_runtime::{Client, StartOptions};
+use durably_runtime::{Client, Runtime, StartOptions};
 use uuid::Uuid;
 
 use super::BoxError;
-use super::matrix::open_journal;
+use super::matrix::{open_journal, run_orphan_maker};
 use super::plan::{ExecutionPlan, PlanInput, Shape};
 use super::runtime_roles::{
     QUEUE, RUNTIME_INDEX_BASE, cancel_acked, drain, send_acked, sent_topics, start_runtime,
 };
-use super::runtime_workflow::{RUNTIME_KIND, RuntimeOutput};
+use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, workflow_aborting_at};
 use super::workload::Workload;
 
 /// Covering runtime executions: the even ones in [`QUEUE`], the odd ones in no queue.
 pub const RUNTIME_COVERING_EXECUTIONS: u64 = 2;
 /// How far in the future the held-back execution may start (it is cancelled long before).
 const HELD_BACK_DAYS: i64 = 365;
+/// The runtime orphan's number (after the covering and held-back executions').
+const ORPHAN_NUMBER: u64 = 10;
+/// The plan step inside which the orphan maker aborts: the covering plan's first idempotent
+/// step.
+const ORPHAN_ABORT_AT: usize = 1;
+/// How long the orphan maker waits for its abort before it aborts anyway.
+const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn covering(seed: u64, number: u64) -> PlanInput {
     PlanInput {
@@ -53,9 +62,14 @@ pub async fn run(
     dir: &Path,
     seed: u64,
     durability: Durability,
+    worker: &Path,
 ) -> Result<(), BoxError> {
+    run_orphan_maker(worker, dir, seed, durability, &["runtime-orphans"])?;
     let other = Arc::new(Workload::new(open_journal(dir, durability, false)?, dir)?);
     let runtimes = [start_runtime(workload).await?, start_runtime(&other).await?];
+    // The orphan's receive waits for the driver's message like the others'.
+    let orphan = ExecutionPlan::from_input(covering(seed, ORPHAN_NUMBER));
+    send_driver_messages(workload, &runtimes[0], &orphan).await?;
     // First, so that a rerun after a crash ends it before it waits for every execution.
     held_back(workload, &runtimes[0], seed).await?;
     for number in 0..RUNTIME_COVERING_EXECUTIONS {
@@ -74,6 +88,30 @@ pub async fn run(
     Ok(())
 }
 
+/// The runtime orphan maker: a runtime whose workflow aborts the process inside the second
+/// step of the orphan's plan, after its effect. It aborts in any case once its execution has
+/// ended or [`ORPHAN_WAIT`] has passed (a rerun finds the orphan recorded past that step).
+///
+/// # Errors
+/// An unexpected runtime error; on success it does not return.
+pub async fn make_orphan(dir: &Path, seed: u64, durability: Durability) -> Result<(), BoxError> {
+    let workload = Arc::new(Workload::new(open_journal(dir, durability, true)?, dir)?);
+    let running = Arc::clone(&workload);
+    let runtime = Runtime::builder(workload.journal().clone())
+        .register(RUNTIME_KIND, RUNTIME_VERSION, move |context, input| {
+            workflow_aborting_at(ORPHAN_ABORT_AT, Arc::clone(&running), context, input)
+        })
+        .start()
+        .await?;
+    let input = covering(seed, ORPHAN_NUMBER);
+    let id = ExecutionPlan::from_input(input).id;
+    let handle = runtime
+        .start::<_, RuntimeOutput>(RUNTIME_KIND, id, &input, StartOptions::default())
+        .await?;
+    let _ = tokio::time::timeout(ORPHAN_WAIT, handle.result()).await;
+    std::process::abort();
+}
+
 /// Starts an execution that no runtime may claim for a year, sends it a message, and cancels
 /// it while it waits in its queue.
 async fn held_back(workload: &Arc<Workload>, client: &Client, seed: u64) -> Result<(), BoxError> {
@@ -85,8 +123,7 @@ async fn held_back(workload: &Arc<Workload>, client: &Client, seed: u64) -> Resu
     cancel_acked(workload, id).await
 }
 
-/// Starts the execution `input` describes and sends it a message on each topic its plan
-/// receives the driver's messages on.
+/// Starts the execution `input` describes and sends it the driver's messages.
 async fn start_and_send(
     workload: &Workload,
     client: &Client,
@@ -97,9 +134,20 @@ async fn start_and_send(
     client
         .start::<_, RuntimeOutput>(RUNTIME_KIND, plan.id, &input, options)
         .await?;
-    for topic in sent_topics(&plan) {
-        let key = format!("matrix-{}-{topic}", input.index);
+    send_driver_messages(workload, client, &plan).await?;
+    Ok(plan.id)
+}
+
+/// Sends `plan`'s execution a message on each topic its plan receives the driver's messages
+/// on.
+async fn send_driver_messages(
+    workload: &Workload,
+    client: &Client,
+    plan: &ExecutionPlan,
+) -> Result<(), BoxError> {
+    for topic in sent_topics(plan) {
+        let key = format!("matrix-{}-{topic}", plan.input.index);
         send_acked(workload, client, plan.id, &topic, &key).await?;
     }
-    Ok(plan.id)
+    Ok(())
 }

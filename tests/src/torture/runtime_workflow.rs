@@ -131,6 +131,29 @@ pub async fn workflow(
     context: WorkflowContext,
     input: PlanInput,
 ) -> Result<RuntimeOutput, WorkflowError> {
+    run_plan(workload, context, input, None).await
+}
+
+/// As [`workflow`], but the process aborts inside plan step `abort_at` (which must be an
+/// effect step), right after its effect: the failpoint matrix's runtime orphan maker.
+///
+/// # Errors
+/// As [`workflow`].
+pub async fn workflow_aborting_at(
+    abort_at: usize,
+    workload: Arc<Workload>,
+    context: WorkflowContext,
+    input: PlanInput,
+) -> Result<RuntimeOutput, WorkflowError> {
+    run_plan(workload, context, input, Some(abort_at)).await
+}
+
+async fn run_plan(
+    workload: Arc<Workload>,
+    context: WorkflowContext,
+    input: PlanInput,
+    abort_at: Option<usize>,
+) -> Result<RuntimeOutput, WorkflowError> {
     if !input.shape.is_runtime() {
         return Err(WorkflowError::new("not a runtime plan"));
     }
@@ -146,6 +169,7 @@ pub async fn workflow(
         workload,
         context,
         plan,
+        abort_at,
     };
     for seq in 0..run.plan.steps.len() {
         match run.plan.steps[seq].kind {
@@ -167,13 +191,16 @@ struct Run {
     journal_seqs: Vec<u32>,
     id: String,
     acks: PendingAcks,
+    /// The plan step inside which the process aborts, after the effect.
+    abort_at: Option<usize>,
 }
 
 impl Run {
     /// A step with an effect in the ledger: pure, idempotent, fatal or guarded.
     async fn effect_step(&mut self, seq: usize) -> Result<(), WorkflowError> {
         let step = &self.plan.steps[seq];
-        let effect = self.workload.effect(&self.plan, seq, None);
+        let abort = (self.abort_at == Some(seq)).then_some(true);
+        let effect = self.workload.effect(&self.plan, seq, abort);
         let expected = effect.value().to_owned();
         let acks = self.acks.clone();
         let keyed = |key| {
