@@ -143,6 +143,11 @@ fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
     assert_eq!(report.reopened, 1, "{report:?}");
 }
 
+/// Runs `sql`, which must change exactly one row of the journal.
+fn change_one(conn: &Connection, sql: &str) {
+    assert_eq!(conn.execute(sql, []).unwrap(), 1, "{sql}");
+}
+
 /// Rewrites the ledger with `change` applied to every record (checksums recomputed).
 fn rewrite_ledger(dir: &Path, mut change: impl FnMut(&mut Vec<String>)) {
     let path = dir.join(LEDGER_FILE);
@@ -227,15 +232,12 @@ fn a_run_that_gives_its_slot_back_with_no_event_is_over_limit() {
 #[test]
 fn a_runtime_execution_completed_with_another_output_is_a_wrong_end() {
     let report = damaged(|_, conn| {
-        let changed = conn
-            .execute(
-                "UPDATE executions SET output = '{\"steps\":99}' WHERE execution_id =
+        change_one(
+            conn,
+            "UPDATE executions SET output = '{\"steps\":99}' WHERE execution_id =
                    (SELECT e.execution_id FROM executions e JOIN runtime_executions
                       USING (execution_id) WHERE e.status = 'completed' LIMIT 1)",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
+        );
     });
     assert_eq!(report.wrong_end, 1, "{report:?}");
 }
@@ -272,14 +274,11 @@ fn an_effect_after_an_acknowledged_cancel_is_after_cancel() {
 fn an_acknowledged_message_missing_from_the_journal_is_a_bad_message() {
     let report = damaged(|_, conn| {
         // The held-back execution's message: acknowledged, never consumed.
-        let deleted = conn
-            .execute(
-                "DELETE FROM messages
-                 WHERE idempotency_key LIKE 'matrix-%' AND consumed_seq IS NULL",
-                [],
-            )
-            .unwrap();
-        assert_eq!(deleted, 1);
+        change_one(
+            conn,
+            "DELETE FROM messages
+             WHERE idempotency_key LIKE 'matrix-%' AND consumed_seq IS NULL",
+        );
     });
     assert_eq!(report.bad_messages, 1, "{report:?}");
 }
@@ -287,14 +286,11 @@ fn an_acknowledged_message_missing_from_the_journal_is_a_bad_message() {
 #[test]
 fn a_step_written_before_its_timer_woke_is_an_early_wake() {
     let report = damaged(|_, conn| {
-        let changed = conn
-            .execute(
-                "UPDATE steps SET result = json_set(result, '$.wake_at', '2999-01-01T00:00:00.000Z')
-                 WHERE id = (SELECT min(id) FROM steps WHERE name LIKE 'durably:sleep/%')",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
+        change_one(
+            conn,
+            "UPDATE steps SET result = json_set(result, '$.wake_at', '2999-01-01T00:00:00.000Z')
+             WHERE id = (SELECT min(id) FROM steps WHERE name LIKE 'durably:sleep/%')",
+        );
     });
     assert!(report.early_wakes >= 1, "{report:?}");
 }
@@ -302,14 +298,11 @@ fn a_step_written_before_its_timer_woke_is_an_early_wake() {
 #[test]
 fn a_consumed_message_its_receive_does_not_hold_is_a_bad_message() {
     let report = damaged(|_, conn| {
-        let changed = conn
-            .execute(
-                "UPDATE messages SET consumed_seq = NULL, consumed_at = NULL
-                 WHERE id = (SELECT min(id) FROM messages WHERE consumed_seq IS NOT NULL)",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
+        change_one(
+            conn,
+            "UPDATE messages SET consumed_seq = NULL, consumed_at = NULL
+             WHERE id = (SELECT min(id) FROM messages WHERE consumed_seq IS NOT NULL)",
+        );
     });
     assert_eq!(report.bad_messages, 1, "{report:?}");
 }
@@ -335,14 +328,11 @@ fn a_receive_that_returned_another_message_than_the_journal_holds_is_a_bad_messa
 #[test]
 fn a_completed_execution_that_published_another_value_is_a_wrong_end() {
     let report = damaged(|_, conn| {
-        let changed = conn
-            .execute(
-                "UPDATE workflow_events SET value = '\"another\"'
-                 WHERE (execution_id, key) = (SELECT execution_id, key FROM workflow_events)",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
+        change_one(
+            conn,
+            "UPDATE workflow_events SET value = '\"another\"'
+             WHERE (execution_id, key) = (SELECT execution_id, key FROM workflow_events)",
+        );
     });
     assert_eq!(report.wrong_end, 1, "{report:?}");
 }
