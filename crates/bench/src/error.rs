@@ -14,9 +14,6 @@ pub enum BenchError {
     /// The scheduler under test failed.
     #[error("scheduler: {0}")]
     Scheduler(#[from] durably::scheduler::Error),
-    /// The runtime under test failed.
-    #[error("runtime: {0}")]
-    Runtime(#[from] durably::runtime::Error),
     /// The raw-SQLite baseline or the bulk pre-fill failed.
     #[error("sqlite: {0}")]
     Sqlite(#[from] durably::sqlite::rusqlite::Error),
