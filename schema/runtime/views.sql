@@ -3,8 +3,8 @@
 --
 -- Not a numbered migration: building a `Client` or a `Runtime` recreates these views after
 -- the runtime's migrations, unless the file already holds exactly these definitions (see
--- schema/views.sql for the journal's own). Payloads appear only as sizes and 96-character
--- previews, the same previews `durably show` prints. The views read the journal's
+-- schema/views.sql for the journal's own). Payloads appear only as sizes in bytes and
+-- 96-character previews, the same previews `durably show` prints. The views read the journal's
 -- `executions` table for statuses and queues; the runtime's code never does.
 
 -- Every message, newest first: who it was sent to, on which topic, and whether a recv step
@@ -18,7 +18,7 @@ SELECT m.id,
        m.idempotency_key,
        m.consumed_seq,
        m.consumed_at,
-       length(m.payload)          AS bytes,
+       length(CAST(m.payload AS BLOB)) AS bytes,
        substr(m.payload, 1, 96)   AS preview
 FROM messages AS m
 ORDER BY m.id DESC;
@@ -30,7 +30,7 @@ SELECT w.execution_id,
        w.key,
        w.seq,
        w.set_at,
-       length(w.value)            AS bytes,
+       length(CAST(w.value AS BLOB))   AS bytes,
        substr(w.value, 1, 96)     AS preview
 FROM workflow_events AS w
 ORDER BY w.set_at DESC, w.execution_id, w.key;

@@ -88,6 +88,20 @@ pub enum Command {
     /// A runtime process of the `parked` scenario.
     #[command(hide = true)]
     ParkedWorker(ParkedWorkerArgs),
+    /// The runtime process of the `send-wake` scenario, whose receivers the harness wakes.
+    #[command(hide = true)]
+    SendWakeWorker(SendWakeWorkerArgs),
+}
+
+/// Arguments of the `send-wake` scenario's runtime process.
+#[derive(Debug, clap::Args)]
+pub struct SendWakeWorkerArgs {
+    /// The journal file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// How many receivers to start and park.
+    #[arg(long)]
+    pub receivers: u32,
 }
 
 /// Arguments of the `recovery` scenario's runtime process.
@@ -232,6 +246,10 @@ pub enum ScenarioName {
     Recovery,
     /// The memory of a runtime process with 100,000 parked executions, against none.
     Parked,
+    /// How late parked timers wake their executions on an idle runtime.
+    TimerWake,
+    /// How soon a send from another process runs its parked receiver.
+    SendWake,
 }
 
 impl ScenarioName {
@@ -249,6 +267,8 @@ impl ScenarioName {
             Self::Queue,
             Self::Recovery,
             Self::Parked,
+            Self::TimerWake,
+            Self::SendWake,
             Self::Scale,
         ]
     }
@@ -268,6 +288,8 @@ impl ScenarioName {
             Self::Queue => "queue",
             Self::Recovery => "recovery",
             Self::Parked => "parked",
+            Self::TimerWake => "timer-wake",
+            Self::SendWake => "send-wake",
         }
     }
 }

@@ -162,6 +162,8 @@ impl Context {
             ScenarioName::Queue => scenarios::queue::run(self, dir).await,
             ScenarioName::Recovery => scenarios::recovery::run(self, dir).await,
             ScenarioName::Parked => scenarios::parked::run(self, dir).await,
+            ScenarioName::TimerWake => scenarios::timer_wake::run(self, dir).await,
+            ScenarioName::SendWake => scenarios::send_wake::run(self, dir).await,
         }
     }
 }

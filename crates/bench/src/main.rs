@@ -53,6 +53,9 @@ async fn run(args: Args) -> Result<()> {
         Some(Command::ParkedWorker(worker)) => {
             return scenarios::parked::worker(worker, args.durability.into()).await;
         }
+        Some(Command::SendWakeWorker(worker)) => {
+            return scenarios::send_wake::worker(worker, args.durability.into()).await;
+        }
         None => {}
     }
     let context = Context::new(&args)?;

@@ -15,13 +15,16 @@ pub const LIST_LIMIT_MAX: u32 = 10_000;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 ok, 1 the command failed (missing or foreign database, refused operator action, \
-storage error), 2 the command line is wrong (unknown flag, bad id, bad JSON, bad duration). \
+refused start or send, start --wait that did not complete, storage error), 2 the command line \
+is wrong (unknown flag, bad id, bad JSON, bad duration, a name with a control character). \
 Errors print as `durably: error: ...` and `durably: hint: ...` on standard error, or with \
 --json as one JSON object {error, hint, exit_code}.
 
 Reading commands (ls, show, locks, fires, sweep --dry-run) only read: they never create, \
 migrate or change a file, and read access to the journal is enough. sweep, cancel and gc first \
 run SQLite's integrity check and refuse a journal that fails it, unless given --force. \
+start, send and resume go through the runtime (durably::runtime) and need a journal that a \
+runtime has used; they refuse what a program's call would refuse, and a refusal writes nothing. \
 Every reading command takes --json; its fields are listed in docs/cli.md and are stable. \
 Text from the database is printed with control characters escaped (ESC prints as \\e).";
 
@@ -80,6 +83,12 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Start an execution of a workflow kind that a runtime on this journal serves.
+    Start(StartArgs),
+    /// Send a message to an execution, for its `recv` on the topic.
+    Send(SendArgs),
+    /// Put a stuck or cancelled execution back in its queue, to continue from its last step.
+    Resume(ResumeArgs),
     /// List scheduler fires (the slot ledger), newest slot first.
     Fires {
         /// Only this job.
@@ -116,6 +125,12 @@ pub struct LsArgs {
     /// Only executions with this status.
     #[arg(long, value_enum)]
     pub status: Option<StatusArg>,
+    /// Only executions of this runtime queue.
+    #[arg(long, value_name = "Q")]
+    pub queue: Option<String>,
+    /// Only executions with a cancel request that their process has not acted on yet.
+    #[arg(long)]
+    pub cancel_requested: bool,
     /// Only executions of this kind.
     #[arg(long)]
     pub kind: Option<String>,
@@ -149,21 +164,37 @@ pub struct ShowArgs {
     /// page).
     #[arg(long, value_name = "ID")]
     pub events_after: Option<i64>,
+    /// Show the messages older than this message id (`show` prints the one that starts the
+    /// next page).
+    #[arg(long, value_name = "ID")]
+    pub messages_before: Option<i64>,
+    /// Show the workflow events set before step SEQ (`show` prints the one that starts the
+    /// next page).
+    #[arg(long, value_name = "SEQ")]
+    pub workflow_events_before: Option<u32>,
 }
 
 /// An execution status, as `ls --status` takes it.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum StatusArg {
+    /// Waiting for a runtime to claim it (in its queue, or until its not-before time).
+    Queued,
     /// Being driven, or abandoned and not yet swept.
     Running,
+    /// Parked until a time or a message.
+    Waiting,
+    /// Its process died; resumable.
+    Interrupted,
+    /// Failed to resume too many times in a row; `durably resume` moves it on.
+    Stuck,
+    /// A step in the ambiguous window waits for `durably resolve`.
+    AwaitingOperator,
     /// Finished with an output.
     Completed,
     /// Finished with an error.
     Failed,
     /// Cancelled by an operator.
     Cancelled,
-    /// Its process died; resumable.
-    Interrupted,
 }
 
 impl StatusArg {
@@ -171,13 +202,85 @@ impl StatusArg {
     pub fn status(self) -> durably::Status {
         use durably::Status;
         match self {
+            Self::Queued => Status::Queued,
             Self::Running => Status::Running,
+            Self::Waiting => Status::Waiting,
+            Self::Interrupted => Status::Interrupted,
+            Self::Stuck => Status::Stuck,
+            Self::AwaitingOperator => Status::AwaitingOperator,
             Self::Completed => Status::Completed,
             Self::Failed => Status::Failed,
             Self::Cancelled => Status::Cancelled,
-            Self::Interrupted => Status::Interrupted,
         }
     }
+}
+
+/// Arguments of `start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The workflow kind, as a runtime on this journal registered it.
+    pub kind: String,
+    /// The input, as JSON (quote it for the shell: '{"order": 42}').
+    #[arg(value_name = "JSON", value_parser = parse_json, allow_negative_numbers = true)]
+    pub input: serde_json::Value,
+    /// The execution id; without it, a new one. Starting an id again returns that execution.
+    #[arg(long, value_name = "UUID", value_parser = parse_execution_id)]
+    pub id: Option<Uuid>,
+    /// The queue to run in; a runtime must have configured it.
+    #[arg(long, value_name = "Q")]
+    pub queue: Option<String>,
+    /// Its priority in the queue: larger runs first.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub priority: i32,
+    /// Not before this time: RFC 3339, or a delay from now such as `30min`.
+    #[arg(long, value_name = "WHEN", value_parser = parse_when)]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Cancel it (reason `timeout`) if it has not ended after this long (`2h`, `7d`), or at
+    /// this RFC 3339 time.
+    #[arg(long, value_name = "DUR", value_parser = parse_deadline)]
+    pub deadline: Option<Deadline>,
+    /// A deduplication key: while an unfinished execution of the queue holds it, the start
+    /// is refused (or, with --dedup-return, returns that execution).
+    #[arg(long, value_name = "KEY")]
+    pub dedup: Option<String>,
+    /// With --dedup: return the execution that holds the key instead of refusing.
+    #[arg(long, requires = "dedup")]
+    pub dedup_return: bool,
+    /// Wait for the outcome and print it, at most DUR when given (`--wait 30s`). Exit code 0
+    /// when it completed, 1 when it failed, was cancelled or had not ended in time.
+    #[arg(long, value_name = "DUR", num_args = 0..=1, value_parser = parse_age)]
+    // clap's form of a flag whose value is optional: absent, bare, or with a value.
+    #[allow(clippy::option_option)]
+    pub wait: Option<Option<humantime::Duration>>,
+}
+
+/// Arguments of `send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The receiving execution's id.
+    #[arg(value_parser = parse_execution_id)]
+    pub id: Uuid,
+    /// The topic its `recv` waits on.
+    pub topic: String,
+    /// The message, as JSON (quote it for the shell: '{"approved": true}').
+    #[arg(value_name = "JSON", value_parser = parse_json, allow_negative_numbers = true)]
+    pub message: serde_json::Value,
+    /// An idempotency key: the same key sent again to this execution delivers nothing more.
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+}
+
+/// Arguments of `resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The execution id (a UUID; `durably ls --status stuck` lists the stuck ones).
+    #[arg(value_parser = parse_execution_id)]
+    pub id: Uuid,
 }
 
 /// Arguments of `gc`.
@@ -229,6 +332,39 @@ fn parse_execution_id(text: &str) -> Result<Uuid, String> {
     })
 }
 
+/// When an execution must end: `In` a duration from now, or `At` an instant.
+pub type Deadline = durably::runtime::Deadline;
+
+fn parse_when(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.with_timezone(&chrono::Utc));
+    }
+    let delay = humantime::parse_duration(text).map_err(|error| {
+        format!(
+            "{text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a delay (30min, \
+             2h): as a delay, {error}"
+        )
+    })?;
+    chrono::Duration::from_std(delay)
+        .ok()
+        .and_then(|delay| chrono::Utc::now().checked_add_signed(delay))
+        .ok_or_else(|| format!("a delay of {text} reaches past the latest time durably can name"))
+}
+
+fn parse_deadline(text: &str) -> Result<Deadline, String> {
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(Deadline::At(time.with_timezone(&chrono::Utc)));
+    }
+    humantime::parse_duration(text)
+        .map(Deadline::In)
+        .map_err(|error| {
+            format!(
+                "{text:?} is neither a duration (2h, 7d) nor an RFC 3339 time \
+                 (2026-01-31T12:00:00Z): as a duration, {error}"
+            )
+        })
+}
+
 fn parse_seen(text: &str) -> Result<SeenIntent, String> {
     text.parse()
         .map_err(|error: SeenIntentParseError| error.to_string())
@@ -241,7 +377,7 @@ fn parse_age(text: &str) -> Result<humantime::Duration, String> {
 
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|error| {
-        format!("not valid JSON ({error}); quote it for the shell, e.g. --completed '{{\"receipt\": \"r-1\"}}'")
+        format!("not valid JSON ({error}); quote it for the shell, e.g. '{{\"receipt\": \"r-1\"}}'")
     })
 }
 

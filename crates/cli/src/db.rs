@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use durably::runtime::Client;
 use durably::{Inspector, Journal};
 
 use crate::error::{CliError, Result};
@@ -90,6 +91,25 @@ impl Target {
             }
         }
         self.open()
+    }
+
+    /// Opens the journal, as [`Target::open`], to work through the runtime: `start`, `send`
+    /// and `resume`. A journal no runtime has used has none of the runtime's tables, so there
+    /// is nothing to start, send to or resume in it: that is refused with `refusal`'s error,
+    /// without adding the tables (building a client would).
+    ///
+    /// # Errors
+    /// As [`Target::open`]; `refusal`'s error; a storage error.
+    pub fn client(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        refusal: impl FnOnce(&Journal) -> Result<CliError>,
+    ) -> Result<Client> {
+        let journal = self.open()?;
+        if !journal.read(crate::runtime_rows::runtime_present)? {
+            return Err(refusal(&journal)?);
+        }
+        Ok(runtime.block_on(Client::new(journal))?)
     }
 
     fn shown(&self) -> String {

@@ -147,7 +147,7 @@ fn hint(error: &durably::Error) -> Option<String> {
                                and its directory (ls, show, locks, fires and sweep --dry-run \
                                need only read access)"
             .to_owned(),
-        E::SchemaTooNew { .. } => {
+        E::SchemaTooNew { .. } | E::ExtensionSchemaTooNew { .. } => {
             "use the durably release that wrote this journal, or a newer one".to_owned()
         }
         E::SchemaTooOld { .. } => "a program linked with this durably migrates the journal when \
@@ -296,6 +296,12 @@ mod tests {
                 path: path.clone(),
                 found: 2,
                 oldest: 4,
+            },
+            Error::ExtensionSchemaTooNew {
+                path: path.clone(),
+                owner: "runtime",
+                found: 2,
+                supported: 1,
             },
             Error::ForeignDatabase {
                 path: path.clone(),

@@ -30,6 +30,23 @@ pub fn escape(text: &str) -> String {
     escaped
 }
 
+/// `value` with every string in it, object keys included, passed through [`escape`]: JSON read
+/// from the database (a status detail, a failure) printed whole, but never raw.
+pub fn escape_json(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => Value::String(escape(text)),
+        Value::Array(items) => Value::Array(items.iter().map(escape_json).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(key, value)| (escape(key), escape_json(value)))
+                .collect(),
+        ),
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+    }
+}
+
 /// Characters that reorder the text around them ("Trojan Source").
 fn is_bidi_control(character: char) -> bool {
     matches!(
@@ -77,6 +94,15 @@ mod tests {
     fn bidirectional_overrides_are_made_visible() {
         assert_eq!(escape("abc\u{202e}def"), "abc\\u{202e}def");
         assert_eq!(escape("\u{2066}x"), "\\u{2066}x");
+    }
+
+    #[test]
+    fn json_read_from_the_database_is_escaped_in_keys_and_values() {
+        let stored = serde_json::json!({ "\u{1b}key": ["\u{202e}x", 1, null], "n": 2 });
+        assert_eq!(
+            escape_json(&stored),
+            serde_json::json!({ "\\ekey": ["\\u{202e}x", 1, null], "n": 2 })
+        );
     }
 
     #[test]

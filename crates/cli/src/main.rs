@@ -10,6 +10,8 @@ mod demo;
 mod error;
 mod escape;
 mod output;
+mod runtime_errors;
+mod runtime_rows;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -70,6 +72,9 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Cancel { id, reason, force } => {
             commands::cancel::run(&target()?, *id, reason, *force, json)?;
         }
+        Command::Start(args) => commands::start::run(&target()?, args, json)?,
+        Command::Send(args) => commands::send::run(&target()?, args, json)?,
+        Command::Resume(args) => commands::resume::run(&target()?, args, json)?,
         Command::Fires { job, limit } => {
             commands::fires::run(&target()?, job.as_deref(), *limit, json)?;
         }

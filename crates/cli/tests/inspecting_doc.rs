@@ -1,25 +1,34 @@
 //! What this proves: every SQL block of docs/inspecting.md runs against a database the demo
-//! wrote, and returns rows unless the block says `-- may be empty`; so the page cannot rot as
-//! the schema changes. Method: run `durably demo --db <scratch>`, extract each ```sql block of
-//! the page, and run each of its statements with rusqlite.
+//! wrote (the blocks of the runtime's section, against a journal a runtime wrote), and returns
+//! rows unless the block says `-- may be empty`; so the page cannot rot as the schema changes.
+//! Method: run `durably demo --db <scratch>`; build a journal with runtime executions in each
+//! parked state, messages and a workflow event (see `runtime_support`: a runtime sweeps the
+//! demo's deliberately unswept execution, so it gets a file of its own); extract each ```sql
+//! block of the page with the section it is in, and run each of its statements with rusqlite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod runtime_support;
 
 use common::{assert_code, durably};
 use rusqlite::fallible_iterator::FallibleIterator;
 
 const PAGE: &str = include_str!("../../../docs/inspecting.md");
 
-fn sql_blocks(page: &str) -> Vec<String> {
+/// The page's ```sql blocks, each with whether it is in [`RUNTIME_SECTION`].
+fn sql_blocks(page: &str) -> Vec<(bool, String)> {
     let mut blocks = Vec::new();
     let mut current: Option<String> = None;
+    let mut in_runtime = false;
     for line in page.lines() {
         match (&mut current, line.trim_start()) {
             (None, "```sql") => current = Some(String::new()),
+            (None, heading) if heading.starts_with("## ") => {
+                in_runtime = heading == RUNTIME_SECTION;
+            }
             (Some(block), "```") => {
-                blocks.push(std::mem::take(block));
+                blocks.push((in_runtime, std::mem::take(block)));
                 current = None;
             }
             (Some(block), _) => {
@@ -56,33 +65,59 @@ fn run_block(conn: &rusqlite::Connection, block: &str) -> usize {
     rows_total
 }
 
+/// The heading of the page's section whose blocks run on the runtime's journal.
+const RUNTIME_SECTION: &str = "## The runtime: queues, waits, messages";
+
+/// A demo database, and a journal with a runtime's rows, in `dir`.
+fn databases(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let demo = dir.join("demo.db");
+    assert_code(&durably(&["demo", "--db", demo.to_str().unwrap()]), 0);
+    let runtime = dir.join("runtime.db");
+    runtime_support::add_runtime_rows(&runtime);
+    (demo, runtime)
+}
+
+fn read_only(db: &std::path::Path) -> rusqlite::Connection {
+    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
+}
+
 #[test]
 fn every_sql_block_of_the_inspecting_page_runs_on_a_demo_database() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("demo.db");
-    assert_code(&durably(&["demo", "--db", db.to_str().unwrap()]), 0);
-    let conn =
-        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
+    let (demo, runtime) = databases(dir.path());
+    let (demo, runtime) = (read_only(&demo), read_only(&runtime));
     let blocks = sql_blocks(PAGE);
-    assert!(blocks.len() >= 15, "found only {} blocks", blocks.len());
-    for block in &blocks {
-        let rows = run_block(&conn, block);
+    assert!(blocks.len() >= 25, "found only {} blocks", blocks.len());
+    assert!(
+        blocks.iter().filter(|(in_runtime, _)| *in_runtime).count() >= 8,
+        "the runtime's section has lost its blocks"
+    );
+    for (in_runtime, block) in &blocks {
+        let (conn, which) = if *in_runtime {
+            (&runtime, "the runtime's journal")
+        } else {
+            (&demo, "the demo database")
+        };
+        let rows = run_block(conn, block);
         if !block.contains("-- may be empty") {
-            assert!(
-                rows > 0,
-                "this block returned no rows on the demo database:\n{block}"
-            );
+            assert!(rows > 0, "this block returned no rows on {which}:\n{block}");
         }
     }
+}
+
+/// How many rows `view` has.
+fn count(conn: &rusqlite::Connection, view: &str) -> i64 {
+    conn.query_row(&format!("SELECT count(*) FROM {view}"), [], |row| {
+        row.get(0)
+    })
+    .unwrap()
 }
 
 #[test]
 fn every_view_has_readable_rows_on_a_demo_database() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("demo.db");
-    assert_code(&durably(&["demo", "--db", db.to_str().unwrap()]), 0);
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (demo, runtime) = databases(dir.path());
+    let (conn, runtime) = (read_only(&demo), read_only(&runtime));
     for view in [
         "execution_summary",
         "ambiguous_steps",
@@ -90,13 +125,32 @@ fn every_view_has_readable_rows_on_a_demo_database() {
         "recent_events",
         "fire_ledger",
     ] {
-        let count: i64 = conn
-            .query_row(&format!("SELECT count(*) FROM {view}"), [], |row| {
-                row.get(0)
-            })
-            .unwrap();
-        assert!(count > 0, "{view} is empty on the demo database");
+        assert!(
+            count(&conn, view) > 0,
+            "{view} is empty on the demo database"
+        );
     }
+    for view in [
+        "queue_positions",
+        "queue_load",
+        "waiting_executions",
+        "runtime_messages",
+        "runtime_events",
+    ] {
+        assert!(
+            count(&runtime, view) > 0,
+            "{view} is empty on the runtime's journal"
+        );
+    }
+    // Sizes are bytes, not characters.
+    let (bytes, preview): (i64, String) = runtime
+        .query_row(
+            "SELECT bytes, preview FROM runtime_events LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(usize::try_from(bytes).unwrap(), preview.len());
     // Timestamps as stored (RFC 3339 UTC), statuses as words, payloads as JSON.
     let (created, status, input): (String, String, String) = conn
         .query_row(

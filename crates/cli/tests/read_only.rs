@@ -114,6 +114,14 @@ fn a_journal_one_schema_behind_is_read_without_migrating_it() {
     let listed = on(&fixture.db, &["--json"], &["ls".to_owned()]);
     assert_code(&listed, 0);
     assert_eq!(common::json(&listed).as_array().unwrap().len(), 3);
+    // Before the runtime's columns, no execution has a queue or a cancel request.
+    for filter in [&["--queue", "q"][..], &["--cancel-requested"][..]] {
+        let mut command = vec!["ls".to_owned()];
+        command.extend(filter.iter().map(|word| (*word).to_owned()));
+        let output = on(&fixture.db, &[], &command);
+        assert_code(&output, 0);
+        assert_eq!(stdout(&output), "no executions match\n");
+    }
     assert!(state(&fixture.db) == before, "the journal was migrated");
 }
 

@@ -20,7 +20,7 @@ use uuid::Uuid;
 /// The workflow kind, as stored in the journal.
 const KIND: &str = "refund-approval";
 /// How long the workflow waits for a decision before it gives up.
-const APPROVAL_WAIT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+const APPROVAL_WAIT: Duration = Duration::from_hours(7 * 24);
 
 /// What the workflow starts from.
 #[derive(Serialize, Deserialize)]

@@ -115,6 +115,7 @@ pub mod defaults {
 /// tables in its file ([`crate::Journal::migrate_extension`]), and read the few journal facts
 /// such programs need without SQL on the journal's tables.
 pub mod sqlite {
+    pub use durably_journal::lifecycle::queue_positions;
     pub use durably_journal::{
         APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
         ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,

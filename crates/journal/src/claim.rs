@@ -1,8 +1,10 @@
 //! Claims: opening parked executions in batches, for crates built on the journal (the runtime's
 //! dispatcher). A claim takes the execution's lock and moves its status to `running` in one
 //! transaction with whatever else the caller writes there (a queue's limit count, its own
-//! rows); many claims share one commit. A claimed execution is then opened without another
-//! write ([`Journal::open_claim`]).
+//! rows); many claims share one commit. An execution's end can claim its successor in its own
+//! transaction ([`Execution::complete_claiming`]), so a place given up is taken again with no
+//! commit between. A claimed execution is then opened without another write
+//! ([`Journal::open_claim`]).
 //!
 //! Invariant: an execution is `running` exactly while its lock is held (or its holder died and
 //! no sweep has run yet). A claim sets both in one transaction; a [`Claim`] dropped unopened
@@ -13,6 +15,7 @@ use std::sync::Arc;
 
 use durably_lock::Locker;
 use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -157,12 +160,7 @@ impl Journal {
     where
         F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
     {
-        let mut claimer = Claimer {
-            locker: Arc::clone(&self.inner.locker),
-            handles: Arc::clone(&self.inner.handles),
-            now: self.now(),
-            claimed: Vec::new(),
-        };
+        let mut claimer = self.claimer();
         let claimed = self
             .inner
             .writer
@@ -171,7 +169,22 @@ impl Journal {
                 Ok(claimer.claimed)
             })
             .await?;
-        Ok(claimed
+        Ok(self.committed(claimed))
+    }
+
+    /// A claimer with nothing claimed yet, for one transaction of this journal's writer.
+    fn claimer(&self) -> Claimer {
+        Claimer {
+            locker: Arc::clone(&self.inner.locker),
+            handles: Arc::clone(&self.inner.handles),
+            now: self.now(),
+            claimed: Vec::new(),
+        }
+    }
+
+    /// The claims of a transaction that has committed, each with the fence of its lock.
+    fn committed(&self, claimed: Vec<Claimed>) -> Vec<Claim> {
+        claimed
             .into_iter()
             .map(|claimed| Claim {
                 fence: Some(Arc::new(Fence::new(
@@ -183,7 +196,7 @@ impl Journal {
                 input: claimed.input,
                 handle: Some(claimed.handle),
             })
-            .collect())
+            .collect()
     }
 
     /// Opens a claimed execution: loads its recorded steps and hands back its handle. Writes
@@ -208,5 +221,86 @@ impl Journal {
             replay,
             claim: handle,
         }))
+    }
+}
+
+/// The savepoint the claims beside an execution's end run in, so that claims that fail are
+/// taken back alone and the end still commits.
+const END_CLAIMS_SAVEPOINT: &str = "durably_end_claims";
+
+impl Execution {
+    /// Completes the execution as [`Execution::complete`] does and, in the same transaction,
+    /// claims what `select` picks with a [`Claimer`], as [`Journal::claim_executions`] does:
+    /// the end and the claims commit together. A runtime hands the place the execution held
+    /// to its successor this way, with no commit in between. The end is written before
+    /// `select` runs, so a count of `running` executions there no longer counts this one.
+    ///
+    /// `select` runs inside a savepoint: if it fails, its claims and writes are taken back,
+    /// the error is logged, and the end commits alone (no claim).
+    ///
+    /// # Errors
+    /// As [`Execution::complete`]; then nothing was claimed.
+    pub async fn complete_claiming<F>(
+        self,
+        output: &impl Serialize,
+        select: F,
+    ) -> Result<Vec<Claim>>
+    where
+        F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
+    {
+        let (id, journal) = (self.id(), self.journal().clone());
+        let claimer = journal.claimer();
+        let claimed = self
+            .complete_returning(output, move |conn| {
+                claim_beside_end(conn, id, claimer, select)
+            })
+            .await?;
+        Ok(journal.committed(claimed))
+    }
+
+    /// Fails the execution as [`Execution::fail`] does and claims beside its end, as
+    /// [`Execution::complete_claiming`] does.
+    ///
+    /// # Errors
+    /// As [`Execution::fail`]; then nothing was claimed.
+    pub async fn fail_claiming<F>(self, error: &impl Serialize, select: F) -> Result<Vec<Claim>>
+    where
+        F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
+    {
+        let (id, journal) = (self.id(), self.journal().clone());
+        let claimer = journal.claimer();
+        let claimed = self
+            .fail_returning(error, move |conn| {
+                claim_beside_end(conn, id, claimer, select)
+            })
+            .await?;
+        Ok(journal.committed(claimed))
+    }
+}
+
+/// Runs `select` beside the end of execution `id`, inside [`END_CLAIMS_SAVEPOINT`]: its
+/// claims, or nothing of it if it fails.
+fn claim_beside_end<F>(
+    conn: &Connection,
+    id: Uuid,
+    mut claimer: Claimer,
+    select: F,
+) -> Result<Vec<Claimed>>
+where
+    F: FnOnce(&Connection, &mut Claimer) -> Result<()>,
+{
+    conn.execute_batch(&format!("SAVEPOINT {END_CLAIMS_SAVEPOINT}"))?;
+    match select(conn, &mut claimer) {
+        Ok(()) => {
+            conn.execute_batch(&format!("RELEASE {END_CLAIMS_SAVEPOINT}"))?;
+            Ok(claimer.claimed)
+        }
+        Err(error) => {
+            conn.execute_batch(&format!(
+                "ROLLBACK TO {END_CLAIMS_SAVEPOINT}; RELEASE {END_CLAIMS_SAVEPOINT}"
+            ))?;
+            tracing::warn!(execution_id = %id, %error, "the claims beside an execution's end failed; it ends without them");
+            Ok(Vec::new())
+        }
     }
 }

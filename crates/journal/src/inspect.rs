@@ -255,10 +255,18 @@ pub(crate) fn list<P: PayloadColumn>(
     filter: &ListFilter,
     bytes_max: usize,
 ) -> Result<Vec<ExecutionRecord<P>>> {
+    // A journal older than the runtime's columns has no queue and no cancel request: its
+    // rows match only when neither filter is set.
+    let runtime_filters = if records::has_runtime_columns(conn)? {
+        "(?6 IS NULL OR queue = ?6) AND (?7 = 0 OR cancel_requested_at IS NOT NULL)"
+    } else {
+        "?6 IS NULL AND ?7 = 0"
+    };
     let sql = format!(
         "SELECT {} FROM executions
          WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
            AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
+           AND {runtime_filters}
          ORDER BY created_at DESC, execution_id LIMIT ?5",
         records::execution_columns::<P>(conn, bytes_max)?
     );
@@ -268,6 +276,8 @@ pub(crate) fn list<P: PayloadColumn>(
         filter.name_contains,
         filter.created_since.map(durably_lock::format_timestamp),
         filter.limit.unwrap_or(LIST_LIMIT_DEFAULT),
+        filter.queue,
+        filter.cancel_requested,
     ];
     collect(conn, &sql, parameters, |row| {
         records::read_execution(row, bytes_max)

@@ -72,6 +72,15 @@ pub struct ExecutionRecord<P = Payload> {
 /// The schema version whose migration added the runtime's columns to `executions`.
 const RUNTIME_COLUMNS_SINCE: i64 = 7;
 
+/// Whether `executions` has the runtime's columns (schema version 7 and later).
+///
+/// # Errors
+/// A storage error reading the schema version.
+pub(crate) fn has_runtime_columns(conn: &rusqlite::Connection) -> rusqlite::Result<bool> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    Ok(version >= RUNTIME_COLUMNS_SINCE)
+}
+
 /// The columns [`read_execution`] reads, payloads read as `P`. A journal older than migration
 /// 7 has no runtime columns, and they read as unset: only a reader meets one (a writer
 /// migrates it first), and the reading commands read old journals without migrating them.
@@ -82,8 +91,7 @@ pub(crate) fn execution_columns<P: PayloadColumn>(
     conn: &rusqlite::Connection,
     bytes_max: usize,
 ) -> rusqlite::Result<String> {
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    let runtime = if version >= RUNTIME_COLUMNS_SINCE {
+    let runtime = if has_runtime_columns(conn)? {
         "queue, priority, due_at, wait_topic, cancel_requested_at, cancel_reason, status_detail"
     } else {
         "NULL, 0, NULL, NULL, NULL, NULL, NULL"
@@ -305,6 +313,10 @@ pub struct ListFilter {
     pub name_contains: Option<String>,
     /// Only executions created at or after this time.
     pub created_since: Option<DateTime<Utc>>,
+    /// Only executions of this runtime queue.
+    pub queue: Option<String>,
+    /// Only executions with a pending cancel request.
+    pub cancel_requested: bool,
     /// At most this many (newest first). `None`: [`LIST_LIMIT_DEFAULT`].
     pub limit: Option<u32>,
 }

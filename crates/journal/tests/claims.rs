@@ -2,7 +2,9 @@
 //! a queued execution is claimed by exactly one of two racing journals (two lock instances, as
 //! two processes); a claim moves it to `running` under its lock and opens without another
 //! write; a claim dropped unopened releases the lock, and the sweep then finds the execution
-//! interrupted; claim candidates come highest priority first and first come, first served;
+//! interrupted; claim candidates come highest priority first and first come, first served,
+//! among the kinds asked for however many of other kinds wait ahead; an execution's end
+//! claims its successor in its own commit, and a failing claim there leaves the end alone;
 //! a `not_before` time, a wake-up and the operator's reopen each move exactly the rows they
 //! name; interrupted executions are listed a page at a time, each page after the last.
 //!
@@ -15,9 +17,13 @@ mod support;
 
 use chrono::{TimeDelta, Utc};
 use durably_journal::lifecycle::{self, Inserted, NewExecution, Wake};
-use durably_journal::{Claim, Journal, Status};
+use durably_journal::rusqlite::Connection;
+use durably_journal::{Claim, Claimer, Execution, Journal, Status};
 use support::{Scratch, barrier};
 use uuid::Uuid;
+
+/// The kind of the executions the tests insert.
+const KIND: &str = "test";
 
 /// Inserts execution `id`, queued in `queue` with `priority`, not claimable before `due_in`.
 async fn insert(
@@ -32,7 +38,7 @@ async fn insert(
         .write(move |conn| {
             let new = NewExecution {
                 id,
-                kind: "test",
+                kind: KIND,
                 name: "a test",
                 input: &input,
                 queue,
@@ -116,6 +122,61 @@ async fn two_claimers_of_one_queued_execution_make_one_winner_who_runs_it() {
     );
 }
 
+/// Claims `id` beside the end of `execution`, completed with `failing_claim` false, else
+/// failed after a claim whose caller's own write fails.
+async fn end_claiming(execution: Execution, id: Uuid, failing_claim: bool) -> Vec<Claim> {
+    let select = move |conn: &Connection, claimer: &mut Claimer| {
+        claimer.claim(conn, id, Status::Queued)?;
+        if failing_claim {
+            conn.execute("INSERT INTO no_such_table VALUES (1)", [])?;
+        }
+        Ok(())
+    };
+    if failing_claim {
+        execution.fail_claiming(&"failed", select).await.unwrap()
+    } else {
+        execution.complete_claiming(&1, select).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn an_end_claims_its_successor_in_its_own_commit() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let (first, successor) = (
+        enqueue(&journal, Some("q"), 0, None).await,
+        enqueue(&journal, Some("q"), 0, None).await,
+    );
+    let claimed = claim(&journal, first, Status::Queued).await.pop().unwrap();
+    let execution = journal.open_claim(claimed).unwrap();
+    let commits = journal.writer_stats().commits;
+
+    let claims = end_claiming(execution, successor, false).await;
+    assert_eq!(journal.writer_stats().commits, commits + 1, "one commit");
+    assert_eq!(status(&journal, first), Status::Completed);
+    assert_eq!(status(&journal, successor), Status::Running);
+    let running = journal
+        .read(|conn| lifecycle::running_in_queue(conn, "q"))
+        .unwrap();
+    assert_eq!(running, 1, "the successor took the place the end gave up");
+    let [successor_claim] = <[Claim; 1]>::try_from(claims).unwrap();
+    let mut execution = journal.open_claim(successor_claim).unwrap();
+    let value: u32 = execution.pure("step", || async { Ok(5) }).await.unwrap();
+    assert_eq!(value, 5, "the successor's handle writes under its lock");
+
+    // A claim beside an end that fails is taken back whole; the end commits alone.
+    let third = enqueue(&journal, Some("q"), 0, None).await;
+    assert!(end_claiming(execution, third, true).await.is_empty());
+    assert_eq!(status(&journal, successor), Status::Failed);
+    assert_eq!(status(&journal, third), Status::Queued);
+    barrier(&journal).await;
+    assert!(
+        journal.lock_holders().unwrap().is_empty(),
+        "no lock is held"
+    );
+    assert_eq!(claim(&journal, third, Status::Queued).await.len(), 1);
+}
+
 #[tokio::test]
 async fn a_claim_dropped_unopened_releases_its_lock_and_the_sweep_interrupts_it() {
     let scratch = Scratch::new();
@@ -154,11 +215,32 @@ async fn candidates_come_by_priority_then_first_come_and_not_before_their_time()
     let low_later = enqueue(&journal, Some("q"), 0, None).await;
     let later = enqueue(&journal, Some("q"), 9, Some(TimeDelta::hours(1))).await;
     let other_queue = enqueue(&journal, Some("other"), 9, None).await;
+    let input = journal.encode_payload(&"input", "the input").unwrap();
+    journal
+        .write(move |conn| {
+            let mut new = NewExecution {
+                id: durably_journal::new_execution_id(),
+                kind: "another kind",
+                name: "ahead of all, of a kind not asked for",
+                input: &input,
+                queue: Some("q"),
+                priority: 9,
+                due_at: None,
+                detail: None,
+            };
+            for _ in 0..3 {
+                new.id = durably_journal::new_execution_id();
+                lifecycle::insert_execution(conn, &new, Utc::now())?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
 
     let (candidates, positions, next) = journal
         .read(move |conn| {
             Ok((
-                lifecycle::claimable(conn, Some("q"), 10)?,
+                lifecycle::claimable(conn, Some("q"), &[KIND], 10)?,
                 lifecycle::queue_positions(conn, &[low_later, high, later, other_queue])?,
                 lifecycle::next_due(conn)?,
             ))
@@ -166,7 +248,8 @@ async fn candidates_come_by_priority_then_first_come_and_not_before_their_time()
         .unwrap();
     let order: Vec<Uuid> = candidates.iter().map(|(id, _)| *id).collect();
     assert_eq!(order, [high, low, low_later]);
-    assert_eq!(positions, [(low_later, 3), (high, 1), (other_queue, 1)]);
+    // Positions count every claimable execution of the queue, whatever its kind.
+    assert_eq!(positions, [(low_later, 6), (high, 4), (other_queue, 1)]);
     assert!(next.is_some(), "the not-before time is the next due time");
 
     let in_two_hours = Utc::now() + TimeDelta::hours(2);
@@ -180,7 +263,7 @@ async fn candidates_come_by_priority_then_first_come_and_not_before_their_time()
         .unwrap();
     assert!(cleared);
     let first = journal
-        .read(|conn| lifecycle::claimable(conn, Some("q"), 1))
+        .read(|conn| lifecycle::claimable(conn, Some("q"), &[KIND], 1))
         .unwrap();
     assert_eq!(first[0].0, later, "due now, and the highest priority");
 

@@ -7,7 +7,6 @@
 //! the claiming transaction, so two processes can never exceed it together), this process's
 //! limit for the queue, and its limit over all queues.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,97 +15,31 @@ use durably_journal::Status;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
+pub(crate) use crate::capacity::{Capacity, QueueKey};
+use crate::claims::{Picked, Place, claim_from, served_kinds};
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::parking::wake_parked;
 use crate::recovery::recover;
+use crate::runs;
 use crate::store;
-use crate::task::{self, HeldSlot, Ran};
 use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
-use durably_journal::lifecycle::{
-    Wake, claimable, clear_not_before, due, next_due, record_execution_event, recorded_steps,
-    running_in_queue,
-};
+use durably_journal::lifecycle::{Wake, claimable, clear_not_before, due, next_due};
 use rusqlite::Connection;
 
 /// The most due executions one pass moves; the rest wait for the next pass, which comes at
 /// once because they are still due.
 pub(crate) const DUE_BATCH_MAX: u32 = 256;
 
-/// The most queued rows one claim pass reads per queue, served kinds or not.
+/// The most candidates of the kinds this process serves that one claim reads per queue;
+/// those of a version it does not serve are passed over among them.
 pub(crate) const CLAIM_SCAN_MAX: u32 = 256;
 
 /// The longest the dispatcher sleeps without a notify: a bound on how late a missed wake-up
 /// is found.
 const SAFETY_TICK: Duration = Duration::from_secs(1);
-
-/// A queue as this process sees it; `None` is "no queue".
-type QueueKey = Option<String>;
-
-/// This process's limits and what it runs now.
-#[derive(Debug)]
-pub(crate) struct Capacity {
-    /// The most executions this process runs at once, over all queues.
-    pub(crate) concurrency_max: u32,
-    /// The most executions of each served queue this process runs at once.
-    pub(crate) process_concurrency_max: BTreeMap<QueueKey, u32>,
-    /// Executions running here, per queue.
-    running: Mutex<BTreeMap<QueueKey, u32>>,
-}
-
-impl Capacity {
-    pub(crate) fn new(
-        concurrency_max: u32,
-        process_concurrency_max: BTreeMap<QueueKey, u32>,
-    ) -> Self {
-        Self {
-            concurrency_max,
-            process_concurrency_max,
-            running: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    /// The room this process has in each served queue now.
-    fn rooms(&self) -> Vec<(QueueKey, u32)> {
-        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: u32 = running.values().sum();
-        let free = self.concurrency_max.saturating_sub(total);
-        self.process_concurrency_max
-            .iter()
-            .map(|(queue, max)| {
-                let mine = running.get(queue).copied().unwrap_or(0);
-                (queue.clone(), free.min(max.saturating_sub(mine)))
-            })
-            .filter(|(_, room)| *room > 0)
-            .collect()
-    }
-
-    /// Takes one place in `queue` for a run this process starts itself ([`crate::Runtime::run`])
-    /// if it has room; give it back with `add(queue, -1)`.
-    pub(crate) fn try_take(&self, queue: &QueueKey) -> bool {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: u32 = running.values().sum();
-        let max = self
-            .process_concurrency_max
-            .get(queue)
-            .copied()
-            .unwrap_or(0);
-        let mine = running.entry(queue.clone()).or_default();
-        if total >= self.concurrency_max || *mine >= max {
-            return false;
-        }
-        *mine += 1;
-        true
-    }
-
-    pub(crate) fn add(&self, queue: &QueueKey, delta: i64) {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = running.entry(queue.clone()).or_default();
-        *count = u32::try_from(i64::from(*count) + delta).unwrap_or(0);
-    }
-}
 
 /// What the dispatcher and its tasks share.
 #[derive(Debug)]
@@ -178,6 +111,7 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
 async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
     let rooms = dispatch.capacity.rooms();
     let now = dispatch.clock.now();
+    let kinds = served_kinds(dispatch.client.registry());
     let (work, next) = dispatch.client.journal().read(|conn| {
         let next = next_due(conn)?;
         let mut work = next.is_some_and(|at| at <= now);
@@ -185,7 +119,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
             if work {
                 break;
             }
-            work = !claimable(conn, queue.as_deref(), 1)?.is_empty();
+            work = !claimable(conn, queue.as_deref(), &kinds, 1)?.is_empty();
         }
         Ok((work, next))
     })?;
@@ -238,106 +172,60 @@ fn due_pass(conn: &Connection, now: DateTime<Utc>) -> durably_journal::Result<us
     Ok(woken)
 }
 
-/// One claim pass after the due pass, in the same transaction: claims what fits, opens each
-/// claim and spawns its task.
+/// One claim pass after the due pass, in the same transaction: claims what fits, and spawns
+/// each claim's task.
 async fn claim_pass(
     dispatch: &Arc<Dispatch>,
     rooms: Vec<(QueueKey, u32)>,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let served: Vec<(String, u32)> = dispatch
-        .client
-        .registry()
-        .kinds()
-        .map(|(kind, version)| (kind.to_owned(), version))
-        .collect();
-    // Each claim's version, and whether it holds a slot of a limited queue.
-    let versions = Arc::new(Mutex::new(BTreeMap::<Uuid, (u32, bool)>::new()));
-    let picked = Arc::clone(&versions);
+    let picked = Arc::new(Mutex::new(Vec::<Picked>::new()));
     let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let woke = Arc::clone(&woken);
+    let (claiming, into, woke) = (
+        Arc::clone(dispatch),
+        Arc::clone(&picked),
+        Arc::clone(&woken),
+    );
     let claims = dispatch
         .client
         .journal()
         .claim_executions(move |conn, claimer| {
             woke.store(due_pass(conn, now)?, Ordering::SeqCst);
-            let mut picked = picked.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut picked = into.lock().unwrap_or_else(PoisonError::into_inner);
+            let limits = (claiming.client.registry(), &claiming.capacity);
             for (queue, room) in rooms {
-                let limited = match &queue {
-                    Some(name) => store::stored_queue(conn, name)?.and_then(|q| q.concurrency_max),
-                    None => None,
-                };
-                let mut room = match (&queue, limited) {
-                    // Counted in this transaction, which also marks the claims running: two
-                    // processes' claims can never exceed the limit together.
-                    (Some(name), Some(limit)) => {
-                        room.min(limit.saturating_sub(running_in_queue(conn, name)?))
-                    }
-                    _ => room,
-                };
-                for (id, kind) in claimable(conn, queue.as_deref(), CLAIM_SCAN_MAX)? {
-                    if room == 0 {
-                        break;
-                    }
-                    // A kind or version this process does not serve is passed over, so FIFO
-                    // holds among the kinds it serves.
-                    let Some(version) = store::started_version(conn, id)? else {
-                        continue;
-                    };
-                    if !served.iter().any(|(k, v)| *k == kind && *v == version) {
-                        continue;
-                    }
-                    if claimer.claim(conn, id, Status::Queued)?.is_none() {
-                        continue;
-                    }
-                    store::set_steps_at_open(conn, id, recorded_steps(conn, id)?)?;
-                    if limited.is_some() {
-                        let detail = serde_json::json!({ "queue": queue });
-                        record_execution_event(conn, now, id, None, EVENT_CLAIMED, &detail)?;
-                    }
-                    picked.insert(id, (version, limited.is_some()));
-                    room -= 1;
-                }
+                claim_from(
+                    conn,
+                    claimer,
+                    limits,
+                    (&queue, room),
+                    Place::Free,
+                    now,
+                    &mut picked,
+                )?;
             }
             Ok(())
         })
-        .await?;
+        .await;
+    let picked = std::mem::take(&mut *picked.lock().unwrap_or_else(PoisonError::into_inner));
+    let claims = match claims {
+        Ok(claims) => claims,
+        Err(error) => {
+            // Nothing was claimed: the places the transaction took are free again.
+            for picked in &picked {
+                dispatch.capacity.add(&picked.queue, -1);
+            }
+            return Err(error.into());
+        }
+    };
     if woken.load(Ordering::SeqCst) > 0 {
         fail::fail_point!("runtime::after-wake-commit", |_| std::process::abort());
     }
-    let versions = std::mem::take(&mut *versions.lock().unwrap_or_else(PoisonError::into_inner));
     for claim in claims {
-        let row = claim.row().clone();
-        let Some((version, counted)) = versions.get(&row.execution_id).copied() else {
-            continue;
-        };
-        let slot = match (&row.queue, counted) {
-            (Some(queue), true) => Some(HeldSlot {
-                queue: queue.clone(),
-                clock: Arc::clone(&dispatch.clock),
-            }),
-            _ => None,
-        };
-        let execution = dispatch.client.journal().open_claim(claim)?;
-        dispatch.capacity.add(&row.queue, 1);
-        let dispatch = Arc::clone(dispatch);
-        tokio::spawn(async move {
-            if let Some(workflow) = dispatch.client.registry().get(&row.kind, version) {
-                let waits = Arc::clone(&dispatch.waits);
-                match task::run(execution, version, workflow, waits, slot).await {
-                    Ok(Ran::Halted(reason)) => {
-                        tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
-                        record_halt(&dispatch, row.execution_id, reason).await;
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::warn!(execution_id = %row.execution_id, %error, "a workflow run could not end");
-                    }
-                }
-            }
-            dispatch.capacity.add(&row.queue, -1);
-            dispatch.notify.notify_one();
-        });
+        let id = claim.row().execution_id;
+        if let Some(picked) = picked.iter().find(|picked| picked.id == id) {
+            runs::spawn(dispatch, claim, picked.version, picked.queue.clone());
+        }
     }
     Ok(())
 }

@@ -52,6 +52,8 @@
 //! ```
 
 mod builder;
+mod capacity;
+mod claims;
 mod client;
 mod clock;
 mod context;
@@ -59,6 +61,7 @@ mod dispatcher;
 mod error;
 mod events;
 mod handle;
+mod handover;
 mod messages;
 mod names;
 mod options;
@@ -68,6 +71,7 @@ mod recovery;
 mod registry;
 mod resume;
 mod run;
+mod runs;
 mod runtime;
 mod start;
 mod store;
@@ -87,4 +91,5 @@ pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
+pub use start::StartOutcome;
 pub use waiting::PARK_AFTER_DEFAULT;

@@ -101,7 +101,6 @@ impl Runtime {
             }
         };
         let waits = std::sync::Arc::clone(&dispatch.waits);
-        // A run with no queue holds no slot of a limited one.
         let ran = task::run(execution, version, workflow, waits, None).await;
         drop(place);
         match ran? {

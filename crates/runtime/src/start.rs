@@ -35,9 +35,20 @@ struct StartRequest {
 
 /// What a start transaction decided. A refusal has written nothing.
 enum Starting {
-    /// The execution with this id: new, or the one that already existed.
-    Execution(Uuid),
+    /// The execution the start names: the new one, or the one that already existed.
+    Execution(Uuid, StartOutcome),
     Refused(Error),
+}
+
+/// Whether a start created its execution ([`Client::start_with_outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartOutcome {
+    /// The start created the execution, in its transaction.
+    New,
+    /// The execution existed already (the same id, or the unfinished holder of the
+    /// deduplication key with [`OnDuplicate::ReturnExisting`]); nothing was written.
+    Existing,
 }
 
 impl Client {
@@ -68,6 +79,27 @@ impl Client {
         input: &I,
         options: StartOptions,
     ) -> Result<WorkflowHandle<O>>
+    where
+        I: Serialize + 'static,
+        O: DeserializeOwned + 'static,
+    {
+        let (handle, _) = self.start_with_outcome(kind, id, input, options).await?;
+        Ok(handle)
+    }
+
+    /// As [`Client::start`], and says whether this call created the execution or found it
+    /// (decided in the start's own transaction, so two racing starts of one id never both
+    /// say [`StartOutcome::New`]).
+    ///
+    /// # Errors
+    /// As [`Client::start`].
+    pub async fn start_with_outcome<I, O>(
+        &self,
+        kind: &str,
+        id: Uuid,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<(WorkflowHandle<O>, StartOutcome)>
     where
         I: Serialize + 'static,
         O: DeserializeOwned + 'static,
@@ -105,7 +137,7 @@ impl Client {
             .write(move |conn| start_in(conn, &request, now))
             .await?;
         match starting {
-            Starting::Execution(id) => Ok(self.handle(id)),
+            Starting::Execution(id, outcome) => Ok((self.handle(id), outcome)),
             Starting::Refused(error) => Err(error),
         }
     }
@@ -145,7 +177,9 @@ fn start_in(
         match execution_status(conn, holder)? {
             Some(status) if !status.is_final() => {
                 return Ok(match on_duplicate {
-                    OnDuplicate::ReturnExisting => Starting::Execution(holder),
+                    OnDuplicate::ReturnExisting => {
+                        Starting::Execution(holder, StartOutcome::Existing)
+                    }
                     OnDuplicate::Reject => Starting::Refused(Error::Duplicate {
                         queue: dedup_queue.to_owned(),
                         key: key.clone(),
@@ -174,7 +208,7 @@ fn start_in(
     match inserted {
         Inserted::New => {}
         Inserted::Exists { kind, .. } if kind == request.kind => {
-            return Ok(Starting::Execution(request.id));
+            return Ok(Starting::Execution(request.id, StartOutcome::Existing));
         }
         Inserted::Exists { kind, .. } => {
             return Ok(Starting::Refused(Error::IdConflict {
@@ -200,5 +234,5 @@ fn start_in(
             dedup,
         },
     )?;
-    Ok(Starting::Execution(request.id))
+    Ok(Starting::Execution(request.id, StartOutcome::New))
 }

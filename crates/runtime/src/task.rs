@@ -7,14 +7,11 @@
 use std::sync::Arc;
 
 use durably_journal::Execution;
-use durably_journal::lifecycle::record_execution_event;
-use rusqlite::Connection;
 use serde_json::json;
-use uuid::Uuid;
 
-use crate::clock::Clock;
 use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
+use crate::handover::HandOver;
 use crate::registry::Workflow;
 use crate::waiting::Waits;
 
@@ -40,45 +37,19 @@ pub(crate) enum Ran {
     Parked,
 }
 
-/// The audit event of the end of a run that held a slot of a limited queue: with the
-/// `claimed` event of its claim, it lets a checker recount the queue's slots in commit order.
-pub(crate) const EVENT_RELEASED: &str = "released";
-
-/// A slot of a limited queue that a run holds; the transaction that ends the run gives it back
-/// with a [`EVENT_RELEASED`] event.
-pub(crate) struct HeldSlot {
-    pub(crate) queue: String,
-    pub(crate) clock: Arc<dyn Clock>,
-}
-
-/// The hook that ends a run's stint in its queue, in the finalizing transaction.
-fn release(
-    slot: Option<HeldSlot>,
-    id: Uuid,
-) -> impl FnOnce(&Connection) -> durably_journal::Result<()> + Send + 'static {
-    move |conn| match slot {
-        Some(slot) => {
-            let detail = json!({ "queue": slot.queue });
-            record_execution_event(conn, slot.clock.now(), id, None, EVENT_RELEASED, &detail)
-        }
-        None => Ok(()),
-    }
-}
-
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
-/// with what the workflow returned, in the transaction that releases the lock and, for a run
-/// holding a `slot` of a limited queue, records its release; or parked by one of its waits.
+/// with what the workflow returned, in the transaction that releases the lock (and, with a
+/// `hand_over`, claims the run's successor); or parked by one of its waits.
 pub(crate) async fn run(
     mut execution: Execution,
     version: u32,
     workflow: &Workflow,
     waits: Arc<Waits>,
-    slot: Option<HeldSlot>,
+    hand_over: Option<&HandOver>,
 ) -> Result<Ran> {
     execution.defer_results();
-    let id = execution.id();
     let input: serde_json::Value = execution.input()?;
-    let (context, context_slot, parked) = WorkflowContext::new(execution, version, waits);
+    let (context, slot, parked) = WorkflowContext::new(execution, version, waits);
     let outcome = match workflow.start(context, input) {
         Ok(running) => tokio::select! {
             outcome = running => Some(outcome),
@@ -87,13 +58,13 @@ pub(crate) async fn run(
         },
         Err(_) => None,
     };
-    let mut context_slot = context_slot.lock().await;
-    let execution = context_slot.execution.take().ok_or_else(|| {
+    let mut slot = slot.lock().await;
+    let execution = slot.execution.take().ok_or_else(|| {
         Error::Journal(durably_journal::Error::Inconsistent(
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
-    if let Some(reason) = context_slot.halted.take() {
+    if let Some(reason) = slot.halted.take() {
         // What the run recorded before it stopped stays recorded, so the failure accounting
         // sees its progress; a flush that fails (the lock is lost, the open raced) loses only
         // steps that run again. Dropping the handle then releases the lock and leaves the
@@ -103,27 +74,26 @@ pub(crate) async fn run(
             tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
         }
         drop(execution);
-        return Ok(if context_slot.raced {
+        return Ok(if slot.raced {
             Ran::Raced
         } else {
             Ran::Halted(reason)
         });
     }
     let (ended, ran) = match outcome {
-        Some(Ok(output)) => (
-            execution.complete_with(&output, release(slot, id)).await,
-            Ran::Completed(output),
-        ),
-        Some(Err(error)) => (
-            execution.fail_with(&error, release(slot, id)).await,
-            Ran::Failed,
-        ),
+        Some(Ok(output)) => {
+            let ended = match hand_over {
+                Some(hand_over) => hand_over.complete(execution, &output).await,
+                None => execution.complete(&output).await,
+            };
+            (ended, Ran::Completed(output))
+        }
+        Some(Err(error)) => (fail(execution, &error, hand_over).await, Ran::Failed),
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
             let error = json!({ "bad_input": reason });
-            let ended = execution.fail_with(&error, release(slot, id)).await;
-            (ended, Ran::BadInput)
+            (fail(execution, &error, hand_over).await, Ran::BadInput)
         }
     };
     match ended {
@@ -134,6 +104,18 @@ pub(crate) async fn run(
             fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
             Ok(ran)
         }
+    }
+}
+
+/// Fails `execution` with `error`, claiming its successor beside the end with a `hand_over`.
+async fn fail(
+    execution: Execution,
+    error: &impl serde::Serialize,
+    hand_over: Option<&HandOver>,
+) -> durably_journal::Result<()> {
+    match hand_over {
+        Some(hand_over) => hand_over.fail(execution, error).await,
+        None => execution.fail(error).await,
     }
 }
 

@@ -11,7 +11,9 @@ pub mod resume_memory;
 pub mod runtime_load;
 pub mod scale;
 pub mod scheduler;
+pub mod send_wake;
 pub mod seq;
+pub mod timer_wake;
 pub mod workflows;
 
 use std::path::Path;

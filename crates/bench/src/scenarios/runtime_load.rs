@@ -236,15 +236,42 @@ pub struct Reference {
     pub batching: String,
 }
 
-/// The reference figure of the runtime scenarios: `load` on a fresh journal at `path`,
-/// through a runtime at [`CONCURRENCY`] with no queue, started and awaited as [`drive`] does.
+/// The reference figure of the runtime scenarios, the issue's "`workflows` at concurrency
+/// 64": `load` on a fresh journal at `path`, through a runtime at [`CONCURRENCY`], as
+/// `workflows --concurrency 64` runs it: [`PRODUCERS`] tasks each calling `Runtime::run` for
+/// one workflow after another (the execution's row and lock ride on its first write, its end
+/// on its last, and the task runs it itself: no claim, no pass).
 pub async fn reference(context: &Context, path: &Path, load: Load) -> Result<Reference> {
     let journal = context.journal(path)?;
     let runtime = builder(journal.clone(), &StepSamples::default(), None)
         .start()
         .await?;
     let (writer_before, occupancy) = (WriterSnapshot::take(&journal), Occupancy::start(&journal));
-    let elapsed = drive(&runtime, load, None, context.execution_ids).await?;
+    let next = Arc::new(AtomicU32::new(0));
+    let began = Instant::now();
+    let mut runners = Vec::with_capacity(PRODUCERS);
+    for _ in 0..PRODUCERS {
+        let (runtime, next, ids) = (runtime.clone(), Arc::clone(&next), context.execution_ids);
+        runners.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < load.workflows {
+                let input: Input = (load.steps, load.guarded);
+                let ran: u32 = runtime
+                    .run(KIND, ids.new_id(), &input, StartOptions::default())
+                    .await?;
+                if ran != load.steps {
+                    return Err(BenchError::Unexpected(format!(
+                        "a workflow ran {ran} of {} steps",
+                        load.steps
+                    )));
+                }
+            }
+            Ok(())
+        }));
+    }
+    for runner in runners {
+        runner.await??;
+    }
+    let elapsed = began.elapsed();
     let mean_running = occupancy.mean().await?;
     let batching = batching_note(&journal, writer_before);
     runtime.shutdown();

@@ -1,21 +1,27 @@
-//! `durably show ID [--limit N] [--after SEQ] [--events-after ID]`: one execution, a page of its
-//! steps and a page of its audit events. Payloads appear only as bounded, escaped previews,
-//! which the journal reads in SQL, so an execution of any length and payloads of any size cost
+//! `durably show ID [--limit N] [--after SEQ] [--events-after ID] [--messages-before ID]
+//! [--workflow-events-before SEQ]`: one execution, a page of its steps and a page of its audit
+//! events, and for an execution of the runtime its runtime block and pages of its messages and
+//! workflow events (see [`super::show_runtime`]). Payloads appear only as bounded, escaped
+//! previews, which are read in SQL, so an execution of any length and payloads of any size cost
 //! one page.
 
 use std::fmt::Write as _;
 
 use durably::lock::format_timestamp;
 use durably::operator::SeenIntent;
-use durably::{EventRecord, ExecutionRecord, Inspector, PayloadPreview, StepRecord, StepState};
+use durably::{
+    EventRecord, ExecutionRecord, Inspector, PayloadPreview, Status, StepRecord, StepState,
+};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::show_runtime::{self, RuntimeShown};
 use crate::cli::ShowArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
 use crate::escape::{escape, preview, preview_opt};
 use crate::output::{Table, or_dash, print, print_json};
+use crate::runtime_rows::{self, Pages};
 
 /// `show --json`. Stable fields.
 #[derive(Debug, Serialize)]
@@ -28,6 +34,8 @@ struct Shown {
     events: Vec<Event>,
     /// The `--events-after` that shows the next page of events; `None` on the last page.
     events_next_after: Option<i64>,
+    #[serde(flatten)]
+    runtime: RuntimeShown,
 }
 
 /// `ls --json`'s row, then the payload previews; flattening keeps the documented field order.
@@ -70,9 +78,9 @@ struct Event {
 }
 
 impl Execution {
-    fn from_record(record: &ExecutionRecord<PayloadPreview>) -> Self {
+    fn from_record(record: &ExecutionRecord<PayloadPreview>, position: Option<u64>) -> Self {
         Self {
-            row: super::ls::Row::from_record(record),
+            row: super::ls::Row::from_record(record, position),
             input_preview: preview(&record.input),
             output_preview: preview_opt(record.output.as_ref()),
             error_preview: preview_opt(record.error.as_ref()),
@@ -144,8 +152,14 @@ fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
     let steps_next_after = next_page(&mut steps, args.limit).map(|last| last.seq);
     let mut events = previews.events_page(id, args.events_after, page_and_one)?;
     let events_next_after = next_page(&mut events, args.limit).map(|last| last.id);
+    let pages = Pages {
+        rows: page_and_one,
+        messages_before: args.messages_before,
+        events_before: args.workflow_events_before,
+    };
+    let reading = runtime_rows::read(inspector, id, record.status == Status::Queued, pages)?;
     Ok(Shown {
-        execution: Execution::from_record(&record),
+        execution: Execution::from_record(&record, reading.position),
         holder,
         steps: steps
             .iter()
@@ -154,12 +168,13 @@ fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
         steps_next_after,
         events: events.iter().map(Event::from_record).collect(),
         events_next_after,
+        runtime: RuntimeShown::new(reading, args.limit),
     })
 }
 
 /// Cuts `rows`, read with one row past the page, to `limit`, and returns the page's last row
 /// when a next page follows it.
-fn next_page<T>(rows: &mut Vec<T>, limit: u32) -> Option<&T> {
+pub(super) fn next_page<T>(rows: &mut Vec<T>, limit: u32) -> Option<&T> {
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     if more { rows.last() } else { None }
@@ -211,6 +226,13 @@ fn render(shown: &Shown) -> String {
     for (label, value) in fields {
         let _ = writeln!(text, "{label:<10} {value}");
     }
+    if let Some(detail) = &row.status_detail {
+        let _ = writeln!(text, "{:<10} {detail}", "detail");
+    }
+    if let Some(at) = &row.cancel_requested_at {
+        let reason = row.cancel_reason.as_deref().unwrap_or("no reason given");
+        let _ = writeln!(text, "{:<10} requested at {at}: {reason}", "cancel");
+    }
     let holder = shown.holder.as_ref().map_or_else(
         || "nobody".to_owned(),
         |holder| {
@@ -221,6 +243,7 @@ fn render(shown: &Shown) -> String {
         },
     );
     let _ = writeln!(text, "{:<10} {holder}", "held by");
+    text.push_str(&show_runtime::render(&shown.runtime, row));
     text.push_str(&render_steps(shown));
     text.push_str(&render_events(shown));
     text

@@ -46,11 +46,12 @@ pub(crate) struct Fence {
     /// What the next write carries. Taken by the request that writes it, inside its
     /// transaction: a request that never ran (the database was busy) leaves it here.
     carry: Arc<Mutex<Carry>>,
-    /// Never read: keeps the journal open while a handle (or its heartbeat task) can still
-    /// write. The journal's last drop joins its writer thread, which ends only once every
-    /// writer handle is gone; a fence that outlived the journal would make that join wait on
-    /// a task that cannot run meanwhile.
-    _journal: Journal,
+    /// Keeps the journal open while a handle (or its heartbeat task) can still write. The
+    /// journal's last drop joins its writer thread, which ends only once every writer handle
+    /// is gone; a fence that outlived the journal would make that join wait on a task that
+    /// cannot run meanwhile. Read only by an end that claims other executions, which need
+    /// fences of their own.
+    journal: Journal,
 }
 
 impl Fence {
@@ -74,8 +75,13 @@ impl Fence {
             epoch: Arc::new(AtomicU64::new(epoch)),
             clock: Arc::clone(&journal.inner.clock),
             carry: Arc::new(Mutex::new(carry)),
-            _journal: journal.clone(),
+            journal: journal.clone(),
         }
+    }
+
+    /// The journal this fence writes to.
+    pub(crate) fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// The epoch as the token handed to step closures: 0 before a deferred open.

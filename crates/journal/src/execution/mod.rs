@@ -118,6 +118,11 @@ impl Execution {
         self.fence.token()
     }
 
+    /// The journal the execution is in.
+    pub(crate) fn journal(&self) -> &crate::journal::Journal {
+        self.fence.journal()
+    }
+
     /// The sequence number the next step will get.
     pub fn next_seq(&self) -> u32 {
         self.next_seq
@@ -265,6 +270,19 @@ impl Execution {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        self.complete_returning(output, also).await
+    }
+
+    /// [`Execution::complete_with`], handing back what `also` returned once the end committed.
+    pub(crate) async fn complete_returning<T, F>(
+        self,
+        output: &impl Serialize,
+        also: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
         let output = payload::encode(
             output,
             "the execution output",
@@ -301,6 +319,15 @@ impl Execution {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        self.fail_returning(error, also).await
+    }
+
+    /// [`Execution::fail_with`], handing back what `also` returned once the end committed.
+    pub(crate) async fn fail_returning<T, F>(self, error: &impl Serialize, also: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
         let error = payload::encode(
             error,
             "the execution error",
@@ -309,14 +336,16 @@ impl Execution {
         self.finalize(Status::Failed, error, also).await
     }
 
-    async fn finalize<F>(mut self, status: Status, payload: String, also: F) -> Result<()>
+    async fn finalize<T, F>(mut self, status: Status, payload: String, also: F) -> Result<T>
     where
-        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         self.refuse_if_released()?;
         let (id, next_seq) = (self.id, self.next_seq);
         let release = Arc::clone(&self.fence);
-        self.fence
+        let also = self
+            .fence
             .write(move |conn, resource, now| {
                 if status == Status::Completed
                     && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
@@ -327,13 +356,14 @@ impl Execution {
                     )));
                 }
                 step_rows::finalize_row(conn, resource, status, &payload, now)?;
-                also(conn)?;
-                release.release_in(conn)
+                let also = also(conn)?;
+                release.release_in(conn)?;
+                Ok(also)
             })
             .await?;
         self.finalized = true;
         tracing::info!(execution_id = %self.id, status = status.as_str(), "finalized");
-        Ok(())
+        Ok(also)
     }
 }
 

@@ -1,0 +1,115 @@
+//! Claims of queued executions for this process, inside a journal transaction: the
+//! dispatcher's passes and the end of a run that hands its place to a successor
+//! ([`crate::handover`]) both claim through [`claim_from`], so both keep every limit the same
+//! way.
+//!
+//! - A queue's limit across all processes is counted in the claiming transaction, which also
+//!   marks the claims `running`: two processes' claims can never exceed it together (R2).
+//! - This process's limits (over all queues, and per queue) are checked and its place taken
+//!   under [`Capacity`]'s lock at the moment of each claim, in the writer's thread, so a claim
+//!   of a pass, a hand-over and a [`crate::Runtime::run`] can never take the same place.
+//! - Candidates are read among the kinds this process serves, so executions of other kinds
+//!   waiting ahead never hide the ones it can run; FIFO holds among the kinds it serves.
+
+use chrono::{DateTime, Utc};
+use durably_journal::lifecycle::{
+    claimable, record_execution_event, recorded_steps, running_in_queue,
+};
+use durably_journal::{Claimer, Status};
+use rusqlite::Connection;
+use uuid::Uuid;
+
+use crate::dispatcher::{CLAIM_SCAN_MAX, Capacity, EVENT_CLAIMED, QueueKey};
+use crate::registry::Registry;
+use crate::store;
+
+/// A claim taken in a transaction: the execution, the version it was started with, and the
+/// queue whose place in this process it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Picked {
+    pub(crate) id: Uuid,
+    pub(crate) version: u32,
+    pub(crate) queue: QueueKey,
+}
+
+/// Where a claim's place in this process comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place<'a> {
+    /// A place free now (a dispatcher's pass).
+    Free,
+    /// The place a run ending in this transaction holds in queue `from`.
+    HandedOver(&'a QueueKey),
+}
+
+/// Claims up to `wanted` candidates of `queue` of the kinds `registry` serves, each with a
+/// place in `capacity` taken as `place` says, and appends each claim to `picked` at once: a
+/// caller whose transaction then fails gives back every place in `picked`.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn claim_from(
+    conn: &Connection,
+    claimer: &mut Claimer,
+    (registry, capacity): (&Registry, &Capacity),
+    (queue, wanted): (&QueueKey, u32),
+    place: Place<'_>,
+    now: DateTime<Utc>,
+    picked: &mut Vec<Picked>,
+) -> durably_journal::Result<()> {
+    let limited = match queue {
+        Some(name) => store::stored_queue(conn, name)?.and_then(|q| q.concurrency_max),
+        None => None,
+    };
+    let mut room = match (queue, limited) {
+        (Some(name), Some(limit)) => {
+            wanted.min(limit.saturating_sub(running_in_queue(conn, name)?))
+        }
+        _ => wanted,
+    };
+    if room == 0 {
+        return Ok(());
+    }
+    let kinds = served_kinds(registry);
+    for (id, kind) in claimable(conn, queue.as_deref(), &kinds, CLAIM_SCAN_MAX)? {
+        if room == 0 {
+            break;
+        }
+        // A version this process does not serve is passed over.
+        let Some(version) = store::started_version(conn, id)? else {
+            continue;
+        };
+        if registry.get(&kind, version).is_none() {
+            continue;
+        }
+        // Held across the claim, so that nothing else takes the place between the look and
+        // the claim: the claim is a few statements in this thread.
+        let mut places = capacity.places();
+        if !places.fits(queue, place) {
+            break;
+        }
+        if claimer.claim(conn, id, Status::Queued)?.is_none() {
+            continue;
+        }
+        places.take(queue, place);
+        drop(places);
+        picked.push(Picked {
+            id,
+            version,
+            queue: queue.clone(),
+        });
+        store::set_steps_at_open(conn, id, recorded_steps(conn, id)?)?;
+        if limited.is_some() {
+            let detail = serde_json::json!({ "queue": queue });
+            record_execution_event(conn, now, id, None, EVENT_CLAIMED, &detail)?;
+        }
+        room -= 1;
+    }
+    Ok(())
+}
+
+/// The kinds `registry` serves, each once.
+pub(crate) fn served_kinds(registry: &Registry) -> Vec<&str> {
+    let mut kinds: Vec<&str> = registry.kinds().map(|(kind, _)| kind).collect();
+    kinds.dedup();
+    kinds
+}
