@@ -98,13 +98,6 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
         matches!(&error, Error::Locked { pid, .. } if *pid == holder.pid()),
         "{error:?}"
     );
-    let error = runtime
-        .block_on(journal.operator().cancel(id, "operator"))
-        .unwrap_err();
-    assert!(
-        matches!(&error, Error::Locked { pid, .. } if *pid == holder.pid()),
-        "{error:?}"
-    );
     assert!(
         journal.recoverable().unwrap().is_empty(),
         "a live holder's execution is recoverable"

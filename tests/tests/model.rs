@@ -1,10 +1,11 @@
 //! Guarantee: under any sequence of opens, steps of every kind and policy, crashes (also inside
-//! a guarded step's ambiguous window), reopens, operator resolves, finalizes, cancels, orphan
-//! sweeps and retention sweeps, the journal shows exactly what a plain in-memory model says it
-//! must: every execution's status, open count, output and error; every step's state, result,
-//! error and attempts; `recoverable()`; and how many times every closure and reconcile probe
-//! ran (a recorded step never runs again; an ambiguous one runs again only when its policy
-//! says so).
+//! a guarded step's ambiguous window), reopens, operator resolves, finalizes, cancels (at once,
+//! or as a request to a live handle, whose writes are then refused but a guarded step's result
+//! and `fail`), orphan sweeps and retention sweeps, the journal shows exactly what a plain
+//! in-memory model says it must: every execution's status, open count, output, error and
+//! pending cancel request; every step's state, result, error and attempts; `recoverable()`; and
+//! how many times every closure and reconcile probe ran (a recorded step never runs again; an
+//! ambiguous one runs again only when its policy says so).
 //!
 //! Method: a proptest state machine. Each case draws a program for each of three executions
 //! and a sequence of operations, applies them to a real journal in a temporary directory and

@@ -71,7 +71,9 @@ pub enum Command {
     Gc(GcArgs),
     /// Answer for a step stuck in the ambiguous window (intent recorded, no result).
     Resolve(ResolveArgs),
-    /// Cancel an execution that no live process holds. It never runs again.
+    /// Cancel an execution. One that no live process runs is cancelled at once; the process
+    /// that runs one is asked to stop, and ends it cancelled before its next step (a guarded
+    /// step already running finishes first). It does not run again unless resumed.
     Cancel {
         /// The execution id (a UUID; `durably ls` lists them).
         #[arg(value_parser = parse_execution_id)]
@@ -281,6 +283,10 @@ pub struct ResumeArgs {
     /// The execution id (a UUID; `durably ls --status stuck` lists the stuck ones).
     #[arg(value_parser = parse_execution_id)]
     pub id: Uuid,
+    /// A new deadline: cancel it (reason `timeout`) if it has not ended after this long
+    /// (`2h`, `7d`), or at this RFC 3339 time. Without it, the old deadline is cleared.
+    #[arg(long, value_name = "DUR", value_parser = parse_deadline)]
+    pub deadline: Option<Deadline>,
 }
 
 /// Arguments of `gc`.

@@ -430,16 +430,27 @@ fn resolve_records_an_answer_and_refuses_what_is_not_ambiguous() {
 }
 
 #[test]
-fn cancel_is_refused_while_held_and_final_afterwards() {
+fn cancel_asks_a_live_holder_and_is_final_afterwards() {
     let fixture = fixture();
     let db = fixture.db_arg();
     let ambiguous = fixture.ambiguous.to_string();
     let runtime = runtime();
     let held = hold(&runtime, &fixture.db, fixture.ambiguous);
-    let refused = durably(&["--db", db, "cancel", &ambiguous]);
-    assert_stderr_says(&refused, 1, "held by live process");
+    let requested = durably(&["--db", db, "cancel", &ambiguous]);
+    assert_code(&requested, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&requested.stdout),
+        format!("cancel requested (held by pid {})\n", std::process::id())
+    );
+    let again = json(&durably(&["--db", db, "--json", "cancel", &ambiguous]));
+    assert_eq!(
+        again,
+        serde_json::json!({
+            "execution_id": ambiguous, "status": "cancel_requested", "pid": std::process::id()
+        })
+    );
     // Dropping the last handle of its journal waits for the writer to commit the release and
-    // close the file.
+    // close the file. The holder wrote nothing, and no live process holds it now.
     drop(held);
 
     let cancelled = json(&durably(&[

@@ -2,7 +2,7 @@
 //! journal that a runtime of another process serves: a start is durable and idempotent by id
 //! and says whether it created the execution, `--wait` prints the outcome with exit code 0
 //! only when it completed (and stops waiting when only an operator can move it on), a message is delivered once per key, and a stuck execution goes
-//! back to its queue. Every refusal of the runtime plan's §9 table gets its exit code (2 for
+//! back to its queue, with a new deadline when `resume --deadline` gives one. Every refusal of the runtime plan's §9 table gets its exit code (2 for
 //! a bad name, JSON, id or option; 1 for the rest) and a hint, and leaves the journal exactly
 //! as it was, rows and schema; on a journal no runtime has used, they do not even add the
 //! runtime's tables.
@@ -279,12 +279,23 @@ fn a_stuck_execution_is_resumed_and_other_resumes_are_refused() {
     // Claimed again, it fails again: stuck after three more runs.
     journal.wait_for(stuck, Status::Stuck);
     assert_eq!(journal.journal.get(stuck).unwrap().unwrap().opens, 6);
-    let resumed = json(&journal.durably(&["--json", "resume", &stuck_arg]));
+    let resumed = json(&journal.durably(&["--json", "resume", &stuck_arg, "--deadline", "2h"]));
     assert_eq!(
         resumed,
         serde_json::json!({ "execution_id": stuck_arg, "status": "queued" })
     );
     journal.wait_for(stuck, Status::Stuck);
+    let deadline: Option<String> = journal
+        .journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT deadline_at FROM runtime_executions WHERE execution_id = ?1",
+                [&stuck_arg],
+                |row| row.get(0),
+            )?)
+        })
+        .unwrap();
+    assert!(deadline.is_some(), "resume --deadline set a new deadline");
 
     let queued = journal.start(UNSERVED, "null", &[]).to_string();
     // Held by this process for the rest of the test, so no sweep touches it meanwhile.
@@ -293,11 +304,16 @@ fn a_stuck_execution_is_resumed_and_other_resumes_are_refused() {
         .tokio
         .block_on(common::open(&journal.journal, hand, "by hand"));
     let (hand, nobody) = (hand.to_string(), uuid::Uuid::new_v4().to_string());
-    let cases: [(&[&str], i32, &str); 4] = [
+    let cases: [(&[&str], i32, &str); 5] = [
         (
             &["resume", &queued],
             1,
             "is queued; only a stuck or cancelled",
+        ),
+        (
+            &["resume", &stuck_arg, "--deadline", "soon"],
+            2,
+            "--deadline",
         ),
         (&["resume", &hand], 1, "was not started through the runtime"),
         (&["resume", &nobody], 1, "does not exist"),

@@ -96,8 +96,8 @@ pub use durably_journal::{
 /// Operator actions: `journal.operator()` and what its actions take and report.
 pub mod operator {
     pub use durably_journal::{
-        GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX, SeenIntent,
-        SeenIntentParseError, SweepReport,
+        CancelOutcome, GcOptions, GcReport, Operator, Reclaimed, Resolution, SWEEP_BATCH_LOCKS_MAX,
+        SeenIntent, SeenIntentParseError, SweepReport,
     };
 }
 

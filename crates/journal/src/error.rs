@@ -315,6 +315,18 @@ pub enum Error {
     /// The execution was cancelled and never reopens.
     #[error("execution {0} was cancelled and never reopens")]
     Cancelled(Uuid),
+    /// An operator asked to cancel the execution while this handle held it: the write was
+    /// refused and nothing of it was written. Only a guarded step's result, `fail` and
+    /// `finish_cancelled` still write; end the execution with `finish_cancelled`.
+    #[error(
+        "execution {execution_id} has a cancel request pending ({reason}); nothing was written"
+    )]
+    CancelRequested {
+        /// The execution.
+        execution_id: Uuid,
+        /// The reason the operator gave.
+        reason: String,
+    },
     /// The execution waits for an operator to resolve a step left in the ambiguous window;
     /// no process reopens it until then. Nothing was written, and its lock was not touched.
     #[error(

@@ -93,7 +93,7 @@ pub use inspect::Previews;
 pub use inspector::Inspector;
 pub use journal::Journal;
 pub use open::{Finished, Opened};
-pub use operator::{Operator, Resolution};
+pub use operator::{CancelOutcome, Operator, Resolution};
 pub use payload::{PREVIEW_CHARS_MAX, Payload, PayloadPreview};
 pub use records::{
     AwaitingOperatorStep, EventRecord, ExecutionRecord, LIST_LIMIT_DEFAULT, ListFilter, StepRecord,

@@ -4,9 +4,11 @@
 //! SQL on the journal's tables and its own rows commit with each change.
 //!
 //! Each status change is a compare-and-swap on the status it expects, and returns whether it
-//! applied: a row another process moved first is left alone. None of them touches a `running`
-//! execution (its lock holder owns it), and none writes an audit event: the caller records the
-//! one it means with [`record_execution_event`], in the same transaction.
+//! applied: a row another process moved first is left alone. None of them moves a `running`
+//! execution (its lock holder owns it; [`request_cancel`] only asks it to stop), and none
+//! writes an audit event but the two cancel functions, whose events the crash checker reads:
+//! the caller records the one it means with [`record_execution_event`], in the same
+//! transaction.
 
 use chrono::{DateTime, Utc};
 use durably_lock::format_timestamp;
@@ -401,10 +403,234 @@ pub fn queue_positions(conn: &Connection, ids: &[Uuid]) -> Result<Vec<(Uuid, u64
     Ok(positions)
 }
 
+/// The longest cancel reason, in bytes (`executions.cancel_reason` holds at most this).
+pub const CANCEL_REASON_BYTES_MAX: usize = 1024;
+
+/// The reason of execution `id`'s pending cancel request, if one is pending: a holder must
+/// stop, and a claim or a recovery must cancel instead of running it. One primary-key seek.
+///
+/// # Errors
+/// A storage error.
+pub fn pending_cancel(conn: &Connection, id: Uuid) -> Result<Option<String>> {
+    pending_cancel_of(conn, &id.to_string())
+}
+
+/// [`pending_cancel`] by the execution id's text, as fences name their execution.
+pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Option<String>> {
+    let reason: Option<Option<String>> = conn
+        .prepare_cached(
+            "SELECT cancel_reason FROM executions
+             WHERE execution_id = ?1 AND cancel_requested_at IS NOT NULL",
+        )?
+        .query_row(params![resource], |row| row.get(0))
+        .optional()?;
+    Ok(reason.map(Option::unwrap_or_default))
+}
+
+/// The SQL of [`cancel_requests`]: it reads only the `executions_cancel_requested` index,
+/// named because the planner, without statistics, would scan every running execution through
+/// `executions_by_status` instead.
+const CANCEL_REQUESTS: &str =
+    "SELECT execution_id, cancel_reason FROM executions INDEXED BY executions_cancel_requested
+     WHERE cancel_requested_at IS NOT NULL AND status = 'running' LIMIT ?1";
+
+/// Running executions with a pending cancel request, at most `max`, as (id, reason): what a
+/// process driving executions checks after another process committed, to stop the ones it
+/// holds. Reads only the partial index of pending requests, which holds a row only until its
+/// holder ends the execution.
+///
+/// # Errors
+/// A storage error, or [`Error::Inconsistent`] for a damaged id.
+pub fn cancel_requests(conn: &Connection, max: u32) -> Result<Vec<(Uuid, String)>> {
+    let mut statement = conn.prepare_cached(CANCEL_REQUESTS)?;
+    let rows = statement.query_map(params![max], |row| {
+        Ok((
+            records::uuid(row, 0)?,
+            row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+        ))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Asks the live holder of `running` execution `id` to stop: records the request (once: a
+/// second request keeps the first's time and reason) and a `cancel_requested` event naming the
+/// newest step row of the execution at this commit. From this commit on, the holder's writes
+/// are refused but a guarded step's result, `fail` and `finish_cancelled` (R5), so no step row
+/// gets a larger id. Returns whether a request was recorded; `false` when one was pending or
+/// the execution is not running.
+///
+/// # Errors
+/// [`Error::PayloadTooLarge`] for a reason over [`CANCEL_REASON_BYTES_MAX`], a storage error.
+pub fn request_cancel(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> Result<bool> {
+    request_cancel_at(conn, id, &format_timestamp(now), reason)
+}
+
+/// [`request_cancel`] at `now` in the journal's text form.
+pub(crate) fn request_cancel_at(
+    conn: &Connection,
+    id: Uuid,
+    now: &str,
+    reason: &str,
+) -> Result<bool> {
+    check_reason(reason)?;
+    let resource = id.to_string();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET cancel_requested_at = ?2, cancel_reason = ?3, updated_at = ?2
+             WHERE execution_id = ?1 AND status = 'running' AND cancel_requested_at IS NULL",
+        )?
+        .execute(params![resource, now, reason])?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    let detail =
+        serde_json::json!({ "reason": reason, "last_step_id": newest_step_row(conn, id)? });
+    events::record(
+        conn,
+        now,
+        Some(&resource),
+        None,
+        crate::records::event_kind::CANCEL_REQUESTED,
+        &detail,
+    )?;
+    Ok(true)
+}
+
+/// The id of execution `id`'s newest step row (`steps.id`: rows are inserted at a guarded
+/// step's intent or another step's result, in commit order, and a guarded step's result
+/// updates its intent's row). `None` before its first step. What a `cancel_requested` event
+/// records as `last_step_id`: no row of the execution is newer after the request (R5).
+///
+/// # Errors
+/// A storage error.
+pub fn newest_step_row(conn: &Connection, id: Uuid) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT max(id) FROM steps WHERE execution_id = ?1")?
+        .query_row(params![id.to_string()], |row| row.get(0))?)
+}
+
+/// Cancels execution `id` at once if it is parked (`queued`, `waiting`, `stuck`,
+/// `awaiting_operator`) or `interrupted`: nobody holds it, so nothing of it runs. It becomes
+/// `cancelled` with error `{"cancelled": reason}`, with a `cancelled` event. Its steps stay as
+/// they are: an intent in the ambiguous window survives, for an operator to resolve if the
+/// execution is resumed. Returns the status it had, if it moved.
+///
+/// # Errors
+/// [`Error::PayloadTooLarge`] for a reason over [`CANCEL_REASON_BYTES_MAX`], a storage error.
+pub fn cancel_now(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> Result<Option<Status>> {
+    let status = crate::extension::execution_status(conn, id)?;
+    match status {
+        Some(status) if status.is_parked() || status == Status::Interrupted => {
+            cancel_row(conn, id, status, &format_timestamp(now), reason)?;
+            Ok(Some(status))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Moves execution `id` from `was` to `cancelled` (compare-and-swap on `was`) with its
+/// `cancelled` event. The caller made sure nobody drives it: it is parked, or the caller
+/// holds its lock for the transaction.
+pub(crate) fn cancel_row(
+    conn: &Connection,
+    id: Uuid,
+    was: Status,
+    now: &str,
+    reason: &str,
+) -> Result<()> {
+    check_reason(reason)?;
+    let resource = id.to_string();
+    let error = serde_json::json!({ "cancelled": reason }).to_string();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET status = 'cancelled', error = ?3, updated_at = ?4,
+                                   finalized_at = ?4, due_at = NULL, wait_topic = NULL
+             WHERE execution_id = ?1 AND status = ?2",
+        )?
+        .execute(params![resource, was.as_str(), error, now])?;
+    if changed != 1 {
+        return Err(Error::Inconsistent(format!(
+            "execution {id} was expected {was} when it was cancelled"
+        )));
+    }
+    let detail = serde_json::json!({ "was": was.as_str(), "reason": reason });
+    events::record(
+        conn,
+        now,
+        Some(&resource),
+        None,
+        crate::records::event_kind::CANCELLED,
+        &detail,
+    )
+}
+
+fn check_reason(reason: &str) -> Result<()> {
+    if reason.len() > CANCEL_REASON_BYTES_MAX {
+        return Err(Error::PayloadTooLarge {
+            what: "the cancel reason".to_owned(),
+            bytes: reason.len(),
+            max: CANCEL_REASON_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Execution `id`'s `status_detail`: why it is in its status, for people and for callers
+/// deciding what an operator may do with it (a resume). `None` when it has none or does not
+/// exist.
+///
+/// # Errors
+/// A storage error, or [`Error::Inconsistent`] when the stored detail is not JSON.
+pub fn status_detail(conn: &Connection, id: Uuid) -> Result<Option<serde_json::Value>> {
+    let text: Option<Option<String>> = conn
+        .prepare_cached("SELECT status_detail FROM executions WHERE execution_id = ?1")?
+        .query_row(params![id.to_string()], |row| row.get(0))
+        .optional()?;
+    text.flatten()
+        .map(|text| {
+            serde_json::from_str(&text).map_err(|error| {
+                Error::Inconsistent(format!(
+                    "execution {id}: status_detail is not JSON: {error}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// Sets execution `id`'s `status_detail` (names, seqs and reasons, never payloads), in the
+/// transaction that gives it the status the detail explains (a finalize's hook).
+///
+/// # Errors
+/// A storage error.
+pub fn set_status_detail(conn: &Connection, id: Uuid, detail: &serde_json::Value) -> Result<()> {
+    conn.prepare_cached("UPDATE executions SET status_detail = ?2 WHERE execution_id = ?1")?
+        .execute(params![id.to_string(), detail.to_string()])?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::CLAIMABLE;
+    use super::{CANCEL_REQUESTS, CLAIMABLE};
     use crate::inspect::query_plan;
+
+    /// The holders' check reads only the partial index of pending requests.
+    #[test]
+    fn pending_requests_are_read_from_their_index() {
+        assert_eq!(
+            query_plan(CANCEL_REQUESTS, rusqlite::params![64]),
+            ["SCAN executions USING INDEX executions_cancel_requested"]
+        );
+    }
 
     /// Candidates are read from the claimable index in claim order, whatever kinds are asked
     /// for: the kind filter never makes the claim sort or scan the table.

@@ -18,7 +18,7 @@ use crate::ownership::{OwnLocks, acquire_or_locked, status_of};
 use crate::payload;
 use crate::records::event_kind;
 use crate::seen_intent::{self, SeenIntent};
-use crate::states::StepState;
+use crate::states::{Status, StepState};
 
 /// An operator's answer for a step stuck in the ambiguous window.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,42 +43,63 @@ impl Journal {
 }
 
 impl Operator<'_> {
-    /// Cancels an execution that no live process holds. A cancelled execution never reopens.
+    /// Cancels execution `id`, or asks its live holder to stop: see
+    /// [`Operator::cancel_with`].
     ///
     /// # Errors
-    /// [`Error::Locked`] while a live process holds it, [`Error::NotFound`],
-    /// [`Error::Refused`] when it has already finished.
-    pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<()> {
+    /// As [`Operator::cancel_with`].
+    pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<CancelOutcome> {
+        self.cancel_with(id, reason, |_| Ok(())).await
+    }
+
+    /// Cancels execution `id` with `reason`, running `also` in the same transaction (a crate
+    /// built on the journal clears its own rows: a deadline). A cancelled execution never
+    /// reopens on its own.
+    ///
+    /// - Nobody drives it (`queued`, `waiting`, `stuck`, `awaiting_operator`, `interrupted`,
+    ///   or `running` with a dead holder or a lock this process leaked): it is `cancelled` at
+    ///   once, under its lock for the transaction, with a `cancelled` event:
+    ///   [`CancelOutcome::Cancelled`].
+    /// - A live process holds it `running`: the request is recorded (once) with a
+    ///   `cancel_requested` event, and from this commit on that holder's writes are refused but
+    ///   a guarded step's result, `fail` and `finish_cancelled` (R5). The holder sees the
+    ///   refusal ([`Error::CancelRequested`]) and ends it with
+    ///   [`crate::Execution::finish_cancelled`]: [`CancelOutcome::Requested`].
+    ///
+    /// A step in the ambiguous window stays there either way: the effect may have happened,
+    /// and only an operator's answer says whether.
+    ///
+    /// # Errors
+    /// Nothing is written on any error: [`Error::NotFound`], [`Error::Refused`] when it has
+    /// already ended, [`Error::Locked`] when a live process holds an execution that is not
+    /// running (a moment's state: retry), [`Error::PayloadTooLarge`] for a reason over
+    /// [`crate::lifecycle::CANCEL_REASON_BYTES_MAX`], `also`'s own error, a storage error.
+    pub async fn cancel_with<A>(&self, id: Uuid, reason: &str, also: A) -> Result<CancelOutcome>
+    where
+        A: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        let journal = self.journal;
+        let (locker, now) = (Arc::clone(&journal.inner.locker), journal.now());
+        let handles = Arc::clone(&journal.inner.handles);
         let reason = reason.to_owned();
-        self.with_lock(id, move |conn, now| {
-            let status = status_of(conn, id)?;
-            if status.is_final() {
-                return Err(Error::Refused(format!(
-                    "execution {id} is already {status}; only running or interrupted executions \
-                     can be cancelled"
-                )));
+        let outcome = journal
+            .inner
+            .writer
+            .write(move |conn| {
+                cancel_in_transaction(conn, &locker, &handles, id, &now, &reason, also)
+            })
+            .await?;
+        match outcome {
+            CancelOutcome::Cancelled { .. } => {
+                fail::fail_point!("journal::after-cancel-commit", |_| std::process::abort());
             }
-            let error = json!({ "cancelled": reason }).to_string();
-            // What it waited for (a time, a topic) goes with the wait: only queued and waiting
-            // executions may keep one.
-            conn.prepare_cached(
-                "UPDATE executions SET status = 'cancelled', error = ?2, updated_at = ?3,
-                                       finalized_at = ?3, due_at = NULL, wait_topic = NULL
-                 WHERE execution_id = ?1",
-            )?
-            .execute(params![id.to_string(), error, now])?;
-            let detail = json!({ "was": status.as_str() });
-            let resource = id.to_string();
-            events::record(
-                conn,
-                now,
-                Some(&resource),
-                None,
-                event_kind::CANCELLED,
-                &detail,
-            )
-        })
-        .await
+            CancelOutcome::Requested { .. } => {
+                fail::fail_point!("journal::after-cancel-request-commit", |_| {
+                    std::process::abort()
+                });
+            }
+        }
+        Ok(outcome)
     }
 
     /// Records an operator's answer for step `seq`, stuck in the ambiguous window. An
@@ -178,6 +199,65 @@ impl Operator<'_> {
             .writer
             .write(move |conn| with_operator_lock(conn, &locker, &handles, id, &now, action))
             .await
+    }
+}
+
+/// What [`Operator::cancel_with`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// The execution is `cancelled` now.
+    Cancelled {
+        /// The status it had.
+        was: Status,
+    },
+    /// A live process holds it: the request is recorded, and that process ends it
+    /// `cancelled` at its next write (a guarded step already in flight finishes first).
+    Requested {
+        /// The holder's pid.
+        pid: i64,
+    },
+}
+
+/// The transaction of [`Operator::cancel_with`]. Every refusal returns before the first write.
+fn cancel_in_transaction<A>(
+    conn: &Connection,
+    locker: &Locker,
+    handles: &OpenHandles,
+    id: Uuid,
+    now: &str,
+    reason: &str,
+    also: A,
+) -> Result<CancelOutcome>
+where
+    A: FnOnce(&Connection) -> Result<()>,
+{
+    let status = status_of(conn, id)?;
+    if status.is_final() {
+        return Err(Error::Refused(format!(
+            "execution {id} is already {status}; only an unfinished execution can be cancelled"
+        )));
+    }
+    // As for every operator action: a handle of this journal may be driving it, else a lock
+    // of this instance is a leak.
+    let ours = if handles.contains(id) {
+        OwnLocks::Respect
+    } else {
+        OwnLocks::Reclaim
+    };
+    match acquire_or_locked(conn, locker, ours, id, now) {
+        Ok(epoch) => {
+            crate::lifecycle::cancel_row(conn, id, status, now, reason)?;
+            also(conn)?;
+            locker.release(conn, &id.to_string(), epoch)?;
+            Ok(CancelOutcome::Cancelled { was: status })
+        }
+        Err(Error::Locked { pid, .. }) if status == Status::Running => {
+            crate::lifecycle::request_cancel_at(conn, id, now, reason)?;
+            also(conn)?;
+            Ok(CancelOutcome::Requested { pid })
+        }
+        Err(error) => Err(error),
     }
 }
 

@@ -344,8 +344,12 @@ pub mod event_kind {
     pub const ATTEMPT_FAILED: &str = "attempt_failed";
     /// An operator resolved an ambiguous step.
     pub const OPERATOR_RESOLVED: &str = "operator_resolved";
-    /// An operator cancelled an execution.
+    /// An execution was cancelled: by an operator while nobody held it, by its deadline, or
+    /// by its holder on seeing a cancel request (`finish_cancelled`).
     pub const CANCELLED: &str = "cancelled";
+    /// An operator asked the live holder of a running execution to stop; the detail names the
+    /// newest step row (`last_step_id`) at that commit, after which no step row is added (R5).
+    pub const CANCEL_REQUESTED: &str = "cancel_requested";
     /// A running execution was parked `waiting` for a time or a message, its lock released.
     pub const PARKED: &str = "parked";
     /// A running execution was put back `queued`, its lock released.

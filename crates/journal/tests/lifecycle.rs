@@ -94,16 +94,18 @@ async fn a_finished_execution_reopens_as_finished_and_runs_nothing() {
 }
 
 #[tokio::test]
-async fn cancel_is_refused_while_held_and_a_cancelled_execution_never_reopens() {
+async fn cancel_asks_a_holder_to_stop_and_a_cancelled_execution_never_reopens() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = Uuid::new_v4();
     let execution = start(&journal, id).await;
 
-    let error = journal.operator().cancel(id, "operator").await.unwrap_err();
-    assert!(
-        matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
-        "{error:?}"
+    let outcome = journal.operator().cancel(id, "operator").await.unwrap();
+    assert_eq!(
+        outcome,
+        durably_journal::CancelOutcome::Requested {
+            pid: i64::from(std::process::id())
+        }
     );
     assert_eq!(
         journal.get(id).unwrap().unwrap().status,

@@ -82,11 +82,19 @@ async fn a_second_handle_in_the_same_journal_is_refused_not_reclaimed() {
         matches!(&error, Error::Locked { pid, .. } if *pid == i64::from(std::process::id())),
         "{error:?}"
     );
-    let error = journal.operator().cancel(id, "no").await.unwrap_err();
-    assert!(matches!(error, Error::Locked { .. }), "{error:?}");
+    // The operator respects the live handle too: it asks it to stop instead of cancelling.
+    let outcome = journal.operator().cancel(id, "no").await.unwrap();
+    assert!(
+        matches!(outcome, durably_journal::CancelOutcome::Requested { .. }),
+        "{outcome:?}"
+    );
     drop(first);
     barrier(&journal).await;
-    journal.operator().cancel(id, "now").await.unwrap();
+    let outcome = journal.operator().cancel(id, "now").await.unwrap();
+    assert!(
+        matches!(outcome, durably_journal::CancelOutcome::Cancelled { .. }),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test]

@@ -10,6 +10,8 @@
 //!   of a pass, a hand-over and a [`crate::Runtime::run`] can never take the same place.
 //! - Candidates are read among the kinds this process serves, so executions of other kinds
 //!   waiting ahead never hide the ones it can run; FIFO holds among the kinds it serves.
+//! - A candidate with a cancel request pending (its holder released it before it saw the
+//!   request) is cancelled instead of claimed.
 
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{
@@ -19,6 +21,7 @@ use durably_journal::{Claimer, Status};
 use rusqlite::Connection;
 use uuid::Uuid;
 
+use crate::cancel::cancel_if_requested;
 use crate::dispatcher::{CLAIM_SCAN_MAX, Capacity, EVENT_CLAIMED, QueueKey};
 use crate::registry::Registry;
 use crate::store;
@@ -79,6 +82,10 @@ pub(crate) fn claim_from(
             continue;
         };
         if registry.get(&kind, version).is_none() {
+            continue;
+        }
+        // Its holder released it with a cancel request pending: cancel, not run.
+        if cancel_if_requested(conn, id, now)? {
             continue;
         }
         // Held across the claim, so that nothing else takes the place between the look and

@@ -15,10 +15,12 @@ use durably_journal::Status;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
+use crate::cancel::Runs;
 pub(crate) use crate::capacity::{Capacity, QueueKey};
 use crate::claims::{Picked, Place, claim_from, served_kinds};
 use crate::client::Client;
 use crate::clock::Clock;
+use crate::deadlines;
 use crate::error::Result;
 use crate::parking::wake_parked;
 use crate::recovery::recover;
@@ -26,7 +28,7 @@ use crate::runs;
 use crate::store;
 use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
-use durably_journal::lifecycle::{Wake, claimable, clear_not_before, due, next_due};
+use durably_journal::lifecycle::{Wake, claimable, clear_not_before, due};
 use rusqlite::Connection;
 
 /// The most due executions one pass moves; the rest wait for the next pass, which comes at
@@ -61,6 +63,8 @@ pub(crate) struct Dispatch {
     pub(crate) recover_soon: AtomicBool,
     /// The clock, the client and the parking threshold every task's waits use.
     pub(crate) waits: Arc<Waits>,
+    /// The runs of this process, whose signals cancel requests trip.
+    pub(crate) runs: Arc<Runs>,
 }
 
 /// Runs passes until stopped.
@@ -112,8 +116,9 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
     let rooms = dispatch.capacity.rooms();
     let now = dispatch.clock.now();
     let kinds = served_kinds(dispatch.client.registry());
+    deadlines::enforce(&dispatch.client, now).await?;
     let (work, next) = dispatch.client.journal().read(|conn| {
-        let next = next_due(conn)?;
+        let next = deadlines::next_wake(conn)?;
         let mut work = next.is_some_and(|at| at <= now);
         for (queue, _) in &rooms {
             if work {
@@ -127,7 +132,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
         return Ok(next);
     }
     claim_pass(dispatch, rooms, now).await?;
-    Ok(dispatch.client.journal().read(next_due)?)
+    Ok(dispatch.client.journal().read(deadlines::next_wake)?)
 }
 
 fn watcher_ended() -> crate::Error {

@@ -189,7 +189,8 @@ pub enum Error {
         error: Option<Payload>,
     },
 
-    /// The execution was cancelled.
+    /// The execution was cancelled, or (returned by a step) its run was asked to stop: the
+    /// step did not run, and the run ends `cancelled` whatever the workflow returns.
     #[error("execution {execution_id} was cancelled: {reason}")]
     Cancelled {
         /// The execution.
@@ -211,16 +212,43 @@ pub enum Error {
         source: serde_json::Error,
     },
 
-    /// A resume found the execution in a status it does not move (only `stuck` and
-    /// `cancelled` go back to their queue); nothing was written.
+    /// A resume found the execution in a status it does not move (only `stuck`, `cancelled`
+    /// and `failed` by a step timeout go back to their queue); nothing was written.
     #[error(
-        "execution {execution_id} is {status}; only a stuck or cancelled execution can be resumed"
+        "execution {execution_id} is {status}; only a stuck or cancelled execution, or one that \
+         failed because a step timed out, can be resumed"
     )]
     NotResumable {
         /// The execution.
         execution_id: Uuid,
         /// Its status.
         status: Status,
+    },
+
+    /// A cancel found the execution already ended; nothing was written.
+    #[error("execution {execution_id} has already ended ({status}); nothing was cancelled")]
+    AlreadyEnded {
+        /// The execution.
+        execution_id: Uuid,
+        /// Its final status.
+        status: Status,
+    },
+
+    /// A step ran past its timeout and was dropped ([`crate::StepBuilder::timeout`]); the run
+    /// ends as that says.
+    #[error(
+        "step {seq} ({step:?}) of execution {execution_id} timed out after {} ms",
+        after.as_millis()
+    )]
+    StepTimedOut {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step's sequence number.
+        seq: u32,
+        /// The step's name.
+        step: String,
+        /// Its timeout.
+        after: std::time::Duration,
     },
 
     /// A step was called on a context whose workflow had already returned (from a future the

@@ -117,7 +117,7 @@ impl Client {
             timeout,
             "a get_event timeout",
         )?;
-        let found = waiting::wait_for(self, clock.as_ref(), Some(until), || {
+        let found = waiting::wait_for(self, clock.as_ref(), Some(until), None, || {
             self.read_event(id, key)
         })
         .await?;

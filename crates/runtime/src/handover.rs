@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use durably_journal::{Claim, Claimer, Execution};
 use rusqlite::Connection;
 use serde::Serialize;
+use uuid::Uuid;
 
 use crate::capacity::{Capacity, QueueKey};
 use crate::claims::{Picked, Place, claim_from};
 use crate::dispatcher::Dispatch;
+use crate::task::clear_deadline;
 
 /// A run's place and its successor, shared with the claim beside the run's end, which runs in
 /// the writer's thread.
@@ -72,7 +74,10 @@ impl HandOver {
         execution: Execution,
         output: &impl Serialize,
     ) -> durably_journal::Result<()> {
-        let claims = execution.complete_claiming(output, self.select()).await?;
+        let ending = execution.id();
+        let claims = execution
+            .complete_claiming(output, self.select(ending))
+            .await?;
         self.keep(claims);
         Ok(())
     }
@@ -83,7 +88,8 @@ impl HandOver {
         execution: Execution,
         error: &impl Serialize,
     ) -> durably_journal::Result<()> {
-        let claims = execution.fail_claiming(error, self.select()).await?;
+        let ending = execution.id();
+        let claims = execution.fail_claiming(error, self.select(ending)).await?;
         self.keep(claims);
         Ok(())
     }
@@ -99,15 +105,18 @@ impl HandOver {
         }
     }
 
-    /// The claim beside the end: one successor, in the first served queue after the run's
-    /// own that has one and room for it.
+    /// The claim beside the end of execution `ending`: one successor, in the first served
+    /// queue after the run's own that has one and room for it. The ending execution's
+    /// deadline is cleared there too.
     fn select(
         &self,
+        ending: Uuid,
     ) -> impl FnOnce(&Connection, &mut Claimer) -> durably_journal::Result<()> + Send + 'static
     {
         let (dispatch, state) = (Arc::clone(&self.dispatch), Arc::clone(&self.state));
         let now = dispatch.clock.now();
         move |conn, claimer| {
+            clear_deadline(ending)(conn)?;
             if *dispatch.stop.borrow() {
                 return Ok(());
             }

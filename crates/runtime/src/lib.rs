@@ -52,11 +52,13 @@
 //! ```
 
 mod builder;
+mod cancel;
 mod capacity;
 mod claims;
 mod client;
 mod clock;
 mod context;
+mod deadlines;
 mod dispatcher;
 mod error;
 mod events;
@@ -74,6 +76,7 @@ mod run;
 mod runs;
 mod runtime;
 mod start;
+mod steps;
 mod store;
 mod task;
 mod timers;
@@ -81,15 +84,19 @@ mod waiting;
 mod watcher;
 
 pub use builder::{CONCURRENCY_MAX_DEFAULT, QueueConfig, RuntimeBuilder, SWEEP_INTERVAL_DEFAULT};
+pub use cancel::CancelSignal;
 pub use client::{Client, SendOutcome};
 pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use context::WorkflowContext;
+pub use deadlines::DEADLINE_REASON;
+pub use durably_journal::CancelOutcome;
 pub use error::{Error, Result, WorkflowError};
 pub use handle::WorkflowHandle;
 pub use messages::MESSAGE_ENVELOPE_BYTES;
 pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
-pub use options::{Deadline, OnDuplicate, StartOptions};
+pub use options::{Deadline, OnDuplicate, ResumeOptions, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
 pub use start::StartOutcome;
+pub use steps::StepBuilder;
 pub use waiting::PARK_AFTER_DEFAULT;

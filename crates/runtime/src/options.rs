@@ -1,5 +1,5 @@
 //! [`StartOptions`]: how a start places its execution: queue, priority, delayed start,
-//! deadline, deduplication, name.
+//! deadline, deduplication, name; and [`ResumeOptions`].
 
 use std::time::Duration;
 
@@ -103,6 +103,29 @@ impl StartOptions {
         if let Some(name) = &self.name {
             names::check(NameKind::ExecutionName, name)?;
         }
+        self.deadline
+            .map(|deadline| deadline_at(deadline, now))
+            .transpose()
+    }
+}
+
+/// Options of a resume ([`crate::Client::resume`]). The default: no deadline (the old one is
+/// cleared, since it has passed or is why the execution was cancelled).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResumeOptions {
+    pub(crate) deadline: Option<Deadline>,
+}
+
+impl ResumeOptions {
+    /// Cancels the resumed execution with reason `timeout` if it has not ended by `deadline`.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Deadline) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The deadline as an instant, as of `now`.
+    pub(crate) fn checked(self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
         self.deadline
             .map(|deadline| deadline_at(deadline, now))
             .transpose()

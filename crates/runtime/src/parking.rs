@@ -87,17 +87,32 @@ pub(crate) async fn wait_or_park<T>(
             Err(error) => return slot.remember(Err(error)),
         }
     }
-    waiting::wait_for(&waits.client, waits.clock.as_ref(), Some(wait.until), check).await
+    let signal = slot.signal().clone();
+    waiting::wait_for(
+        &waits.client,
+        waits.clock.as_ref(),
+        Some(wait.until),
+        Some(&signal),
+        check,
+    )
+    .await
 }
 
 /// The rows a park writes besides the journal's: the run ended cleanly, so the count of
 /// failed runs starts over; and for a receive, the re-check that declines the park when a
-/// message is already there.
+/// message is already there. A park declines, too, when a cancel request is pending that the
+/// run has not seen yet: its wait in memory then ends on the request within a poll, and the
+/// run ends `cancelled` instead of leaving a parked row with a request nobody holds.
 fn park_hook(
     conn: &Connection,
     execution_id: Uuid,
     topic: Option<&str>,
 ) -> durably_journal::Result<()> {
+    if durably_journal::lifecycle::pending_cancel(conn, execution_id)?.is_some() {
+        return Err(durably_journal::Error::Aborted(
+            "a cancel request is pending",
+        ));
+    }
     if let Some(topic) = topic
         && store::first_pending_message(conn, execution_id, topic)?.is_some()
     {

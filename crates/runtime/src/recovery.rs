@@ -24,6 +24,7 @@ use rusqlite::Connection;
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::cancel::cancel_if_requested;
 use crate::client::Client;
 use crate::error::Result;
 use crate::registry::Registry;
@@ -141,6 +142,10 @@ fn move_page(
     for &id in served {
         // Checked before counting, so a run is counted once however many processes recover.
         if execution_status(conn, id)? != Some(Status::Interrupted) {
+            continue;
+        }
+        // Its holder died with a cancel request pending: cancel, not resume.
+        if cancel_if_requested(conn, id, now)? {
             continue;
         }
         let steps = recorded_steps(conn, id)?;

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::cancel::RunWatch;
 use crate::dispatcher::{Dispatch, record_halt};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
@@ -100,8 +101,9 @@ impl Runtime {
                 return observe(self, kind, record).await;
             }
         };
-        let waits = std::sync::Arc::clone(&dispatch.waits);
-        let ran = task::run(execution, version, workflow, waits, None).await;
+        let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, id);
+        let ran = task::run(execution, version, workflow, &watch, None).await;
+        drop(watch);
         drop(place);
         match ran? {
             Ran::Completed(output) => {
@@ -122,7 +124,13 @@ impl Runtime {
                 record_halt(dispatch, id, reason).await;
             }
             // Parked: a runtime serving the kind claims it when it is woken.
-            Ran::Failed | Ran::BadInput | Ran::Raced | Ran::Parked => {}
+            Ran::Failed
+            | Ran::BadInput
+            | Ran::Raced
+            | Ran::Parked
+            | Ran::Cancelled
+            | Ran::TimedOut
+            | Ran::Requeued => {}
         }
         client.handle(id).result().await
     }

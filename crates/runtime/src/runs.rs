@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use durably_journal::Claim;
 
+use crate::cancel::RunWatch;
 use crate::capacity::QueueKey;
 use crate::dispatcher::{Dispatch, record_halt};
 use crate::handover::HandOver;
@@ -48,8 +49,8 @@ async fn run_claim(dispatch: &Arc<Dispatch>, claim: Claim, version: u32, hand_ov
     let Some(workflow) = dispatch.client.registry().get(&row.kind, version) else {
         return;
     };
-    let waits = Arc::clone(&dispatch.waits);
-    match task::run(execution, version, workflow, waits, Some(hand_over)).await {
+    let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, row.execution_id);
+    match task::run(execution, version, workflow, &watch, Some(hand_over)).await {
         Ok(Ran::Halted(reason)) => {
             tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
             record_halt(dispatch, row.execution_id, reason).await;

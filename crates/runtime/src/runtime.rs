@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::builder::RuntimeBuilder;
+use crate::cancel;
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::dispatcher::{self, Capacity, Dispatch};
@@ -78,11 +79,18 @@ impl Runtime {
             recover_soon: AtomicBool::new(false),
             notify: Notify::new(),
             stop: watch::Sender::new(false),
+            runs: Arc::default(),
         });
         let running = Arc::clone(&dispatch);
         tokio::spawn(async move {
             if let Err(error) = dispatcher::run(running).await {
                 tracing::error!(%error, "the runtime's dispatcher stopped");
+            }
+        });
+        let watching = Arc::clone(&dispatch);
+        tokio::spawn(async move {
+            if let Err(error) = cancel::watch_requests(watching).await {
+                tracing::error!(%error, "the runtime's cancel watcher stopped");
             }
         });
         Self {

@@ -4,16 +4,15 @@
 //! write, and the end (completed or failed) rides on the last step's, so a workflow of N
 //! idempotent steps costs N commits.
 
-use std::sync::Arc;
-
 use durably_journal::Execution;
 use serde_json::json;
 
-use crate::context::WorkflowContext;
+use crate::cancel::RunWatch;
+use crate::context::{Stop, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::handover::HandOver;
 use crate::registry::Workflow;
-use crate::waiting::Waits;
+use crate::store;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -25,6 +24,15 @@ pub(crate) enum Ran {
     /// The stored input does not decode as the workflow's input type (a start from a process
     /// that could not check it): the execution failed with `{"bad_input": reason}`.
     BadInput,
+    /// The run was asked to stop (a cancel request, its deadline): the execution is
+    /// `cancelled`.
+    Cancelled,
+    /// A pure or idempotent step ran past its timeout: the execution failed with reason
+    /// `step_timeout`, resumable.
+    TimedOut,
+    /// A guarded step ran past its timeout: the execution is back in its queue, the step's
+    /// intent left to its policy.
+    Requeued,
     /// A step error stopped the execution (lock lost, non-determinism, an ambiguous step left
     /// to an operator, storage): nothing was finalized and the lock is released, so the
     /// execution is resumed or parked by whoever accounts for failed runs.
@@ -39,17 +47,20 @@ pub(crate) enum Ran {
 
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
 /// with what the workflow returned, in the transaction that releases the lock (and, with a
-/// `hand_over`, claims the run's successor); or parked by one of its waits.
+/// `hand_over`, claims the run's successor); parked by one of its waits; or `cancelled` when
+/// the run was asked to stop, whatever the workflow returned.
 pub(crate) async fn run(
     mut execution: Execution,
     version: u32,
     workflow: &Workflow,
-    waits: Arc<Waits>,
+    watch: &RunWatch,
     hand_over: Option<&HandOver>,
 ) -> Result<Ran> {
     execution.defer_results();
     let input: serde_json::Value = execution.input()?;
-    let (context, slot, parked) = WorkflowContext::new(execution, version, waits);
+    let waits = std::sync::Arc::clone(watch.waits());
+    let (context, slot, parked) =
+        WorkflowContext::new(execution, version, waits, watch.signal().clone());
     let outcome = match workflow.start(context, input) {
         Ok(running) => tokio::select! {
             outcome = running => Some(outcome),
@@ -64,27 +75,27 @@ pub(crate) async fn run(
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
-    if let Some(reason) = slot.halted.take() {
-        // What the run recorded before it stopped stays recorded, so the failure accounting
-        // sees its progress; a flush that fails (the lock is lost, the open raced) loses only
-        // steps that run again. Dropping the handle then releases the lock and leaves the
-        // execution to be resumed.
-        let mut execution = execution;
-        if let Err(error) = execution.flush().await {
-            tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
-        }
-        drop(execution);
-        return Ok(if slot.raced {
-            Ran::Raced
-        } else {
-            Ran::Halted(reason)
-        });
+    // A cancel wins over every other ending: the operator or the deadline said to stop.
+    let stopped = slot.stopped.take();
+    if let Some(reason) = watch.signal().reason() {
+        return watch.finish_cancelled(execution, &reason).await;
     }
+    match stopped {
+        Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
+        Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
+        Some(Stop::Halted(_)) if slot.raced => {
+            drop(execution);
+            return Ok(Ran::Raced);
+        }
+        Some(Stop::Halted(reason)) => return Ok(halt(execution, reason).await),
+        None => {}
+    }
+    let id = execution.id();
     let (ended, ran) = match outcome {
         Some(Ok(output)) => {
             let ended = match hand_over {
                 Some(hand_over) => hand_over.complete(execution, &output).await,
-                None => execution.complete(&output).await,
+                None => execution.complete_with(&output, clear_deadline(id)).await,
             };
             (ended, Ran::Completed(output))
         }
@@ -99,6 +110,9 @@ pub(crate) async fn run(
     match ended {
         // The end was the run's first write (no step wrote before it), and it lost the race.
         Err(durably_journal::Error::OpenRaced(_)) => Ok(Ran::Raced),
+        ended @ Err(durably_journal::Error::CancelRequested { .. }) => {
+            watch.unless_cancelled(ended, ran).await
+        }
         Err(error) => Err(error.into()),
         Ok(()) => {
             fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
@@ -113,10 +127,31 @@ async fn fail(
     error: &impl serde::Serialize,
     hand_over: Option<&HandOver>,
 ) -> durably_journal::Result<()> {
-    match hand_over {
-        Some(hand_over) => hand_over.fail(execution, error).await,
-        None => execution.fail(error).await,
+    if let Some(hand_over) = hand_over {
+        return hand_over.fail(execution, error).await;
     }
+    let id = execution.id();
+    execution.fail_with(error, clear_deadline(id)).await
+}
+
+/// Clears execution `id`'s deadline in the transaction that ends it: an ended execution's
+/// deadline would only wake the dispatcher for nothing.
+pub(crate) fn clear_deadline(
+    id: uuid::Uuid,
+) -> impl FnOnce(&rusqlite::Connection) -> durably_journal::Result<()> + Send + 'static {
+    move |conn| store::set_deadline(conn, id, None)
+}
+
+/// Ends a run that a step error stopped, without ending its execution. What the run recorded
+/// before it stopped stays recorded, so the failure accounting sees its progress; a flush that
+/// fails (the lock is lost, the open raced, a cancel request) loses only steps that run again.
+/// Dropping the handle then releases the lock and leaves the execution to be resumed.
+async fn halt(mut execution: Execution, reason: String) -> Ran {
+    if let Err(error) = execution.flush().await {
+        tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
+    }
+    drop(execution);
+    Ran::Halted(reason)
 }
 
 #[cfg(test)]
@@ -144,9 +179,9 @@ mod tests {
     }
 
     async fn run_on(journal: &Journal, input: &serde_json::Value) -> (uuid::Uuid, Ran) {
-        let waits = Arc::new(Waits {
+        let waits = std::sync::Arc::new(crate::waiting::Waits {
             client: crate::Client::new(journal.clone()).await.unwrap(),
-            clock: Arc::new(crate::SystemClock),
+            clock: std::sync::Arc::new(crate::SystemClock),
             park_after: crate::waiting::PARK_AFTER_DEFAULT,
         });
         let mut registry = Registry::default();
@@ -160,7 +195,8 @@ mod tests {
         else {
             unreachable!("a new execution is never finished");
         };
-        (id, run(execution, 1, workflow, waits, None).await.unwrap())
+        let watch = RunWatch::start(&waits, &std::sync::Arc::default(), id);
+        (id, run(execution, 1, workflow, &watch, None).await.unwrap())
     }
 
     /// A workflow's output is recorded as the execution's; its error (here a step's recorded

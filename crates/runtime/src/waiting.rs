@@ -3,7 +3,8 @@
 //! when its condition holds, or when its instant is reached on the runtime's clock. Between
 //! two looks at the condition it sleeps until the first of: the instant, a commit seen by the
 //! client's watcher (another process's or this one's), or a change this process announced
-//! itself ([`Client::announce_change`]).
+//! itself ([`Client::announce_change`]). A workflow's wait also ends at once when its run is
+//! asked to stop (its [`CancelSignal`]).
 //!
 //! Longer waits do not come here: they park (`crate::parking`), and the execution leaves
 //! memory.
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Utc};
 
+use crate::cancel::CancelSignal;
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -74,18 +76,20 @@ pub(crate) fn storable(at: DateTime<Utc>, what: &str) -> Result<DateTime<Utc>> {
 }
 
 /// Waits until `check` returns a value, and returns it; or until `until` (if any) is reached
-/// on `clock`, and returns `None`. `check` runs first at once, then again after every change
+/// on `clock`, and returns `None`; or until `cancel` (a workflow run's signal) trips, and
+/// returns [`Error::Cancelled`]. `check` runs first at once, then again after every change
 /// the client hears of, so it must be cheap: one indexed read.
 ///
 /// A change announced or committed while `check` runs is not lost: the change count is marked
 /// seen before each look, so such a change ends the next sleep at once.
 ///
 /// # Errors
-/// `check`'s own error; [`Error::Watcher`] when the watcher cannot run.
+/// `check`'s own error; [`Error::Cancelled`]; [`Error::Watcher`] when the watcher cannot run.
 pub(crate) async fn wait_for<T>(
     client: &Client,
     clock: &dyn Clock,
     until: Option<DateTime<Utc>>,
+    cancel: Option<&CancelSignal>,
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     let mut changes = client.changes()?;
@@ -103,9 +107,16 @@ pub(crate) async fn wait_for<T>(
                 None => std::future::pending().await,
             }
         };
+        let cancelled = async {
+            match cancel {
+                Some(signal) => signal.stopped().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = due => {}
             changed = changes.changed() => changed.map_err(|_| crate::watcher::ended())?,
+            error = cancelled => return Err(error),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use durably_journal::Status;
 use durably_runtime::{
-    Error, Runtime, StartOptions, WorkflowContext, WorkflowError, WorkflowHandle,
+    Error, ResumeOptions, Runtime, StartOptions, WorkflowContext, WorkflowError, WorkflowHandle,
 };
 use support::{PAYLOAD_BYTES_MAX, Scratch};
 
@@ -107,7 +107,7 @@ async fn a_crash_loop_ends_stuck() {
 
     // Resumed, it is claimed again and, still failing, stuck again after three more runs:
     // its count started over.
-    runtime.resume(id).await.unwrap();
+    runtime.resume(id, ResumeOptions::default()).await.unwrap();
     wait_for_status(&handle, Status::Stuck).await;
     assert_eq!(scratch.journal.get(id).unwrap().unwrap().opens, 6);
 }
@@ -122,7 +122,7 @@ async fn resumes_of_other_executions_are_refused() {
         .unwrap();
     let (running, _execution) = scratch.runtime_execution().await;
     scratch
-        .refused(client.resume(running), |error| {
+        .refused(client.resume(running, ResumeOptions::default()), |error| {
             matches!(
                 error,
                 Error::NotResumable {
@@ -135,7 +135,7 @@ async fn resumes_of_other_executions_are_refused() {
     let nobody = durably_journal::new_execution_id();
     scratch
         .refused(
-            client.resume(nobody),
+            client.resume(nobody, ResumeOptions::default()),
             |error| matches!(error, Error::NotFound(id) if *id == nobody),
         )
         .await;
@@ -149,7 +149,7 @@ async fn resumes_of_other_executions_are_refused() {
         unreachable!("a new execution is never finished");
     };
     scratch
-        .refused(client.resume(hand), |error| {
+        .refused(client.resume(hand, ResumeOptions::default()), |error| {
             matches!(error, Error::NotRuntimeExecution { .. })
         })
         .await;

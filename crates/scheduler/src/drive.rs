@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use durably_journal::{
-    Error as JournalError, Execution, Guarded, IdempotencyKey, Opened, Result as JournalResult,
-    StepError,
+    CancelOutcome, Error as JournalError, Execution, Guarded, IdempotencyKey, Opened,
+    Result as JournalResult, StepError,
 };
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -31,6 +31,13 @@ enum AttemptsEnd {
     Skipped { reason: String },
     /// Every attempt failed; the last one with this error.
     Failed { error: StepError, attempts: u32 },
+    /// An operator asked to cancel the fire's execution: the next attempt was refused.
+    Cancelled { reason: String },
+}
+
+/// The reason a fire is recorded skipped when an operator cancelled its execution.
+fn cancelled_by_operator(reason: &str) -> String {
+    format!("its execution was cancelled by an operator: {reason}")
 }
 
 /// The outcome of a registration that leaves nothing to run, if it does.
@@ -175,6 +182,9 @@ impl Scheduler {
                 Err(error @ JournalError::Ambiguous { .. }) => {
                     return Err(self.await_operator(fire, error).await);
                 }
+                Err(JournalError::CancelRequested { reason, .. }) => {
+                    return Ok(AttemptsEnd::Cancelled { reason });
+                }
                 Err(error) => return Err(error.into()),
             }
         }
@@ -283,7 +293,12 @@ impl Scheduler {
             AttemptsEnd::Completed { output, attempts } => {
                 let record = json!({ "fire": "completed", "attempts": attempts, "output": output });
                 let finish = self.ledger_finish(fire, FireState::Completed, None);
-                execution.complete_with(&record, finish).await?;
+                if let Some(cancelled) = self
+                    .unless_cancelled(fire, execution.complete_with(&record, finish).await)
+                    .await?
+                {
+                    return Ok(cancelled);
+                }
                 FireOutcome::Ran {
                     execution_id,
                     output,
@@ -294,10 +309,24 @@ impl Scheduler {
             AttemptsEnd::Skipped { reason } => {
                 let record = json!({ "fire": "skipped", "reason": reason });
                 let finish = self.ledger_finish(fire, FireState::Skipped, Some(&reason));
-                execution.complete_with(&record, finish).await?;
+                if let Some(cancelled) = self
+                    .unless_cancelled(fire, execution.complete_with(&record, finish).await)
+                    .await?
+                {
+                    return Ok(cancelled);
+                }
                 FireOutcome::Skipped {
                     execution_id,
                     reason,
+                }
+            }
+            AttemptsEnd::Cancelled { reason } => {
+                let skipped = cancelled_by_operator(&reason);
+                let finish = self.ledger_finish(fire, FireState::Skipped, Some(&skipped));
+                execution.finish_cancelled(&reason, finish).await?;
+                FireOutcome::Skipped {
+                    execution_id,
+                    reason: skipped,
                 }
             }
             AttemptsEnd::Failed { error, attempts } => {
@@ -312,6 +341,38 @@ impl Scheduler {
                 }
             }
         })
+    }
+
+    /// Passes a completion's result on, unless an operator's cancel request refused it: the
+    /// refused handle is gone (its lock released with it), so the operator action ends the
+    /// execution, with the fire's row marked skipped in the same transaction. Returns the
+    /// fire's outcome then.
+    async fn unless_cancelled(
+        &self,
+        fire: &Fire,
+        completed: JournalResult<()>,
+    ) -> Result<Option<FireOutcome>> {
+        let reason = match completed {
+            Err(JournalError::CancelRequested { reason, .. }) => reason,
+            other => return other.map(|()| None).map_err(Error::from),
+        };
+        let execution_id = fire.execution_id;
+        let skipped = cancelled_by_operator(&reason);
+        let finish = self.ledger_finish(fire, FireState::Skipped, Some(&skipped));
+        let outcome = self
+            .inner
+            .journal
+            .operator()
+            .cancel_with(execution_id, &reason, finish)
+            .await?;
+        Ok(Some(match outcome {
+            // Another process reopened it meanwhile; it sees the request and ends the fire.
+            CancelOutcome::Requested { pid } => FireOutcome::LockedBy { execution_id, pid },
+            _ => FireOutcome::Skipped {
+                execution_id,
+                reason: skipped,
+            },
+        }))
     }
 
     async fn write_ledger(

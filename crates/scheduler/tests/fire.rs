@@ -4,7 +4,8 @@
 //! as `LockedBy` and runs nothing; a failing body is retried up to the job's bound, each attempt
 //! recorded as its own guarded step and in the ledger's `attempts`; a changed job definition is
 //! detected from its stored hash and keeps the high-water mark; a fire's state is read from
-//! its ledger row, never from its execution.
+//! its ledger row, never from its execution; a fire whose execution an operator cancels while
+//! it runs is recorded skipped, its running attempt finished and no further attempt started.
 //!
 //! Method: real journals on a scratch file and a hand-moved clock; the body counts its calls,
 //! and the `fires`, `steps` and `events` tables are read back with plain SQL.
@@ -22,6 +23,13 @@ use durably_scheduler::{
 };
 use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
 use tokio::sync::Notify;
+
+/// Three attempts with millisecond backoffs, so retries cost the tests no time.
+const THREE_QUICK_ATTEMPTS: RetryPolicy = RetryPolicy {
+    attempts_max: 3,
+    backoff_initial: Duration::from_millis(1),
+    backoff_max: Duration::from_millis(5),
+};
 
 /// A scheduler on `scratch` with the counting job `report` registered.
 async fn registered_report(
@@ -97,6 +105,22 @@ async fn a_fire_runs_once_then_replays_everywhere() {
     assert_eq!(scheduler.high_water_mark(&job).unwrap(), Some(slot(T0_MS)));
 }
 
+/// Fires `job`'s slot at T0 in a task of its own, and waits until its body has `started`.
+async fn fire_until_started(
+    scheduler: &Scheduler,
+    job: &JobId,
+    started: &Notify,
+) -> tokio::task::JoinHandle<durably_scheduler::Result<FireOutcome>> {
+    let running = tokio::spawn({
+        let (scheduler, job) = (scheduler.clone(), job.clone());
+        async move { scheduler.fire(&job, slot(T0_MS)).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .unwrap();
+    running
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
     let scratch = Scratch::new();
@@ -118,13 +142,7 @@ async fn a_fire_held_by_another_live_scheduler_is_locked_by_and_runs_nothing() {
     let first = scratch.scheduler(&clock).await;
     let _ = first.register(blocking).await.unwrap();
     let job = JobId::new("slow").unwrap();
-    let running = tokio::spawn({
-        let (first, job) = (first.clone(), job.clone());
-        async move { first.fire(&job, slot(T0_MS)).await }
-    });
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let running = fire_until_started(&first, &job, &started).await;
 
     let calls = Calls::default();
     let second = scratch.scheduler(&clock).await;
@@ -152,11 +170,7 @@ async fn a_failing_body_is_retried_to_its_bound_and_every_attempt_is_recorded() 
         let calls = calls.clone();
         Job::builder("flaky")
             .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-            .retry(RetryPolicy {
-                attempts_max: 3,
-                backoff_initial: Duration::from_millis(1),
-                backoff_max: Duration::from_millis(5),
-            })
+            .retry(THREE_QUICK_ATTEMPTS)
             .body(move |context| {
                 let calls = calls.clone();
                 async move {
@@ -345,4 +359,81 @@ async fn a_finished_fire_is_reported_from_its_row_and_a_disagreement_is_an_error
         "the row is left for a person to look at"
     );
     assert_eq!(calls.total(), 1, "the body never ran again");
+}
+
+/// An operator cancels a fire's execution while its body runs: the running attempt finishes
+/// and is recorded (a guarded step in flight finishes its protocol), no further attempt starts,
+/// and the fire is recorded skipped with the execution cancelled. Both ways the request is
+/// seen: at the completion (the attempt succeeded), and at the next attempt's intent (it
+/// failed with a retryable error).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_cancelled_while_it_runs_is_recorded_skipped() {
+    for succeeds in [true, false] {
+        let scratch = Scratch::new();
+        let clock = ManualClock::at_millis(T0_MS);
+        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let calls = Calls::default();
+        let job = {
+            let (started, release, calls) = (started.clone(), release.clone(), calls.clone());
+            Job::builder("cancelled")
+                .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
+                .retry(THREE_QUICK_ATTEMPTS)
+                .body(move |context| {
+                    let (started, release, calls) =
+                        (started.clone(), release.clone(), calls.clone());
+                    async move {
+                        calls.record(&context);
+                        started.notify_one();
+                        release.notified().await;
+                        if succeeds {
+                            Ok(serde_json::Value::Null)
+                        } else {
+                            Err(StepError::retryable("try again"))
+                        }
+                    }
+                })
+                .build()
+                .unwrap()
+        };
+        let scheduler = scratch.scheduler(&clock).await;
+        let _ = scheduler.register(job).await.unwrap();
+        let job = JobId::new("cancelled").unwrap();
+        let running = fire_until_started(&scheduler, &job, &started).await;
+        let operator = scratch.journal(&clock);
+        let id = scheduler
+            .journal()
+            .list(&durably_journal::ListFilter::default())
+            .unwrap()[0]
+            .execution_id;
+        let outcome = operator.operator().cancel(id, "not today").await.unwrap();
+        assert!(
+            matches!(outcome, durably_journal::CancelOutcome::Requested { .. }),
+            "{outcome:?}"
+        );
+        release.notify_one();
+
+        let done = running.await.unwrap().unwrap();
+        let FireOutcome::Skipped { reason, .. } = &done else {
+            panic!("{done:?}");
+        };
+        assert!(
+            reason.contains("cancelled by an operator: not today"),
+            "{reason}"
+        );
+        assert_eq!(
+            scheduler.fire_state(&job, slot(T0_MS)).unwrap().unwrap().0,
+            FireState::Skipped
+        );
+        let record = operator.get(id).unwrap().unwrap();
+        assert_eq!(record.status, durably_journal::Status::Cancelled);
+        let states: Vec<_> = operator
+            .steps(id)
+            .unwrap()
+            .iter()
+            .map(|step| step.state.as_str())
+            .collect();
+        let expected = if succeeds { "completed" } else { "failed" };
+        assert_eq!(states, [expected], "one attempt, recorded");
+        assert_eq!(calls.total(), 1);
+    }
 }

@@ -32,6 +32,7 @@ pub(super) fn compare(real: &Real, model: &Model) -> Result<(), String> {
                 ),
                 parse_json(record.error.as_ref().map(durably_journal::Payload::as_json)),
                 record.finalized_at.is_some(),
+                record.cancel_requested_at.is_some(),
             )
         });
         let wanted = expected.map(|execution| {
@@ -41,6 +42,7 @@ pub(super) fn compare(real: &Real, model: &Model) -> Result<(), String> {
                 execution.output.clone(),
                 execution.error.clone(),
                 execution.finalized_at_s.is_some(),
+                execution.cancel_requested,
             )
         });
         if actual != wanted {

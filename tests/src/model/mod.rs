@@ -5,8 +5,10 @@
 //! target (`fuzz/`, through [`crate::fuzz_targets::operations`]).
 //!
 //! The model knows, for each of [`EXECUTIONS`] executions, its status, its open count, its
-//! output or error, and every step row (state, result, error, attempts); it also counts how often
-//! each step's closure and reconcile probe must have been called. Each execution runs a fixed
+//! output or error, whether a cancel request is pending, and every step row (state, result,
+//! error, attempts); it also counts how often each step's closure and reconcile probe must have
+//! been called. A cancel of an execution whose handle is open records a request, after which the
+//! handle's writes are refused but a guarded step's result and `fail`. Each execution runs a fixed
 //! program (one [`StepSpec`] per seq), so replays call the same steps with the same names.
 //!
 //! A crash is simulated in-process: every execution handle is dropped (which releases its lock),
@@ -123,7 +125,7 @@ pub enum Op {
     ResolveCompleted(usize),
     /// `resolve(not-done)` of the execution's ambiguous step (or of its last step).
     ResolveNotDone(usize),
-    /// `cancel`.
+    /// `cancel`: at once without a handle, a request while the handle is open.
     Cancel(usize),
     /// The crash-orphan sweep.
     Sweep,
@@ -165,6 +167,8 @@ pub enum Outcome {
     Skipped,
     /// The retention sweep deleted this many (completed, failed or cancelled).
     Collected(u64, u64),
+    /// `cancel` recorded a request for the live handle to stop.
+    Requested,
     /// A typed error, by variant name.
     Error(&'static str),
 }

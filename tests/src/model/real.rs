@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use durably_journal::{
-    Durability, Error, Execution, FencingToken, GcOptions, Guarded, IdempotencyKey, Journal,
-    Opened, Policy, Resolution, StepError, StepKey,
+    CancelOutcome, Durability, Error, Execution, FencingToken, GcOptions, Guarded, IdempotencyKey,
+    Journal, Opened, Policy, Resolution, StepError, StepKey,
 };
 use durably_lock::Clock;
 use serde_json::Value;
@@ -68,6 +68,7 @@ fn error_name(error: &Error) -> &'static str {
         Error::NonDeterminism { .. } => "NonDeterminism",
         Error::StepFailed { .. } => "StepFailed",
         Error::Cancelled(_) => "Cancelled",
+        Error::CancelRequested { .. } => "CancelRequested",
         Error::NotFound(_) => "NotFound",
         Error::Refused(_) => "Refused",
         Error::Halted { .. } => "Halted",
@@ -182,7 +183,10 @@ impl Real {
                     .operator()
                     .cancel(execution_id(e), CANCEL_REASON)
                     .await;
-                typed(result, |()| Outcome::Done)
+                typed(result, |outcome| match outcome {
+                    CancelOutcome::Requested { .. } => Outcome::Requested,
+                    _ => Outcome::Done,
+                })
             }
             Op::Sweep => typed(self.journal()?.operator().sweep(false).await, |_| {
                 Outcome::Done
@@ -285,7 +289,16 @@ impl Real {
             });
             tokio::select! {
                 result = step => {
-                    return Err(format!("a step whose closure never returns returned {result:?}"));
+                    // Refused before its closure: the intent was not written (a pending cancel
+                    // request). The handle is dropped all the same.
+                    let Err(error @ Error::CancelRequested { .. }) = result else {
+                        return Err(format!(
+                            "a step whose closure never returns returned {result:?}"
+                        ));
+                    };
+                    drop(execution);
+                    self.barrier().await?;
+                    return typed(Err::<(), _>(error), |()| Outcome::Done);
                 }
                 () = entered.notified() => {}
             }

@@ -25,6 +25,8 @@ pub(super) struct ModelExecution {
     pub(super) output: Option<Value>,
     pub(super) error: Option<Value>,
     pub(super) finalized_at_s: Option<i64>,
+    /// A cancel request was recorded while a handle held it; it stays on the row.
+    pub(super) cancel_requested: bool,
     pub(super) steps: Vec<ModelStep>,
 }
 
@@ -127,6 +129,7 @@ impl Model {
                 output: None,
                 error: None,
                 finalized_at_s: None,
+                cancel_requested: false,
                 steps: Vec::new(),
             });
             self.handles[e] = Some(ModelHandle::default());
@@ -165,6 +168,7 @@ impl Model {
             .as_ref()
             .and_then(|execution| execution.steps.get(seq).cloned());
         let outcome = match recorded {
+            None if self.cancel_requested(e) => self.refuse_fresh(e, seq, spec),
             None => self.run_fresh(e, seq, spec),
             Some(step) => self.replay(e, seq, spec, &step),
         };
@@ -183,6 +187,21 @@ impl Model {
         &mut self.executions[e]
             .get_or_insert_with(|| unreachable_execution(e))
             .steps
+    }
+
+    fn cancel_requested(&self, e: usize) -> bool {
+        self.executions[e]
+            .as_ref()
+            .is_some_and(|execution| execution.cancel_requested)
+    }
+
+    /// A fresh step after a cancel request: a guarded step's intent is refused before its
+    /// closure runs; a pure or idempotent closure runs and its result is refused.
+    fn refuse_fresh(&mut self, e: usize, seq: usize, spec: StepSpec) -> Outcome {
+        if spec.policy().is_none() {
+            *self.closure_calls.entry((e, seq)).or_default() += 1;
+        }
+        Outcome::Error("CancelRequested")
     }
 
     fn run_fresh(&mut self, e: usize, seq: usize, spec: StepSpec) -> Outcome {
@@ -216,6 +235,10 @@ impl Model {
         };
         if let PolicySpec::Reconcile { .. } = policy {
             *self.probe_calls.entry((e, seq)).or_default() += 1;
+        }
+        // Every policy's decision is a write, refused after a cancel request: the intent stays.
+        if self.cancel_requested(e) {
+            return Outcome::Error("CancelRequested");
         }
         let step = &mut self.steps_mut(e)[seq];
         match policy {
@@ -253,6 +276,11 @@ impl Model {
         {
             return Outcome::NoOp;
         }
+        // The intent is refused: the closure is never entered, and the handle is dropped.
+        if self.cancel_requested(e) {
+            self.handles[e] = None;
+            return Outcome::Error("CancelRequested");
+        }
         *self.closure_calls.entry((e, seq)).or_default() += 1;
         self.steps_mut(e).push(ModelStep {
             name: step_name(seq),
@@ -285,6 +313,11 @@ impl Model {
         let Some(handle) = self.handles[e].take() else {
             return Outcome::NoOp;
         };
+        // Completing loses to a pending cancel request (the handle is consumed); failing does
+        // not.
+        if self.cancel_requested(e) && status == "completed" {
+            return Outcome::Error("CancelRequested");
+        }
         // After an ambiguous step or non-determinism the journal is in doubt: `complete` is
         // refused (the handle is consumed and its lock released) and `fail` stays allowed.
         if handle.halted && status == "completed" {
@@ -350,11 +383,17 @@ impl Model {
         let Some(execution) = &mut self.executions[e] else {
             return Outcome::Error("NotFound");
         };
-        if self.handles[e].is_some() {
-            return Outcome::Error("Locked");
-        }
         if matches!(execution.status, "completed" | "failed" | "cancelled") {
             return Outcome::Error("Refused");
+        }
+        // A live handle holds it: a running execution gets a request; any other status is a
+        // moment's state (a halted handle not yet dropped) and is refused.
+        if self.handles[e].is_some() {
+            if execution.status != "running" {
+                return Outcome::Error("Locked");
+            }
+            execution.cancel_requested = true;
+            return Outcome::Requested;
         }
         execution.status = "cancelled";
         execution.error = Some(json!({ "cancelled": CANCEL_REASON }));

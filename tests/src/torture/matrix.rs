@@ -237,7 +237,7 @@ async fn collect_fodder(
             .cancel(id, "fodder for the retention sweep")
             .await
         {
-            Ok(()) | Err(Error::Refused(_)) => {}
+            Ok(_) | Err(Error::Refused(_)) => {}
             Err(error) => return Err(error.into()),
         }
     }

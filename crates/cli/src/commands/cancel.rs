@@ -1,5 +1,6 @@
-//! `durably cancel ID`: cancels an execution no live process holds.
+//! `durably cancel ID`: cancels an execution, or asks the live process that runs it to stop.
 
+use durably::operator::CancelOutcome;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -7,22 +8,34 @@ use crate::db::Target;
 use crate::error::Result;
 use crate::output::{print, print_json};
 
-/// `cancel --json`. Stable fields.
+/// `cancel --json`. Stable fields: `status` is `cancelled`, or `cancel_requested` with the
+/// holder's `pid`.
 #[derive(Debug, Serialize)]
 struct Cancelled {
     execution_id: String,
     status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<i64>,
 }
 
-/// Cancels the execution.
+/// Cancels the execution: at once when nobody runs it; otherwise its holder is asked and
+/// ends it at its next step.
 pub fn run(target: &Target, id: Uuid, reason: &str, force: bool, json: bool) -> Result<()> {
     let journal = target.open_checked(force)?;
-    crate::db::runtime()?.block_on(journal.operator().cancel(id, reason))?;
+    let outcome = crate::db::runtime()?.block_on(journal.operator().cancel(id, reason))?;
+    let (status, pid) = match outcome {
+        CancelOutcome::Requested { pid } => ("cancel_requested", Some(pid)),
+        _ => ("cancelled", None),
+    };
     if json {
         return print_json(&Cancelled {
             execution_id: id.to_string(),
-            status: "cancelled",
+            status,
+            pid,
         });
     }
-    print(&format!("cancelled {id}; it will never run again\n"))
+    match pid {
+        Some(pid) => print(&format!("cancel requested (held by pid {pid})\n")),
+        None => print("cancelled\n"),
+    }
 }

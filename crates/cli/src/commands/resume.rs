@@ -1,7 +1,8 @@
-//! `durably resume ID`: puts a stuck or cancelled execution back in its queue; a runtime
-//! serving its kind continues it from its last recorded step. Every refusal writes nothing.
+//! `durably resume ID`: puts a stuck, cancelled or timed-out execution back in its queue; a
+//! runtime serving its kind continues it from its last recorded step. Every refusal writes
+//! nothing.
 
-use durably::runtime::Error;
+use durably::runtime::{Error, ResumeOptions};
 use serde::Serialize;
 
 use crate::cli::ResumeArgs;
@@ -25,7 +26,11 @@ pub fn run(target: &Target, args: &ResumeArgs, json: bool) -> Result<()> {
     let client = target.client(&runtime, |journal| {
         not_the_runtimes(journal, id, Error::NotFound(id))
     })?;
-    runtime.block_on(client.resume(id))?;
+    let mut options = ResumeOptions::default();
+    if let Some(deadline) = args.deadline {
+        options = options.deadline(deadline);
+    }
+    runtime.block_on(client.resume(id, options))?;
     if json {
         return print_json(&Resumed {
             execution_id: id.to_string(),

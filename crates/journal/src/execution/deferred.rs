@@ -189,6 +189,28 @@ impl Carry {
         self.rows.first().map(|pending| pending.row.seq)
     }
 
+    /// After a cancel request (R5): writes only the guarded steps' results (their intents
+    /// committed before the request) and drops the other rows, which ran before the request
+    /// was seen and run again if the execution is resumed. The caller has checked the fence;
+    /// a deferred open never meets a request (its row does not exist yet). Returns whether a
+    /// row was dropped.
+    pub(crate) fn write_guarded_results(
+        self,
+        conn: &Connection,
+        id: Uuid,
+        resource: &str,
+    ) -> Result<bool> {
+        let mut dropped = false;
+        for pending in self.rows {
+            if pending.row.effect == Effect::Guarded {
+                pending.write(conn, id, resource)?;
+            } else {
+                dropped = true;
+            }
+        }
+        Ok(dropped)
+    }
+
     /// Writes the open (or checks the fence at `epoch`), then the rows. The open stores the
     /// epoch it took in `epoch` at once, so a release later in the same transaction uses it.
     pub(crate) fn write(

@@ -5,6 +5,15 @@
 //! Invariant: every write made through a fence first checks, in the same transaction, that
 //! the fence's epoch is still the lock's epoch, or takes the lock itself (a deferred open). A
 //! handle whose lock was taken over writes nothing ([`crate::Error::LockLost`]).
+//!
+//! Invariant (R5): once a cancel request has committed, no step row commits but the result of
+//! a guarded step, whose intent committed before the request. Every write reads, in its
+//! transaction, whether a request is pending (one seek on the primary key). If one is, the
+//! write keeps only the guarded steps' results it carries and drops its other pending rows
+//! (they ran before the request was seen, and run again if the execution is resumed); then
+//! it is refused with nothing else written ([`crate::Error::CancelRequested`]), unless it is
+//! one of the writes a request admits ([`CancelRequests`]). The order of commits, not a
+//! clock, decides.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,6 +41,25 @@ pub(crate) type FirstHook = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
 /// A [`FirstHook`] kept outside the request, so that a request that never ran leaves it here
 /// for the next try.
 type FirstSlot = Arc<Mutex<Option<FirstHook>>>;
+
+/// What a write of the handle does while a cancel request is pending (R5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelRequests {
+    /// Refused: nothing of it is written but the guarded steps' results it carries.
+    Refuse,
+    /// Written (`fail`, a release, `finish_cancelled`), without the pending rows it carries
+    /// other than guarded steps' results.
+    Admit,
+    /// A write of what is pending alone: written if that is only guarded steps' results
+    /// (a guarded step in flight finishes its protocol), refused otherwise.
+    Carried,
+}
+
+/// What a write's transaction decided; a refusal commits only the guarded results it carried.
+enum Fenced<T> {
+    Done(T),
+    Refused(String),
+}
 
 /// The writer, the lock and the epoch of one execution's handle.
 #[derive(Debug)]
@@ -147,13 +175,37 @@ impl Fence {
     {
         let carrying = !self.carry().is_empty();
         let undo = if carrying { Undo::Savepoint } else { undo };
-        self.submit(undo, carrying, None, work).await
+        self.submit(undo, carrying, None, CancelRequests::Refuse, work)
+            .await
+    }
+
+    /// [`Fence::write_with`] for the writes a cancel request admits: `fail` and
+    /// `finish_cancelled` (see [`CancelRequests::Admit`]).
+    pub(crate) async fn write_admitted<T, W>(&self, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
+    {
+        let carrying = !self.carry().is_empty();
+        self.submit(
+            Undo::Savepoint,
+            carrying,
+            None,
+            CancelRequests::Admit,
+            move |conn, resource, _, now| work(conn, resource, now),
+        )
+        .await
     }
 
     /// [`Fence::write`], with `first` run before anything else of the transaction (before the
     /// fence check and what the write carries), so that its [`Error::Aborted`] leaves what is
-    /// pending untaken.
-    pub(crate) async fn write_first<T, W>(&self, first: FirstHook, work: W) -> Result<T>
+    /// pending untaken; `requests` says whether a pending cancel request refuses it.
+    pub(crate) async fn write_first<T, W>(
+        &self,
+        first: FirstHook,
+        requests: CancelRequests,
+        work: W,
+    ) -> Result<T>
     where
         T: Send + 'static,
         W: FnOnce(&Connection, &str, &str) -> Result<T> + Send + 'static,
@@ -164,6 +216,7 @@ impl Fence {
             Undo::Savepoint,
             carrying,
             Some(first),
+            requests,
             move |conn, resource, _, now| work(conn, resource, now),
         )
         .await
@@ -203,7 +256,10 @@ impl Fence {
                 }
                 Ok(())
             };
-            match self.submit(undo, true, slot, last).await {
+            match self
+                .submit(undo, true, slot, CancelRequests::Carried, last)
+                .await
+            {
                 Err(Error::Busy { .. })
                     if try_number < CARRY_WRITE_TRIES_MAX
                         && !self.carry().is_empty()
@@ -238,8 +294,14 @@ impl Fence {
         if !self.is_open() {
             return Ok(());
         }
-        self.submit(Undo::OneStatement, false, None, |_, _, _, _| Ok(()))
-            .await
+        self.submit(
+            Undo::OneStatement,
+            false,
+            None,
+            CancelRequests::Refuse,
+            |_, _, _, _| Ok(()),
+        )
+        .await
     }
 
     async fn submit<T, W>(
@@ -247,6 +309,7 @@ impl Fence {
         undo: Undo,
         carrying: bool,
         first: Option<FirstSlot>,
+        requests: CancelRequests,
         work: W,
     ) -> Result<T>
     where
@@ -262,21 +325,33 @@ impl Fence {
         let written = self
             .writer
             .write_with(undo, move |conn| {
-                if let Some(hook) = first.as_deref().and_then(take) {
+                // An execution this write opens has no row yet, so no request.
+                let request = if opening {
+                    None
+                } else {
+                    crate::lifecycle::pending_cancel_of(conn, &resource)?
+                };
+                // The caller's first hook runs before the carry is taken, so that its refusal
+                // leaves what is pending untaken; under a request, only an admitted write runs
+                // it.
+                let hooked = first.as_deref().is_some_and(is_kept);
+                let run_hook = request.is_none() || requests == CancelRequests::Admit;
+                if let Some(hook) = first.as_deref().filter(|_| run_hook).and_then(take) {
                     hook(conn)?;
                 }
-                match carry {
+                if let Some(reason) = request {
+                    locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
+                    if refused_under_request(conn, (id, &resource), carry, hooked, requests)? {
+                        return Ok(Fenced::Refused(reason));
+                    }
+                } else if let Some(carry) = carry {
                     // Taken here, in the transaction: if it does not commit, it is lost, and
                     // the handle halts (see `super::deferred`).
-                    Some(carry) => {
-                        let taken = std::mem::take(
-                            &mut *carry.lock().unwrap_or_else(PoisonError::into_inner),
-                        );
-                        taken.write(conn, &locker, (id, &resource), &epoch, &now)?;
-                    }
-                    None => locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?,
+                    taken(&carry).write(conn, &locker, (id, &resource), &epoch, &now)?;
+                } else {
+                    locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
                 }
-                work(conn, &resource, at, &now)
+                work(conn, &resource, at, &now).map(Fenced::Done)
             })
             .await;
         if opening {
@@ -287,7 +362,13 @@ impl Fence {
                 self.epoch.store(0, Ordering::SeqCst);
             }
         }
-        written
+        match written? {
+            Fenced::Done(value) => Ok(value),
+            Fenced::Refused(reason) => Err(Error::CancelRequested {
+                execution_id: self.id,
+                reason,
+            }),
+        }
     }
 
     /// Refreshes the lease heartbeat of the lock; nothing before a deferred open.
@@ -334,6 +415,33 @@ impl Fence {
             Ok(())
         });
     }
+}
+
+/// In a write's transaction that found a cancel request pending (R5): writes the guarded
+/// steps' results the write carries and drops its other pending rows, then says whether the
+/// write is refused. A write of what is pending alone is refused only if it dropped a row or
+/// has a hook of the caller's (a step of `step_with`, which is never guarded).
+fn refused_under_request(
+    conn: &Connection,
+    (id, resource): (Uuid, &str),
+    carry: Option<Arc<Mutex<Carry>>>,
+    hooked: bool,
+    requests: CancelRequests,
+) -> Result<bool> {
+    let dropped = match carry {
+        Some(carry) => taken(&carry).write_guarded_results(conn, id, resource)?,
+        None => false,
+    };
+    Ok(match requests {
+        CancelRequests::Refuse => true,
+        CancelRequests::Admit => false,
+        CancelRequests::Carried => dropped || hooked,
+    })
+}
+
+/// Takes what the handle carries, leaving it empty.
+fn taken(carry: &Mutex<Carry>) -> Carry {
+    std::mem::take(&mut *carry.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// Takes the hook out of its slot: a request runs it at most once.

@@ -303,9 +303,11 @@ impl Execution {
     }
 
     /// Finalizes the execution as failed with `error`, and releases its lock, in one transaction.
+    /// Failing is allowed after a step error that stops the execution, and while a cancel
+    /// request is pending.
     ///
     /// # Errors
-    /// As [`Execution::complete`], apart from the two refusals: failing is always allowed.
+    /// As [`Execution::complete`], apart from the refusals: failing is always allowed.
     pub async fn fail(self, error: &impl Serialize) -> Result<()> {
         self.fail_with(error, |_| Ok(())).await
     }
@@ -336,6 +338,35 @@ impl Execution {
         self.finalize(Status::Failed, error, also).await
     }
 
+    /// Finalizes the execution as cancelled, with error `{"cancelled": reason}`, a `cancelled`
+    /// event and the lock's release, in one transaction with `also`: what a holder does when a
+    /// step was refused [`Error::CancelRequested`], or when it decides to stop on its own (a
+    /// deadline). Allowed while a request is pending and after a step error that stops the
+    /// execution. A step left in the ambiguous window stays there, for an operator.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`], [`Error::PayloadTooLarge`] for a reason over
+    /// [`crate::lifecycle::CANCEL_REASON_BYTES_MAX`], `also`'s own error (nothing is written
+    /// then), or a storage error.
+    pub async fn finish_cancelled<F>(mut self, reason: &str, also: F) -> Result<()>
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        self.refuse_if_released()?;
+        let (id, reason) = (self.id, reason.to_owned());
+        let release = Arc::clone(&self.fence);
+        self.fence
+            .write_admitted(move |conn, _, now| {
+                crate::lifecycle::cancel_row(conn, id, Status::Running, now, &reason)?;
+                also(conn)?;
+                release.release_in(conn)
+            })
+            .await?;
+        self.finalized = true;
+        tracing::info!(execution_id = %self.id, status = "cancelled", "finalized");
+        Ok(())
+    }
+
     async fn finalize<T, F>(mut self, status: Status, payload: String, also: F) -> Result<T>
     where
         T: Send + 'static,
@@ -344,23 +375,26 @@ impl Execution {
         self.refuse_if_released()?;
         let (id, next_seq) = (self.id, self.next_seq);
         let release = Arc::clone(&self.fence);
-        let also = self
-            .fence
-            .write(move |conn, resource, now| {
-                if status == Status::Completed
-                    && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
-                {
-                    return Err(Error::Refused(format!(
-                        "execution {id} cannot complete while step {seq} is in the ambiguous \
-                         window; resolve it first, or finalize the execution as failed"
-                    )));
-                }
-                step_rows::finalize_row(conn, resource, status, &payload, now)?;
-                let also = also(conn)?;
-                release.release_in(conn)?;
-                Ok(also)
-            })
-            .await?;
+        let write = move |conn: &Connection, resource: &str, now: &str| {
+            if status == Status::Completed
+                && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
+            {
+                return Err(Error::Refused(format!(
+                    "execution {id} cannot complete while step {seq} is in the ambiguous \
+                     window; resolve it first, or finalize the execution as failed"
+                )));
+            }
+            step_rows::finalize_row(conn, resource, status, &payload, now)?;
+            let also = also(conn)?;
+            release.release_in(conn)?;
+            Ok(also)
+        };
+        // Completing loses to a committed cancel request; failing does not.
+        let also = if status == Status::Completed {
+            self.fence.write(write).await?
+        } else {
+            self.fence.write_admitted(write).await?
+        };
         self.finalized = true;
         tracing::info!(execution_id = %self.id, status = status.as_str(), "finalized");
         Ok(also)

@@ -12,6 +12,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::Execution;
+use super::fence::CancelRequests;
 use super::hooks::{Hook, IntentHook, ResultHook, Timing};
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
@@ -333,9 +334,18 @@ impl Execution {
         for tries in 1..=retry.attempts_max.max(1) {
             match f(step_key).await {
                 Err(error) if error.retryable && tries < retry.attempts_max => {
-                    let detail = json!({ "attempt": attempt, "error": error.message });
-                    self.write_attempt(call, attempt.saturating_add(1), detail)
-                        .await?;
+                    let detail = json!({ "attempt": attempt, "error": error.message.clone() });
+                    match self
+                        .write_attempt(call, attempt.saturating_add(1), detail)
+                        .await
+                    {
+                        // A cancel request committed: a next attempt would be a new effect, so
+                        // a guarded step records this failure as its result (R5 admits it).
+                        Err(Error::CancelRequested { .. }) if call.effect == Effect::Guarded => {
+                            return Ok((Err(error), attempt));
+                        }
+                        written => written?,
+                    }
                     tokio::time::sleep(retry.backoff_before(tries + 1)).await;
                     attempt += 1;
                 }
@@ -369,7 +379,8 @@ impl Execution {
             // First in the transaction: if it declines, what is pending stays pending.
             Some(with_intent) => {
                 self.fence.open_before_hook().await?;
-                self.fence.write_first(with_intent, record).await
+                let requests = CancelRequests::Refuse;
+                self.fence.write_first(with_intent, requests, record).await
             }
             None => self.fence.write_with(Undo::OneStatement, record).await,
         }
@@ -528,6 +539,7 @@ fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
         Err(Error::Ambiguous { .. }) => "ambiguous",
         Err(Error::LockLost(_)) => "lock_lost",
         Err(Error::NonDeterminism { .. }) => "non_determinism",
+        Err(Error::CancelRequested { .. }) => "cancel_requested",
         Err(_) => "error",
     }
 }

@@ -14,6 +14,7 @@ use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
 use super::Execution;
+use super::fence::CancelRequests;
 use crate::error::{Error, Result};
 use crate::events;
 use crate::records::event_kind;
@@ -155,6 +156,9 @@ impl Execution {
     /// If `also` returns [`Error::Aborted`], nothing was written and the handle is usable as
     /// before (a park whose hook found the awaited message already there goes on running).
     ///
+    /// A pending cancel request does not refuse a release; the rows the handle kept pending
+    /// are then dropped but guarded steps' results (R5, see the fence).
+    ///
     /// `detail` says why, for people: names, seqs and reasons, never payloads; JSON null
     /// stores none.
     ///
@@ -182,14 +186,18 @@ impl Execution {
         // First in the transaction: if it declines, what is pending stays pending.
         let released = self
             .fence
-            .write_first(Box::new(also), move |conn, resource, now| {
-                parking.record(conn, resource, now)?;
-                release.release_in(conn)?;
-                fail::fail_point!("journal::before-release-commit", |_| {
-                    std::process::abort()
-                });
-                Ok(())
-            })
+            .write_first(
+                Box::new(also),
+                CancelRequests::Admit,
+                move |conn, resource, now| {
+                    parking.record(conn, resource, now)?;
+                    release.release_in(conn)?;
+                    fail::fail_point!("journal::before-release-commit", |_| {
+                        std::process::abort()
+                    });
+                    Ok(())
+                },
+            )
             .await;
         if let Err(error) = released {
             // Any other failure took what was pending with it: the handle must not go on

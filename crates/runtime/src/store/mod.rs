@@ -8,6 +8,7 @@
 //! functions.
 
 mod changes;
+mod deadlines;
 mod failures;
 mod messages;
 mod registrations;
@@ -19,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use messages::{
     StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,

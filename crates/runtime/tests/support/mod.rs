@@ -1,9 +1,11 @@
 //! Fixtures shared by the runtime's integration tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+use std::time::Duration;
+
 use durably_journal::rusqlite::types::Value;
 use durably_journal::{Execution, Journal, Opened};
-use durably_runtime::Error;
+use durably_runtime::{Error, WorkflowHandle};
 use uuid::Uuid;
 
 /// The payload cap of the scratch journals, in bytes of JSON.
@@ -112,6 +114,36 @@ pub async fn refused<T: std::fmt::Debug>(
         "a refused call changed the journal"
     );
     error
+}
+
+/// The newest step row the `cancel_requested` event of `id` names (`last_step_id`), and the
+/// newest step row of `id` now: equal when no step row was committed after the request.
+pub fn request_and_newest_row(journal: &Journal, id: Uuid) -> (Option<i64>, Option<i64>) {
+    let requested = journal
+        .events(id)
+        .unwrap()
+        .into_iter()
+        .find(|event| event.kind == "cancel_requested")
+        .expect("a cancel_requested event");
+    let named = requested.detail.to_value().unwrap()["last_step_id"].as_i64();
+    let newest = journal
+        .read(|conn| durably_journal::lifecycle::newest_step_row(conn, id))
+        .unwrap();
+    (named, newest)
+}
+
+/// Waits (at most a minute, so a broken test fails instead of hanging) until the execution
+/// ends, which must be cancelled, and returns the reason.
+pub async fn cancelled_reason<O: serde::de::DeserializeOwned + std::fmt::Debug>(
+    handle: &WorkflowHandle<O>,
+) -> String {
+    let result = tokio::time::timeout(Duration::from_mins(1), handle.result())
+        .await
+        .expect("the execution ends");
+    match result {
+        Err(Error::Cancelled { reason, .. }) => reason,
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
 }
 
 /// A journal on a [`TestClock`] the test moves, in a temporary directory, with a payload cap
