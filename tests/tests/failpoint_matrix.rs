@@ -119,6 +119,12 @@ failpoint_tests! {
     runtime_after_consume_commit => "runtime::after-consume-commit",
     runtime_after_event_commit => "runtime::after-event-commit",
     runtime_after_recovery_batch => "runtime::after-recovery-batch",
+    journal_after_cancel_request_commit => "journal::after-cancel-request-commit",
+    journal_after_cancel_commit => "journal::after-cancel-commit",
+    runtime_after_cancel_observed => "runtime::after-cancel-observed",
+    runtime_after_deadline_commit => "runtime::after-deadline-commit",
+    runtime_after_resume_commit => "runtime::after-resume-commit",
+    runtime_after_step_timeout_commit => "runtime::after-step-timeout-commit",
 }
 
 #[test]

@@ -9,8 +9,10 @@
 //! back silently, a runtime execution ended otherwise than its plan or its cancel says or with
 //! another published value, an effect after an acknowledged cancel, an acknowledged message
 //! missing, a consumed message its receive does not hold, a receive that returned another
-//! message than the journal holds, a step written before its timer woke — and check that the
-//! matching figure, and a failing verdict, comes out.
+//! message than the journal holds, a step written before its timer woke, an effect after its
+//! run saw it was asked to stop, a step row newer than a cancel request, a timeout cancel of
+//! an execution started without a deadline — and check that the matching figure, and a
+//! failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
 use std::fs::OpenOptions;
@@ -161,11 +163,12 @@ fn rewrite_ledger(dir: &Path, mut change: impl FnMut(&mut Vec<String>)) {
     }
 }
 
-/// The id of the runtime execution the matrix's canceller cancelled.
+/// The id of the planned runtime execution the matrix cancelled at once (the held-back one).
 fn cancelled_runtime_execution(conn: &Connection) -> String {
     conn.query_row(
         "SELECT e.execution_id FROM executions e JOIN runtime_executions USING (execution_id)
-         WHERE e.status = 'cancelled'",
+         WHERE e.status = 'cancelled' AND e.kind = 'torture'
+           AND e.error ->> '$.cancelled' = 'torture canceller'",
         [],
         |row| row.get(0),
     )
@@ -333,6 +336,55 @@ fn a_completed_execution_that_published_another_value_is_a_wrong_end() {
             "UPDATE workflow_events SET value = '\"another\"'
              WHERE (execution_id, key) = (SELECT execution_id, key FROM workflow_events)",
         );
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_effect_after_its_run_saw_a_stop_is_after_cancel() {
+    let report = damaged(|dir, conn| {
+        let id: String = conn
+            .query_row(
+                "SELECT e.execution_id FROM executions e JOIN runtime_executions USING (execution_id)
+                 WHERE e.status = 'completed' AND e.kind = 'torture' LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let acks = dir.join(durably_tests::torture::ledger::ACKS_DIR);
+        let log = RecordFile::open(&acks.join("damage.log")).unwrap();
+        // Seen stopped at its first step, before any of its effects.
+        log.append(&["O", &id, "0", "1", "0"]).unwrap();
+    });
+    assert!(report.after_cancel >= 1, "{report:?}");
+}
+
+#[test]
+fn a_step_row_newer_than_a_cancel_request_is_after_cancel() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE events SET detail = json_set(detail, '$.last_step_id', 0),
+                               execution_id = (
+                                   SELECT execution_id FROM steps
+                                   WHERE execution_id NOT IN (
+                                       SELECT execution_id FROM events WHERE kind = 'resumed')
+                                   ORDER BY id DESC LIMIT 1)
+             WHERE kind = 'cancel_requested'",
+        );
+    });
+    assert_eq!(report.after_cancel, 1, "{report:?}");
+}
+
+#[test]
+fn a_timeout_of_an_execution_started_without_a_deadline_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let id = cancelled_runtime_execution(conn);
+        conn.execute(
+            "UPDATE executions SET error = '{\"cancelled\":\"timeout\"}' WHERE execution_id = ?1",
+            [&id],
+        )
+        .unwrap();
     });
     assert_eq!(report.wrong_end, 1, "{report:?}");
 }

@@ -172,7 +172,7 @@ struct StepRow {
 #[derive(Debug)]
 pub(super) struct EffectRecord {
     pub(super) execution_id: String,
-    seq: String,
+    pub(super) seq: String,
     effect: String,
     policy: String,
     pub(super) at_ns: u64,
@@ -592,7 +592,7 @@ fn check_acks(
                 }
             }
             // The runtime roles' records, checked by `runtime_checks`.
-            ["S" | "c" | "C" | "M" | "T", ..] => {}
+            ["S" | "c" | "C" | "D" | "M" | "T" | "O", ..] => {}
             _ => return Err(format!("malformed acknowledgement {record:?}").into()),
         }
     }

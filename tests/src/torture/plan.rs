@@ -111,6 +111,15 @@ pub enum RuntimeStep {
     SendOwn,
     /// The workflow publishes [`PROGRESS_EVENT`] (`durably:set-event/<key>`).
     SetEvent,
+    /// A step with an effect and a timeout of [`SLOW_TIMEOUT_MS`]: idempotent, or guarded
+    /// under `policy`. Its closure's first attempt in each process hangs for
+    /// [`SLOW_HANG_MS`] before its effect, so the timeout drops it with no effect: an
+    /// idempotent step's execution then fails (`step_timeout`) until an operator resumes it, a
+    /// guarded one's is requeued with its intent left to its policy.
+    Slow {
+        /// The policy of a guarded slow step; `None` for an idempotent one.
+        policy: Option<PolicyKind>,
+    },
 }
 
 /// The topic of a receive.
@@ -129,13 +138,17 @@ pub enum RecvTopic {
 pub const PROGRESS_EVENT: &str = "progress";
 /// The torture runtimes park waits longer than this (`RuntimeBuilder::park_after`).
 pub const PARK_AFTER_MS: u64 = 20;
+/// The timeout of a [`RuntimeStep::Slow`] step.
+pub const SLOW_TIMEOUT_MS: u64 = 30;
+/// How long a [`RuntimeStep::Slow`] step's closure hangs on its first attempt in a process.
+pub const SLOW_HANG_MS: u64 = 1_000;
 
 impl RuntimeStep {
     /// How many journal steps it records.
     pub fn journal_steps(self) -> u32 {
         match self {
             Self::Recv { .. } => 2,
-            Self::Sleep { .. } | Self::SendOwn | Self::SetEvent => 1,
+            Self::Sleep { .. } | Self::SendOwn | Self::SetEvent | Self::Slow { .. } => 1,
         }
     }
 }
@@ -371,6 +384,11 @@ fn runtime_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
                     timeout_ms: OWN_RECV_TIMEOUT_MS,
                 })
             }
+            90..=94 => runtime(RuntimeStep::Slow {
+                policy: rng
+                    .percent(50)
+                    .then(|| PolicyKind::ALL[rng.between(0, 3) as usize]),
+            }),
             _ => runtime(RuntimeStep::SetEvent),
         };
         kinds.push(kind);
@@ -388,7 +406,7 @@ pub const COVERING_RECV_TIMEOUT_MS: u64 = 60_000;
 
 /// Every kind of [`covering_kinds`] and every runtime step: a short and a parked timer, a
 /// self-send and its receive, a receive of the driver's message, a receive that times out
-/// while parked, and a published event.
+/// while parked, a published event, and a slow idempotent and a slow guarded (Retry) step.
 fn runtime_covering_kinds() -> Vec<StepKind> {
     let mut kinds = covering_kinds();
     let first = kinds.len();
@@ -412,6 +430,10 @@ fn runtime_covering_kinds() -> Vec<StepKind> {
                 timeout_ms: PARK_AFTER_MS * 2,
             },
             RuntimeStep::SetEvent,
+            RuntimeStep::Slow { policy: None },
+            RuntimeStep::Slow {
+                policy: Some(PolicyKind::Retry),
+            },
         ]
         .map(StepKind::Runtime),
     );
@@ -442,6 +464,7 @@ fn kind_word(kind: StepKind) -> &'static str {
         StepKind::Runtime(RuntimeStep::Recv { .. }) => "recv",
         StepKind::Runtime(RuntimeStep::SendOwn) => "send",
         StepKind::Runtime(RuntimeStep::SetEvent) => "event",
+        StepKind::Runtime(RuntimeStep::Slow { .. }) => "slow",
     }
 }
 

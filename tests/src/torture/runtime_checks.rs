@@ -10,9 +10,12 @@
 //!   could not be recounted) is a violation.
 //! - **wrong_end**: every runtime execution ends as its plan and the cancels explain:
 //!   completed with its plan's output, the value of its plan's last published event, and no
-//!   fatal step in its plan; failed at its planned fatal step (not at a receive that got what
-//!   its plan rules out); cancelled only after a canceller asked (`c` record); and one whose
-//!   cancel was acknowledged (`C ... cancelled`) ends cancelled. (Unfinished ones count as
+//!   fatal step in its plan, and not after a cancel was asked of it; failed at its planned
+//!   fatal step (not at a receive that got what its plan rules out), or by a step timeout only
+//!   when a cancel was asked of it (otherwise the operator resumes it); cancelled only after a
+//!   canceller asked (`c` record), or with reason `timeout` when it was started with a deadline
+//!   (`D` record); and
+//!   one cancelled at once (`C … cancelled`) ends cancelled. (Unfinished ones count as
 //!   `stuck`.)
 //! - **bad_messages**: every acknowledged send (`S`) is in `messages` exactly once for its
 //!   (receiver, key), with the acknowledged message id, topic and payload; every send of one
@@ -20,8 +23,11 @@
 //!   receive step that recorded it (same execution, seq, topic and payload), and every receive
 //!   step that recorded a message consumed it (R4); every acknowledged receive (`M`) returned
 //!   what the journal's step holds, so no rerun got another message.
-//! - **after_cancel**: no effect of an execution is appended after its cancellation was
-//!   acknowledged.
+//! - **after_cancel**: no effect of an execution is appended after its cancel was acknowledged
+//!   done (`C … cancelled`), nor of a step at or after the one where its run saw it was asked
+//!   to stop (`O`); and no step row of an execution is newer (by `steps.id`, commit order)
+//!   than the newest when a cancel was asked of it (the `cancel_requested` event's
+//!   `last_step_id`), unless it was resumed since (R5).
 //! - **early_wakes**: for every timer step (`durably:sleep/<name>`, result `{"wake_at": T}`),
 //!   the execution's next step was first written at or after T, a completed or failed
 //!   execution was finalized at or after T, and every `T` record (a sleep returning) was
@@ -29,6 +35,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use durably_runtime::DEADLINE_REASON;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
@@ -36,7 +43,8 @@ use super::checker::{EffectRecord, Report};
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
 };
-use super::runtime_workflow::{FATAL_MESSAGE, RuntimeOutput, TIMED_OUT};
+use super::runs::RUN_KIND;
+use super::runtime_workflow::{FATAL_MESSAGE, RUNTIME_KIND, RuntimeOutput, TIMED_OUT};
 
 /// The events that end a run holding a slot of a limited queue.
 const RUN_ENDS: [&str; 8] = [
@@ -68,7 +76,7 @@ pub(super) fn check(
     check_ends(conn, acks, report)?;
     check_messages(conn, acks, report)?;
     check_receives(conn, acks, report)?;
-    check_after_cancel(acks, effects, report)?;
+    check_after_cancel(conn, acks, effects, report)?;
     check_timers(conn, acks, report)?;
     report.parked = conn.query_row(
         "SELECT count(*) FROM events WHERE kind = 'parked'",
@@ -205,21 +213,81 @@ fn check_queue_limits(conn: &Connection, report: &mut Report) -> Result<(), BoxE
     Ok(())
 }
 
-/// Whether a cancel of each execution was asked (`c`), and whether one was acknowledged done.
-fn cancels(acks: &[Vec<String>]) -> (HashSet<&str>, HashSet<&str>) {
-    let (mut asked, mut done) = (HashSet::new(), HashSet::new());
+/// The cancels the canceller acknowledged: asked (`c`), done at once (`C … cancelled`), and
+/// asked of a live holder (`C … requested`); and the executions started with a deadline
+/// (`D`).
+#[derive(Default)]
+struct Cancels<'a> {
+    asked: HashSet<&'a str>,
+    cancelled: HashSet<&'a str>,
+    requested: HashSet<&'a str>,
+    deadlines: HashSet<&'a str>,
+}
+
+fn cancels(acks: &[Vec<String>]) -> Cancels<'_> {
+    let mut cancels = Cancels::default();
     for record in acks {
         match record.as_slice() {
             [kind, id, ..] if kind == "c" => {
-                asked.insert(id.as_str());
+                cancels.asked.insert(id.as_str());
+            }
+            [kind, id, ..] if kind == "D" => {
+                cancels.deadlines.insert(id.as_str());
             }
             [kind, id, outcome, ..] if kind == "C" && outcome == "cancelled" => {
-                done.insert(id.as_str());
+                cancels.cancelled.insert(id.as_str());
+            }
+            [kind, id, outcome, ..] if kind == "C" && outcome == "requested" => {
+                cancels.requested.insert(id.as_str());
             }
             _ => {}
         }
     }
-    (asked, done)
+    cancels
+}
+
+/// A runtime execution's end, as the journal holds it.
+struct End {
+    id: String,
+    status: String,
+    input: String,
+    output: Option<String>,
+    /// The message of its error (a workflow's failure).
+    message: Option<String>,
+    /// The reason of its cancel.
+    cancel_reason: Option<String>,
+    /// The reason of its status (`step_timeout`).
+    detail_reason: Option<String>,
+    /// Whether a cancel was asked of it while it ran.
+    cancel_requested: bool,
+    /// Its last published progress event.
+    progress: Option<String>,
+}
+
+fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT e.execution_id, e.status, e.input, e.output, e.error ->> '$.message',
+                e.error ->> '$.cancelled', e.status_detail ->> '$.reason',
+                e.cancel_requested_at IS NOT NULL,
+                (SELECT value FROM workflow_events w
+                 WHERE w.execution_id = e.execution_id AND w.key = ?1)
+         FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id
+         WHERE e.kind IN (?2, ?3)",
+    )?;
+    let rows = statement.query_map([PROGRESS_EVENT, RUNTIME_KIND, RUN_KIND], |row| {
+        Ok(End {
+            id: row.get(0)?,
+            status: row.get(1)?,
+            input: row.get(2)?,
+            output: row.get(3)?,
+            message: row.get(4)?,
+            cancel_reason: row.get(5)?,
+            detail_reason: row.get(6)?,
+            cancel_requested: row.get(7)?,
+            progress: row.get(8)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 fn check_ends(
@@ -227,68 +295,75 @@ fn check_ends(
     acks: &[Vec<String>],
     report: &mut Report,
 ) -> Result<(), BoxError> {
-    let (asked, done) = cancels(acks);
-    report.cancelled = done.len() as u64;
-    let mut statement = conn.prepare(
-        "SELECT e.execution_id, e.status, e.input, e.output, json_extract(e.error, '$.message'),
-                (SELECT value FROM workflow_events w
-                 WHERE w.execution_id = e.execution_id AND w.key = ?1)
-         FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id",
-    )?;
-    // Every kind the torture runs through the runtime; its input says it is a runtime plan.
-    let rows = statement
-        .query_map([PROGRESS_EVENT], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, Option<String>>(3)?,
-                row.get::<_, Option<String>>(4)?,
-                row.get::<_, Option<String>>(5)?,
-            ))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    for (id, status, input, output, message, progress) in rows {
-        let input: PlanInput = serde_json::from_str(&input)?;
+    let cancels = cancels(acks);
+    report.cancelled = (cancels.cancelled.len() + cancels.requested.len()) as u64;
+    // Every runtime execution of a plan.
+    for end in ends(conn)? {
+        let input: PlanInput = serde_json::from_str(&end.input)?;
         if !input.shape.is_runtime() {
             continue;
         }
         report.runtime_executions += 1;
-        let plan = ExecutionPlan::from_input(input);
-        let fatal = plan.steps.iter().any(|step| step.kind == StepKind::Fatal);
-        let steps = output
-            .as_deref()
-            .map(serde_json::from_str::<RuntimeOutput>)
-            .transpose()?
-            .map(|output| output.steps);
-        let progress: Option<serde_json::Value> =
-            progress.as_deref().map(serde_json::from_str).transpose()?;
-        let wrong = match status.as_str() {
-            _ if done.contains(id.as_str()) && status != "cancelled" => {
-                Some("its cancel was acknowledged")
-            }
-            "completed" if fatal => Some("its plan has a fatal step"),
-            "completed" if steps != Some(plan.steps.len() as u64) => {
-                Some("its output is not its plan's")
-            }
-            "completed" if progress != last_progress(&plan) => {
-                Some("its published event is not its plan's last")
-            }
-            "failed" if !fatal || message.as_deref() != Some(FATAL_MESSAGE) => {
-                Some("it did not fail at its planned fatal step")
-            }
-            "cancelled" if !asked.contains(id.as_str()) => Some("nobody asked to cancel it"),
-            _ => None,
-        };
-        if let Some(why) = wrong {
+        if let Some(why) = wrong_end(&end, input, &cancels)? {
             report.wrong_end += 1;
             report.violation(format!(
-                "wrong_end: runtime execution {id} ended {status}, but {why} ({message:?})"
+                "wrong_end: runtime execution {} ended {}, but {why} ({:?})",
+                end.id, end.status, end.message
             ));
         }
     }
     Ok(())
 }
+
+/// Why `end` is not an end its plan and the cancels explain, if it is not.
+fn wrong_end(
+    end: &End,
+    input: PlanInput,
+    cancels: &Cancels<'_>,
+) -> Result<Option<&'static str>, BoxError> {
+    let plan = ExecutionPlan::from_input(input);
+    let fatal = plan.steps.iter().any(|step| step.kind == StepKind::Fatal);
+    let steps = end
+        .output
+        .as_deref()
+        .map(serde_json::from_str::<RuntimeOutput>)
+        .transpose()?
+        .map(|output| output.steps);
+    let progress: Option<serde_json::Value> = end
+        .progress
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()?;
+    let id = end.id.as_str();
+    let timed_out = end.detail_reason.as_deref() == Some(STEP_TIMEOUT_REASON);
+    Ok(match end.status.as_str() {
+        status if cancels.cancelled.contains(id) && status != "cancelled" => {
+            Some("it was cancelled at once")
+        }
+        "completed" if cancels.requested.contains(id) => Some("a cancel was asked of it"),
+        "completed" if fatal => Some("its plan has a fatal step"),
+        "completed" if steps != Some(plan.steps.len() as u64) => {
+            Some("its output is not its plan's")
+        }
+        "completed" if progress != last_progress(&plan) => {
+            Some("its published event is not its plan's last")
+        }
+        // A step timeout's failure stands only when a cancel was asked of the run, which then
+        // stops before anyone resumes it.
+        "failed" if timed_out && !end.cancel_requested => Some("its step timeout was not resumed"),
+        "failed" if !timed_out && (!fatal || end.message.as_deref() != Some(FATAL_MESSAGE)) => {
+            Some("it did not fail at its planned fatal step")
+        }
+        "cancelled" if end.cancel_reason.as_deref() == Some(DEADLINE_REASON) => {
+            (!cancels.deadlines.contains(id)).then_some("it was started with no deadline")
+        }
+        "cancelled" if !cancels.asked.contains(id) => Some("nobody asked to cancel it"),
+        _ => None,
+    })
+}
+
+/// The `status_detail.reason` of an execution a step timeout failed.
+const STEP_TIMEOUT_REASON: &str = "step_timeout";
 
 /// The value of the last event `plan` publishes, if it publishes one.
 fn last_progress(plan: &ExecutionPlan) -> Option<serde_json::Value> {
@@ -364,29 +439,76 @@ fn check_messages(
 }
 
 fn check_after_cancel(
+    conn: &Connection,
     acks: &[Vec<String>],
     effects: &HashMap<String, Vec<EffectRecord>>,
     report: &mut Report,
 ) -> Result<(), BoxError> {
-    let mut cancelled_at: HashMap<&str, u64> = HashMap::new();
+    // When each execution was seen stopped, and from which step on nothing may run: a cancel
+    // done at once stops every step; a run that saw a request stops the step it was at.
+    let mut stopped: HashMap<&str, Vec<(u64, u32)>> = HashMap::new();
     for record in acks {
-        if let [kind, id, outcome, _pid, at] = record.as_slice()
-            && kind == "C"
-            && outcome == "cancelled"
-        {
-            let at: u64 = at.parse()?;
-            let earliest = cancelled_at.entry(id.as_str()).or_insert(at);
-            *earliest = (*earliest).min(at);
+        match record.as_slice() {
+            [kind, id, outcome, _pid, at] if kind == "C" && outcome == "cancelled" => {
+                stopped.entry(id).or_default().push((at.parse()?, 0));
+            }
+            [kind, id, seq, _pid, at] if kind == "O" => {
+                stopped
+                    .entry(id)
+                    .or_default()
+                    .push((at.parse()?, seq.parse()?));
+            }
+            _ => {}
         }
     }
     for effect in effects.values().flatten() {
-        if let Some(at) = cancelled_at.get(effect.execution_id.as_str())
-            && effect.at_ns > *at
+        let Some(stops) = stopped.get(effect.execution_id.as_str()) else {
+            continue;
+        };
+        let seq: u32 = effect.seq.parse()?;
+        if let Some((_, from)) = stops
+            .iter()
+            .find(|(at, from)| effect.at_ns > *at && seq >= *from)
         {
             report.after_cancel += 1;
             report.violation(format!(
-                "after_cancel: execution {} made an effect after its cancel was acknowledged",
+                "after_cancel: step {seq} of execution {} made an effect after the execution \
+                 was seen stopped from step {from} on",
                 effect.execution_id
+            ));
+        }
+    }
+    check_requests(conn, report)
+}
+
+/// R5 by commit order: no step row of an execution is newer than the newest one when a cancel
+/// was asked of it (the `cancel_requested` event's `last_step_id`; a guarded step's result
+/// updates its intent's row), unless it was resumed since.
+fn check_requests(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
+    let mut statement = conn.prepare(
+        "SELECT e.execution_id, e.detail ->> '$.last_step_id',
+                (SELECT max(s.id) FROM steps s WHERE s.execution_id = e.execution_id)
+         FROM events e
+         WHERE e.kind = 'cancel_requested'
+           AND NOT EXISTS (SELECT 1 FROM events r
+                           WHERE r.execution_id = e.execution_id AND r.kind = 'resumed'
+                             AND r.id > e.id)",
+    )?;
+    let requests = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<i64>>(1)?,
+                row.get::<_, Option<i64>>(2)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (id, last_step_id, newest) in requests {
+        if newest > last_step_id {
+            report.after_cancel += 1;
+            report.violation(format!(
+                "after_cancel: execution {id} has step row {newest:?}, newer than its newest \
+                 ({last_step_id:?}) when a cancel was asked of it"
             ));
         }
     }

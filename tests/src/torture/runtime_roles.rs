@@ -10,8 +10,10 @@
 //!
 //! - `F <execution> completed|failed|cancelled`: a handle's result returned that outcome;
 //! - `S <receiver> <topic> <key> <value> sent|already <message id>`: a send returned;
-//! - `c <execution>` before a cancel is asked, `C <execution> cancelled|refused|busy` after it
-//!   returned (`refused`: it had ended; `busy`: a live process holds it).
+//! - `D <execution>` before an execution with a deadline is started;
+//! - `c <execution>` before a cancel is asked, `C <execution> cancelled|requested|refused|busy`
+//!   after it returned (`requested`: a live process runs it and was asked to stop; `refused`:
+//!   it had ended; `busy`: the journal was busy).
 //!
 //! Step outcomes are acknowledged by the workflow itself (see [`super::runtime_workflow`]).
 
@@ -19,9 +21,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use durably_journal::{Error as JournalError, IdempotencyKey, Journal, Status};
+use durably_journal::{IdempotencyKey, Journal};
 use durably_runtime::{
-    Client, Error, QueueConfig, Runtime, SendOutcome, StartOptions, WorkflowError, WorkflowHandle,
+    CancelOutcome, Client, Deadline, Error, QueueConfig, ResumeOptions, Runtime, RuntimeBuilder,
+    SendOutcome, StartOptions, WorkflowError, WorkflowHandle,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -63,6 +66,10 @@ const FINISH_MAX: Duration = Duration::from_mins(4);
 const QUEUED_PERCENT: u64 = 60;
 const NOT_BEFORE_PERCENT: u64 = 10;
 const CONTENDED_PERCENT: u64 = 10;
+/// In percent: executions with a deadline, between these many milliseconds after their start.
+const DEADLINE_PERCENT: u64 = 10;
+const DEADLINE_MS_MIN: u64 = 20;
+const DEADLINE_MS_MAX: u64 = 400;
 /// In percent: sends that repeat an earlier send's key (and payload).
 const REPEATED_SEND_PERCENT: u64 = 20;
 /// In percent: sends on [`UNRECEIVED_TOPIC`].
@@ -85,6 +92,9 @@ pub struct Placement {
     /// Run (`Runtime::run`, with no queue and no not-before time, so the open is deferred) by
     /// its own worker slot and the next one, at about the same time.
     pub contended: bool,
+    /// A deadline this long after its start, if any: past it, the execution is cancelled
+    /// with reason `timeout`.
+    pub deadline_ms: Option<u64>,
 }
 
 impl Placement {
@@ -101,10 +111,15 @@ impl Placement {
                 0
             },
             contended,
+            deadline_ms: rng
+                .percent(DEADLINE_PERCENT)
+                .then(|| rng.between(DEADLINE_MS_MIN, DEADLINE_MS_MAX)),
         }
     }
 
-    fn options(self) -> StartOptions {
+    /// The start options of execution `id` placed so; one with a deadline is acknowledged
+    /// first (`D <execution>`), so the checker knows a `timeout` cancel of it was asked for.
+    fn options(self, workload: &Workload, id: Uuid) -> std::io::Result<StartOptions> {
         let mut options = StartOptions::default().priority(self.priority);
         if self.queued {
             options = options.queue(QUEUE);
@@ -113,7 +128,11 @@ impl Placement {
             let delay = chrono::TimeDelta::milliseconds(self.not_before_ms as i64);
             options = options.not_before(chrono::Utc::now() + delay);
         }
-        options
+        if let Some(deadline_ms) = self.deadline_ms {
+            workload.ack(&["D", &id.to_string()])?;
+            options = options.deadline(Deadline::In(Duration::from_millis(deadline_ms)));
+        }
+        Ok(options)
     }
 }
 
@@ -132,8 +151,13 @@ fn input(seed: u64, slot: u64, slots: u64, number: u64) -> PlanInput {
 /// # Errors
 /// As [`durably_runtime::RuntimeBuilder::start`].
 pub async fn start_runtime(workload: &Arc<Workload>) -> Result<Runtime, BoxError> {
+    Ok(runtime_builder(workload).start().await?)
+}
+
+/// The torture runtime's configuration, for a caller that registers more before it starts.
+pub fn runtime_builder(workload: &Arc<Workload>) -> RuntimeBuilder {
     let running = Arc::clone(workload);
-    Ok(Runtime::builder(workload.journal().clone())
+    Runtime::builder(workload.journal().clone())
         .register(RUNTIME_KIND, RUNTIME_VERSION, move |context, input| {
             workflow(Arc::clone(&running), context, input)
         })
@@ -147,8 +171,6 @@ pub async fn start_runtime(workload: &Arc<Workload>) -> Result<Runtime, BoxError
         .concurrency_max(RUNTIME_CONCURRENCY_MAX)
         .sweep_interval(SWEEP_INTERVAL)
         .park_after(Duration::from_millis(PARK_AFTER_MS))
-        .start()
-        .await?)
 }
 
 /// A runtime worker: runs a runtime, starts planned executions of its slot and awaits their
@@ -189,7 +211,7 @@ pub async fn run_worker(
         for input in inputs {
             if Placement::of(input).contended {
                 awaiting.spawn(run(runtime.clone(), Arc::clone(&workload), input));
-            } else if let Some(handle) = start(&runtime, input).await? {
+            } else if let Some(handle) = start(&workload, &runtime, input).await? {
                 awaiting.spawn(await_outcome(
                     Arc::clone(&workload),
                     handle,
@@ -221,7 +243,7 @@ fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErr
 /// the other slot's run of it) and acknowledges its end.
 async fn run(runtime: Runtime, workload: Arc<Workload>, input: PlanInput) -> Result<(), BoxError> {
     let id = ExecutionPlan::from_input(input).id;
-    let options = Placement::of(input).options();
+    let options = Placement::of(input).options(&workload, id)?;
     let ran = runtime
         .run::<PlanInput, RuntimeOutput>(RUNTIME_KIND, id, &input, options)
         .await;
@@ -230,11 +252,12 @@ async fn run(runtime: Runtime, workload: Arc<Workload>, input: PlanInput) -> Res
 
 /// Starts the execution `input` describes; `None` when the journal was busy.
 async fn start(
+    workload: &Workload,
     runtime: &Runtime,
     input: PlanInput,
 ) -> Result<Option<WorkflowHandle<RuntimeOutput>>, BoxError> {
     let id = ExecutionPlan::from_input(input).id;
-    let options = Placement::of(input).options();
+    let options = Placement::of(input).options(workload, id)?;
     match runtime.start(RUNTIME_KIND, id, &input, options).await {
         Ok(handle) => Ok(Some(handle)),
         Err(error) if error.is_retryable() => Ok(None),
@@ -272,6 +295,8 @@ pub fn ack_result(
         Err(Error::WorkflowFailed { error, .. }) => {
             let error: Option<WorkflowError> = error.map(|error| error.decode()).transpose()?;
             let acks = match error.and_then(|error| error.details) {
+                // A step timeout's failure, which the operator resumes: not the end.
+                Some(details) if details.is_object() => return Ok(()),
                 Some(details) => serde_json::from_value(details)?,
                 None => Vec::new(),
             };
@@ -299,16 +324,16 @@ pub async fn housekeeping(workload: &Workload, client: &Client) -> Result<(), Bo
             workload.operate(step.execution_id, step.seq, key).await?;
         }
     }
-    for id in runtime_executions(workload.journal(), "status = 'stuck'")? {
-        // Only what is still stuck under the operator lock: a resume also reopens a cancelled
-        // execution, and the canceller may have cancelled it since.
+    for id in runtime_executions(workload.journal(), RESUMABLE)? {
+        // Only what is still resumable under the operator lock: a resume also reopens a
+        // cancelled execution, and the canceller may have cancelled it since.
         let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
             return Ok(());
         };
-        if workload.journal().get(id)?.map(|record| record.status) != Some(Status::Stuck) {
+        if !is_runtime_execution(workload.journal(), id, RESUMABLE)? {
             continue;
         }
-        match client.resume(id).await {
+        match client.resume(id, ResumeOptions::default()).await {
             Ok(()) | Err(Error::NotResumable { .. }) => {}
             Err(error) if error.is_retryable() => {}
             Err(error) => return Err(error.into()),
@@ -319,6 +344,15 @@ pub async fn housekeeping(workload: &Workload, client: &Client) -> Result<(), Bo
 
 const AWAITING_OR_STUCK: &str = "status IN ('awaiting_operator', 'stuck')";
 const UNFINISHED: &str = "status NOT IN ('completed', 'failed', 'cancelled')";
+/// What the operator resumes: stuck executions, and those a step timeout failed, unless a
+/// cancel was asked of them (it stands: the run failed before it saw the request).
+const RESUMABLE: &str = "status = 'stuck'
+    OR (status = 'failed' AND json_extract(status_detail, '$.reason') = 'step_timeout'
+        AND cancel_requested_at IS NULL)";
+/// What the final pass waits for: the unfinished executions and the resumable ones.
+const NOT_ENDED: &str = "status NOT IN ('completed', 'failed', 'cancelled')
+    OR (status = 'failed' AND json_extract(status_detail, '$.reason') = 'step_timeout'
+        AND cancel_requested_at IS NULL)";
 
 /// The runtime executions of the torture kind whose row satisfies `condition` (SQL over
 /// `executions`), in start order.
@@ -327,12 +361,22 @@ fn runtime_executions(journal: &Journal, condition: &str) -> Result<Vec<Uuid>, B
         let mut statement = conn.prepare(&format!(
             "SELECT e.execution_id FROM executions e
                JOIN runtime_executions r ON r.execution_id = e.execution_id
-             WHERE e.kind = ?1 AND e.{condition} ORDER BY e.id"
+             WHERE e.kind = ?1 AND ({condition}) ORDER BY e.id"
         ))?;
         let rows = statement.query_map([RUNTIME_KIND], |row| row.get(0))?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     })?;
     Ok(ids.iter().map(|id| id.parse()).collect::<Result<_, _>>()?)
+}
+
+/// Whether execution `id` is a runtime execution of the torture kind whose row satisfies
+/// `condition`.
+fn is_runtime_execution(journal: &Journal, id: Uuid, condition: &str) -> Result<bool, BoxError> {
+    Ok(runtime_executions(
+        journal,
+        &format!("e.execution_id = '{id}' AND ({condition})"),
+    )?
+    .contains(&id))
 }
 
 /// How many runtime executions are unfinished.
@@ -441,8 +485,7 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
 /// # Errors
 /// A journal error the workload never expects, or an acknowledgement log error.
 pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), BoxError> {
-    // Brings the runtime's tables into the file, which a canceller may open first.
-    Client::new(workload.journal().clone()).await?;
+    let client = Client::new(workload.journal().clone()).await?;
     let mut rng = process_rng(seed, 0xca5c);
     loop {
         let pause = rng.between(40, 160);
@@ -450,7 +493,7 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
         let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
             continue;
         };
-        cancel_acked(&workload, id).await?;
+        cancel_acked(&workload, &client, id).await?;
     }
 }
 
@@ -483,29 +526,30 @@ pub async fn send_acked(
 }
 
 /// Cancels execution `id` under the operator lock (skipped when the lock stays taken),
-/// acknowledging the intent before and the outcome after.
+/// acknowledging the intent before and the outcome after; returns the outcome's word.
 ///
 /// # Errors
-/// A journal error the workload never expects, or an acknowledgement log error.
-pub async fn cancel_acked(workload: &Workload, id: Uuid) -> Result<(), BoxError> {
+/// A runtime error the workload never expects, or an acknowledgement log error.
+pub async fn cancel_acked(
+    workload: &Workload,
+    client: &Client,
+    id: Uuid,
+) -> Result<&'static str, BoxError> {
     let Some(_operator) = OperatorLock::acquire(workload.dir())? else {
-        return Ok(());
+        return Ok("busy");
     };
     let execution = id.to_string();
     workload.ack(&["c", &execution])?;
-    let outcome = match workload
-        .journal()
-        .operator()
-        .cancel(id, CANCEL_REASON)
-        .await
-    {
-        Ok(()) => "cancelled",
-        Err(JournalError::Refused(_)) => "refused",
+    let outcome = match client.cancel(id, CANCEL_REASON).await {
+        Ok(CancelOutcome::Cancelled { .. }) => "cancelled",
+        Ok(CancelOutcome::Requested { .. }) => "requested",
+        Ok(other) => return Err(format!("unknown cancel outcome {other:?}").into()),
+        Err(Error::AlreadyEnded { .. }) => "refused",
         Err(error) if error.is_retryable() => "busy",
         Err(error) => return Err(error.into()),
     };
     workload.ack(&["C", &execution, outcome])?;
-    Ok(())
+    Ok(outcome)
 }
 
 /// The final pass for runtime executions, after every other process has exited: a runtime
@@ -529,7 +573,7 @@ pub async fn drain(workload: &Arc<Workload>, runtime: &Runtime) -> Result<(), Bo
     let deadline = Instant::now() + FINISH_MAX;
     loop {
         housekeeping(workload, runtime).await?;
-        let unfinished = runtime_executions(workload.journal(), UNFINISHED)?;
+        let unfinished = runtime_executions(workload.journal(), NOT_ENDED)?;
         let Some(&first) = unfinished.first() else {
             return Ok(());
         };

@@ -15,8 +15,10 @@
 //!
 //! Records: `A <execution> <seq> done|skipped <value>` for a step with an effect, and
 //! `M <execution> <seq> <message>|-` for a receive (`-`: it timed out), both pending as above;
-//! `T <execution> <seq> <wall ms>` when a timer's sleep returns, appended at once, since it
-//! says when the wait ended rather than that anything is durable.
+//! `T <execution> <seq> <wall ms>` when a timer's sleep returns, and `O <execution> <seq>` when
+//! step `seq` stops the workflow because the run was asked to stop (a cancel request, a
+//! deadline), both appended at once, since they say when something was seen rather than that
+//! anything is durable.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,8 +31,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::plan::{
-    ExecutionPlan, PROGRESS_EVENT, PlanInput, RecvTopic, RuntimeStep, StepKind, own_message,
-    progress_value, topic,
+    ExecutionPlan, PROGRESS_EVENT, PlanInput, RecvTopic, RuntimeStep, SLOW_TIMEOUT_MS, StepKind,
+    own_message, progress_value, topic,
 };
 use super::workload::Workload;
 
@@ -172,15 +174,30 @@ async fn run_plan(
         abort_at,
     };
     for seq in 0..run.plan.steps.len() {
-        match run.plan.steps[seq].kind {
-            StepKind::Runtime(step) => run.runtime_step(seq, step).await?,
-            _ => run.effect_step(seq).await?,
-        }
+        let ran = match run.plan.steps[seq].kind {
+            StepKind::Runtime(step) => run.runtime_step(seq, step).await,
+            _ => run.effect_step(seq).await,
+        };
+        ran.map_err(|stopped| run.observe(seq, stopped))?;
     }
     Ok(RuntimeOutput {
         steps: run.plan.steps.len() as u64,
         acks: run.acks.all(),
     })
+}
+
+/// Why a step stopped the workflow.
+enum Stopped {
+    /// A runtime error (the run is asked to stop, a step's own failure, storage, ...).
+    Runtime(Error),
+    /// The workflow's own verdict: what its plan rules out happened.
+    Workflow(WorkflowError),
+}
+
+impl From<Error> for Stopped {
+    fn from(error: Error) -> Self {
+        Self::Runtime(error)
+    }
 }
 
 /// One run of a plan.
@@ -196,8 +213,30 @@ struct Run {
 }
 
 impl Run {
-    /// A step with an effect in the ledger: pure, idempotent, fatal or guarded.
-    async fn effect_step(&mut self, seq: usize) -> Result<(), WorkflowError> {
+    /// Passes on why step `seq` stopped the workflow; when it is because the run was asked to
+    /// stop (a cancel request, a deadline), first appends `O <execution> <seq>`: no step from
+    /// that one on may make an effect after it.
+    fn observe(&self, seq: usize, stopped: Stopped) -> WorkflowError {
+        match stopped {
+            Stopped::Runtime(error) => {
+                if matches!(
+                    error,
+                    Error::Cancelled { .. }
+                        | Error::Journal(durably_journal::Error::CancelRequested { .. })
+                ) {
+                    let seq = self.journal_seqs[seq].to_string();
+                    if let Err(failed) = self.workload.ack(&["O", &self.id, &seq]) {
+                        return WorkflowError::new(format!("ack write failed: {failed}"));
+                    }
+                }
+                error.into()
+            }
+            Stopped::Workflow(error) => error,
+        }
+    }
+
+    /// A step with an effect in the ledger: pure, idempotent, fatal, guarded, or slow.
+    async fn effect_step(&mut self, seq: usize) -> Result<(), Stopped> {
         let step = &self.plan.steps[seq];
         let abort = (self.abort_at == Some(seq)).then_some(true);
         let effect = self.workload.effect(&self.plan, seq, abort);
@@ -212,6 +251,9 @@ impl Run {
             }
         };
         let context = &mut self.context;
+        let slow = context
+            .step(&step.name)
+            .timeout(Duration::from_millis(SLOW_TIMEOUT_MS));
         let outcome = match step.kind {
             StepKind::Idempotent { .. } | StepKind::Fatal => context
                 .idempotent(&step.name, keyed)
@@ -221,6 +263,12 @@ impl Run {
                 let policy = self.workload.policy(policy);
                 context.guarded(&step.name, policy, keyed).await
             }
+            StepKind::Runtime(RuntimeStep::Slow { policy: None }) => {
+                slow.idempotent(keyed).await.map(Guarded::Done)
+            }
+            StepKind::Runtime(RuntimeStep::Slow {
+                policy: Some(policy),
+            }) => slow.guarded(self.workload.policy(policy), keyed).await,
             _ => context
                 .pure(&step.name, || effect.clone().run_pure())
                 .await
@@ -233,9 +281,9 @@ impl Run {
                     .push(&["A", &self.id, &journal_seq, "done", &value]);
                 Ok(())
             }
-            Ok(Guarded::Done(value)) => Err(WorkflowError::new(format!(
+            Ok(Guarded::Done(value)) => Err(Stopped::Workflow(WorkflowError::new(format!(
                 "step {seq} returned {value:?}, not {expected:?}"
-            ))),
+            )))),
             Ok(Guarded::Skipped(_)) => {
                 self.acks
                     .push(&["A", &self.id, &journal_seq, "skipped", "-"]);
@@ -246,17 +294,19 @@ impl Run {
             {
                 let mut error = WorkflowError::new(FATAL_MESSAGE);
                 error.details = serde_json::to_value(self.acks.all()).ok();
-                Err(error)
+                Err(Stopped::Workflow(error))
             }
-            Err(error) => Err(error.into()),
+            Err(error) => Err(Stopped::Runtime(error)),
         }
     }
 
-    /// A step of the runtime's own: a timer, a receive, a self-send, a published event.
-    async fn runtime_step(&mut self, seq: usize, step: RuntimeStep) -> Result<(), WorkflowError> {
+    /// A step of the runtime's own: a timer, a receive, a self-send, a published event; or a
+    /// slow step, which has an effect.
+    async fn runtime_step(&mut self, seq: usize, step: RuntimeStep) -> Result<(), Stopped> {
         let name = self.plan.steps[seq].name.clone();
         let topic = topic(StepKind::Runtime(step), seq).unwrap_or_default();
         match step {
+            RuntimeStep::Slow { .. } => self.effect_step(seq).await,
             RuntimeStep::Sleep { ms } => {
                 self.context.sleep(&name, Duration::from_millis(ms)).await?;
                 // Appended at once: it says when the timer ended, not that anything is durable.
@@ -264,8 +314,9 @@ impl Run {
                 let now = Utc::now().timestamp_millis().to_string();
                 self.workload
                     .ack(&["T", &self.id, &seq, &now])
-                    .map_err(|error| WorkflowError::new(format!("ack write failed: {error}")))?;
-                Ok(())
+                    .map_err(|error| {
+                        Stopped::Workflow(WorkflowError::new(format!("ack write failed: {error}")))
+                    })
             }
             RuntimeStep::Recv {
                 topic: expected,
@@ -276,20 +327,19 @@ impl Run {
                 let recv_seq = (self.journal_seqs[seq] + 1).to_string();
                 let word = received.as_deref().unwrap_or(TIMED_OUT);
                 self.acks.push(&["M", &self.id, &recv_seq, word]);
-                match (expected, received) {
-                    (RecvTopic::Silent, Some(_)) => Err(WorkflowError::new(format!(
-                        "a message arrived on the silent topic {topic}"
-                    ))),
+                let unexpected = match (expected, received) {
+                    (RecvTopic::Silent, Some(_)) => {
+                        format!("a message arrived on the silent topic {topic}")
+                    }
                     (RecvTopic::Own(sent_at), received)
                         if received.as_deref()
                             != Some(&own_message(self.context.id(), sent_at)) =>
                     {
-                        Err(WorkflowError::new(format!(
-                            "the receive on {topic} did not get the execution's own message"
-                        )))
+                        format!("the receive on {topic} did not get the execution's own message")
                     }
-                    _ => Ok(()),
-                }
+                    _ => return Ok(()),
+                };
+                Err(Stopped::Workflow(WorkflowError::new(unexpected)))
             }
             RuntimeStep::SendOwn => {
                 let own = own_message(self.context.id(), seq);

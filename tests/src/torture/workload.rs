@@ -21,7 +21,10 @@ use uuid::Uuid;
 
 use super::BoxError;
 use super::ledger::{LEDGER_FILE, RecordFile, monotonic_ns};
-use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, StepKind, effect_value};
+use super::plan::{
+    EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, RuntimeStep, SLOW_HANG_MS, StepKind,
+    effect_value,
+};
 
 /// How many times one drive reopens an execution after resolving an ambiguous step.
 const DRIVE_ROUNDS_MAX: u32 = 16;
@@ -69,7 +72,9 @@ pub struct Workload {
     dir: PathBuf,
     ledger: Arc<RecordFile>,
     acks: RecordFile,
-    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    /// The keys whose closure this process has already called once: a flaky step refuses its
+    /// first attempt here, a slow one hangs in it.
+    first_attempts: Arc<Mutex<HashSet<IdempotencyKey>>>,
     held: Mutex<Vec<Execution>>,
 }
 
@@ -84,7 +89,7 @@ impl Workload {
             dir: dir.to_owned(),
             ledger: Arc::new(RecordFile::open(&dir.join(LEDGER_FILE))?),
             acks: RecordFile::own_acks(dir)?,
-            flaky_refused: Arc::default(),
+            first_attempts: Arc::default(),
             held: Mutex::default(),
         })
     }
@@ -265,9 +270,18 @@ impl Workload {
         // The journal numbers its steps, and a runtime step may record several.
         let journal_seq = plan.journal_seqs()[seq];
         let (effect, policy) = match step.kind {
+            StepKind::Idempotent { .. }
+            | StepKind::Fatal
+            | StepKind::Runtime(RuntimeStep::Slow { policy: None }) => ("idempotent", "-"),
+            StepKind::Guarded(policy)
+            | StepKind::Runtime(RuntimeStep::Slow {
+                policy: Some(policy),
+            }) => ("guarded", policy.as_str()),
             StepKind::Pure | StepKind::Runtime(_) => ("pure", "-"),
-            StepKind::Idempotent { .. } | StepKind::Fatal => ("idempotent", "-"),
-            StepKind::Guarded(policy) => ("guarded", policy.as_str()),
+        };
+        let hang_ms = match step.kind {
+            StepKind::Runtime(RuntimeStep::Slow { .. }) => SLOW_HANG_MS,
+            _ => 0,
         };
         Effect {
             ledger: Arc::clone(&self.ledger),
@@ -281,7 +295,8 @@ impl Workload {
             after_ms: step.after_ms,
             fatal: step.kind == StepKind::Fatal,
             flaky: matches!(step.kind, StepKind::Idempotent { flaky: true }),
-            flaky_refused: Arc::clone(&self.flaky_refused),
+            hang_ms,
+            first_attempts: Arc::clone(&self.first_attempts),
             abort,
         }
     }
@@ -418,7 +433,9 @@ pub(super) struct Effect {
     after_ms: u64,
     fatal: bool,
     flaky: bool,
-    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    /// How long the first attempt in this process waits before its effect (a slow step).
+    hang_ms: u64,
+    first_attempts: Arc<Mutex<HashSet<IdempotencyKey>>>,
     abort: Option<bool>,
 }
 
@@ -462,14 +479,18 @@ impl Effect {
         if self.fatal {
             return Err(StepError::fatal("the remote side refused the request"));
         }
-        if self.flaky
+        let first_attempt = (self.flaky || self.hang_ms > 0)
             && self
-                .flaky_refused
+                .first_attempts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(key)
-        {
+                .insert(key);
+        if first_attempt && self.flaky {
             return Err(StepError::retryable("the remote side is busy"));
+        }
+        if first_attempt && self.hang_ms > 0 {
+            // Longer than the step's timeout, which drops this future here: no effect.
+            tokio::time::sleep(Duration::from_millis(self.hang_ms)).await;
         }
         let (pid, now) = (std::process::id().to_string(), monotonic_ns().to_string());
         let (seq, key) = (self.seq.to_string(), key.to_string());
