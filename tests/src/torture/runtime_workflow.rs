@@ -13,12 +13,13 @@
 //! run in its output (or in its planned failure's details), since the end carries whatever
 //! was pending.
 //!
-//! Records: `A <execution> <seq> done|skipped <value>` for a step with an effect, and
-//! `M <execution> <seq> <message>|-` for a receive (`-`: it timed out), both pending as above;
-//! `T <execution> <seq> <wall ms>` when a timer's sleep returns, and `O <execution> <seq>` when
-//! step `seq` stops the workflow because the run was asked to stop (a cancel request, a
-//! deadline), both appended at once, since they say when something was seen rather than that
-//! anything is durable.
+//! Records: `A <execution> <seq> done|skipped <value>` for a step with an effect,
+//! `M <execution> <seq> <message>|-` for a receive (`-`: it timed out), and
+//! `T <execution> <seq> <wall ms>` with the wall-clock time a timer's sleep returned, all
+//! pending as above (a timer's wake time is the recorded one only once its step is durable);
+//! and `O <execution> <seq>` when step `seq` stops the workflow because the run was asked to
+//! stop (a cancel request, a deadline), appended at once, since it says when the stop was seen
+//! rather than that anything is durable.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -309,14 +310,12 @@ impl Run {
             RuntimeStep::Slow { .. } => self.effect_step(seq).await,
             RuntimeStep::Sleep { ms } => {
                 self.context.sleep(&name, Duration::from_millis(ms)).await?;
-                // Appended at once: it says when the timer ended, not that anything is durable.
+                // When it returned, but acknowledged only once the timer's step is durable:
+                // until then a run may lose it and record another wake time.
                 let seq = self.journal_seqs[seq].to_string();
                 let now = Utc::now().timestamp_millis().to_string();
-                self.workload
-                    .ack(&["T", &self.id, &seq, &now])
-                    .map_err(|error| {
-                        Stopped::Workflow(WorkflowError::new(format!("ack write failed: {error}")))
-                    })
+                self.acks.push(&["T", &self.id, &seq, &now]);
+                Ok(())
             }
             RuntimeStep::Recv {
                 topic: expected,
