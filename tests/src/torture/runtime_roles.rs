@@ -488,7 +488,7 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
     let client = Client::new(workload.journal().clone()).await?;
     let mut rng = process_rng(seed, 0xca5c);
     loop {
-        let pause = rng.between(40, 160);
+        let pause = rng.between(100, 300);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
             continue;
