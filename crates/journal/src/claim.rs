@@ -224,9 +224,13 @@ impl Journal {
     }
 }
 
-/// The savepoint the claims beside an execution's end run in, so that claims that fail are
-/// taken back alone and the end still commits.
-const END_CLAIMS_SAVEPOINT: &str = "durably_end_claims";
+/// The statements of the savepoint the claims beside an execution's end run in, so that claims
+/// that fail are taken back alone and the end still commits: open, release, roll back.
+const END_CLAIMS_SAVEPOINT: [&str; 3] = [
+    "SAVEPOINT durably_end_claims",
+    "RELEASE durably_end_claims",
+    "ROLLBACK TO durably_end_claims",
+];
 
 impl Execution {
     /// Completes the execution as [`Execution::complete`] does and, in the same transaction,
@@ -248,14 +252,8 @@ impl Execution {
     where
         F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
     {
-        let (id, journal) = (self.id(), self.journal().clone());
-        let claimer = journal.claimer();
-        let claimed = self
-            .complete_returning(output, move |conn| {
-                claim_beside_end(conn, id, claimer, select)
-            })
-            .await?;
-        Ok(journal.committed(claimed))
+        let (journal, beside) = claims_beside_end(&self, select);
+        Ok(journal.committed(self.complete_returning(output, beside).await?))
     }
 
     /// Fails the execution as [`Execution::fail`] does and claims beside its end, as
@@ -267,15 +265,28 @@ impl Execution {
     where
         F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
     {
-        let (id, journal) = (self.id(), self.journal().clone());
-        let claimer = journal.claimer();
-        let claimed = self
-            .fail_returning(error, move |conn| {
-                claim_beside_end(conn, id, claimer, select)
-            })
-            .await?;
-        Ok(journal.committed(claimed))
+        let (journal, beside) = claims_beside_end(&self, select);
+        Ok(journal.committed(self.fail_returning(error, beside).await?))
     }
+}
+
+/// The journal of `execution`, and the hook of its end that runs `select` with a new
+/// [`Claimer`] ([`claim_beside_end`]).
+fn claims_beside_end<F>(
+    execution: &Execution,
+    select: F,
+) -> (
+    Journal,
+    impl FnOnce(&Connection) -> Result<Vec<Claimed>> + Send + 'static,
+)
+where
+    F: FnOnce(&Connection, &mut Claimer) -> Result<()> + Send + 'static,
+{
+    let (id, journal) = (execution.id(), execution.journal().clone());
+    let claimer = journal.claimer();
+    (journal, move |conn: &Connection| {
+        claim_beside_end(conn, id, claimer, select)
+    })
 }
 
 /// Runs `select` beside the end of execution `id`, inside [`END_CLAIMS_SAVEPOINT`]: its
@@ -289,16 +300,18 @@ fn claim_beside_end<F>(
 where
     F: FnOnce(&Connection, &mut Claimer) -> Result<()>,
 {
-    conn.execute_batch(&format!("SAVEPOINT {END_CLAIMS_SAVEPOINT}"))?;
+    let [open, release, roll_back] = END_CLAIMS_SAVEPOINT;
+    // Cached: they run at every end of a runtime's run.
+    let run = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(drop);
+    run(open)?;
     match select(conn, &mut claimer) {
         Ok(()) => {
-            conn.execute_batch(&format!("RELEASE {END_CLAIMS_SAVEPOINT}"))?;
+            run(release)?;
             Ok(claimer.claimed)
         }
         Err(error) => {
-            conn.execute_batch(&format!(
-                "ROLLBACK TO {END_CLAIMS_SAVEPOINT}; RELEASE {END_CLAIMS_SAVEPOINT}"
-            ))?;
+            run(roll_back)?;
+            run(release)?;
             tracing::warn!(execution_id = %id, %error, "the claims beside an execution's end failed; it ends without them");
             Ok(Vec::new())
         }

@@ -104,12 +104,29 @@ pub fn insert_execution(
     Ok(Inserted::Exists { kind, status })
 }
 
-/// The SQL of [`claimable`]: the claimable index in claim order, each entry's row read for
-/// its kind.
-const CLAIMABLE: &str = "SELECT execution_id, kind FROM executions
-     WHERE status = 'queued' AND due_at IS NULL AND queue IS ?1
-       AND kind IN (SELECT value FROM json_each(?2))
-     ORDER BY priority DESC, id LIMIT ?3";
+/// The SQL of [`claimable`] for executions of no queue or of one (`?1`), of `kinds` kinds:
+/// the claimable index in claim order, each entry's row read for its kind.
+///
+/// The limit is `LIMIT +?2`, never `LIMIT ?2`, here and in every statement run at each claim,
+/// pass or open: SQLite plans with the value of a bare parameter in `LIMIT`, so it recompiles
+/// the statement at every run with a new binding (and a cached statement is bound anew at
+/// every run), which costs more than the read itself. The unary `+` makes the limit an
+/// expression, planned without its value. For the same reason the kinds are a list of
+/// parameters (`?3`, `?4`, ...), not a table-valued function of one.
+fn claimable_sql(in_queue: bool, kinds: usize) -> String {
+    let queue = if in_queue {
+        "queue = ?1"
+    } else {
+        "queue IS NULL"
+    };
+    let kinds: Vec<String> = (0..kinds).map(|at| format!("?{}", at + 3)).collect();
+    format!(
+        "SELECT execution_id, kind FROM executions
+         WHERE status = 'queued' AND due_at IS NULL AND {queue} AND kind IN ({})
+         ORDER BY priority DESC, id LIMIT +?2",
+        kinds.join(", ")
+    )
+}
 
 /// Claim candidates of `queue` (`None`: executions with no queue) whose kind is one of
 /// `kinds`: `queued`, not waiting for a time, highest priority first and first come, first
@@ -127,9 +144,10 @@ pub fn claimable(
     kinds: &[&str],
     max: u32,
 ) -> Result<Vec<(Uuid, String)>> {
-    let kinds = serde_json::Value::from(kinds.to_vec()).to_string();
-    let mut statement = conn.prepare_cached(CLAIMABLE)?;
-    let rows = statement.query_map(params![queue, kinds, max], |row| {
+    let mut statement = conn.prepare_cached(&claimable_sql(queue.is_some(), kinds.len()))?;
+    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&queue, &max];
+    parameters.extend(kinds.iter().map(|kind| kind as &dyn rusqlite::ToSql));
+    let rows = statement.query_map(parameters.as_slice(), |row| {
         Ok((records::uuid(row, 0)?, row.get(1)?))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -152,8 +170,9 @@ pub fn running_in_queue(conn: &Connection, queue: &str) -> Result<u32> {
 /// A storage error, or [`Error::Inconsistent`] for a damaged row.
 pub fn due(conn: &Connection, now: DateTime<Utc>, max: u32) -> Result<Vec<(Uuid, Status)>> {
     let mut statement = conn.prepare_cached(
+        // `+?2`: a bare parameter would be recompiled at every run (see `claimable_sql`).
         "SELECT execution_id, status FROM executions
-         WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2",
+         WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT +?2",
     )?;
     let rows = statement.query_map(params![format_timestamp(now), max], |row| {
         Ok((records::uuid(row, 0)?, records::word(row, 1)?))
@@ -249,10 +268,11 @@ pub fn interrupted_after(
 ) -> Result<Vec<InterruptedRow>> {
     // `finalized_at IS NULL` always holds for an unfinished status (a CHECK says so); naming
     // it lets the seek use the index's second column and range over its trailing rowid.
+    // `+?2`: a bare parameter would be recompiled at every page (see `claimable_sql`).
     let mut statement = conn.prepare_cached(
         "SELECT id, execution_id, kind FROM executions
          WHERE status = 'interrupted' AND finalized_at IS NULL AND id > ?1
-         ORDER BY id LIMIT ?2",
+         ORDER BY id LIMIT +?2",
     )?;
     let rows = statement.query_map(params![after.unwrap_or(i64::MIN), max], |row| {
         Ok(InterruptedRow {
@@ -430,9 +450,10 @@ pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Opt
 /// The SQL of [`cancel_requests`]: it reads only the `executions_cancel_requested` index,
 /// named because the planner, without statistics, would scan every running execution through
 /// `executions_by_status` instead.
+/// `+?1`: a bare parameter would be recompiled at every check (see `claimable_sql`).
 const CANCEL_REQUESTS: &str =
     "SELECT execution_id, cancel_reason FROM executions INDEXED BY executions_cancel_requested
-     WHERE cancel_requested_at IS NOT NULL AND status = 'running' LIMIT ?1";
+     WHERE cancel_requested_at IS NOT NULL AND status = 'running' LIMIT +?1";
 
 /// Running executions with a pending cancel request, at most `max`, as (id, reason): what a
 /// process driving executions checks after another process committed, to stop the ones it
@@ -620,7 +641,11 @@ pub fn set_status_detail(conn: &Connection, id: Uuid, detail: &serde_json::Value
 
 #[cfg(test)]
 mod tests {
-    use super::{CANCEL_REQUESTS, CLAIMABLE};
+    #![allow(clippy::unwrap_used)]
+
+    use rusqlite::StatementStatus;
+
+    use super::{CANCEL_REQUESTS, claimable, claimable_sql};
     use crate::inspect::query_plan;
 
     /// The holders' check reads only the partial index of pending requests.
@@ -636,15 +661,31 @@ mod tests {
     /// for: the kind filter never makes the claim sort or scan the table.
     #[test]
     fn candidates_are_read_from_the_claimable_index_in_claim_order() {
-        let plan = query_plan(CLAIMABLE, rusqlite::params!["q", r#"["a","b"]"#, 64]);
-        assert_eq!(
-            plan.first().map(String::as_str),
-            Some("SEARCH executions USING INDEX executions_claimable (queue=?)"),
-            "{plan:?}"
-        );
-        assert!(
-            !plan.iter().any(|step| step.contains("TEMP B-TREE")),
-            "{plan:?}"
-        );
+        for (in_queue, queue) in [(true, Some("q")), (false, None)] {
+            let sql = claimable_sql(in_queue, 2);
+            let plan = query_plan(&sql, rusqlite::params![queue, 64, "a", "b"]);
+            assert_eq!(
+                plan,
+                ["SEARCH executions USING INDEX executions_claimable (queue=?)"]
+            );
+        }
+    }
+
+    /// The claim read runs at every run's end: its cached statement is never recompiled,
+    /// whatever queue and limit it reads with.
+    #[test]
+    fn the_cached_candidates_statement_is_never_recompiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let conn =
+            crate::storage::open_writer(&path, crate::config::Durability::Full, 1_000).unwrap();
+        crate::storage::migrate(&conn, &path).unwrap();
+        for (in_queue, queue) in [(true, Some("q")), (false, None)] {
+            for max in 1..4 {
+                claimable(&conn, queue, &["a"], max).unwrap();
+            }
+            let statement = conn.prepare_cached(&claimable_sql(in_queue, 1)).unwrap();
+            assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
+        }
     }
 }

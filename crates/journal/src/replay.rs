@@ -164,8 +164,10 @@ fn recorded_steps(conn: &Connection, execution_id: Uuid) -> Result<u32> {
     })
 }
 
-/// The rows of a window: the steps of `?1` from seq `?2` on, at most `?3`.
-const WINDOW_ROWS: &str = "WHERE execution_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3";
+/// The rows of a window: the steps of `?1` from seq `?2` on, at most `?3`. `+?3`, not `?3`:
+/// SQLite would recompile the statement at every open to plan with a bare limit's value
+/// (`crate::lifecycle`'s claim candidates say more).
+const WINDOW_ROWS: &str = "WHERE execution_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT +?3";
 
 /// Reads the recorded steps of `execution_id` from `from_seq` on, up to the window's bounds.
 /// Also says whether it reached the last recorded step.

@@ -22,9 +22,17 @@ use rusqlite::Connection;
 use uuid::Uuid;
 
 use crate::cancel::cancel_if_requested;
-use crate::dispatcher::{CLAIM_SCAN_MAX, Capacity, EVENT_CLAIMED, QueueKey};
+use crate::dispatcher::{Capacity, EVENT_CLAIMED, QueueKey};
 use crate::registry::Registry;
 use crate::store;
+
+/// The most candidates one claim reads in one queue.
+pub(crate) const CLAIM_SCAN_MAX: u32 = 256;
+
+/// How many candidates one claim reads beyond the places it may fill: those of a version this
+/// process does not serve are passed over among them. A read sized to the places, not to
+/// [`CLAIM_SCAN_MAX`], keeps a hand-over (one place, at every run's end) to a few rows.
+pub(crate) const VERSION_SKIPS_MAX: u32 = 16;
 
 /// A claim taken in a transaction: the execution, the version it was started with, and the
 /// queue whose place in this process it holds.
@@ -73,7 +81,8 @@ pub(crate) fn claim_from(
         return Ok(());
     }
     let kinds = served_kinds(registry);
-    for (id, kind) in claimable(conn, queue.as_deref(), &kinds, CLAIM_SCAN_MAX)? {
+    let scan = room.saturating_add(VERSION_SKIPS_MAX).min(CLAIM_SCAN_MAX);
+    for (id, kind) in claimable(conn, queue.as_deref(), &kinds, scan)? {
         if room == 0 {
             break;
         }

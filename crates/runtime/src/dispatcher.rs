@@ -35,10 +35,6 @@ use rusqlite::Connection;
 /// once because they are still due.
 pub(crate) const DUE_BATCH_MAX: u32 = 256;
 
-/// The most candidates of the kinds this process serves that one claim reads per queue;
-/// those of a version it does not serve are passed over among them.
-pub(crate) const CLAIM_SCAN_MAX: u32 = 256;
-
 /// The longest the dispatcher sleeps without a notify: a bound on how late a missed wake-up
 /// is found.
 const SAFETY_TICK: Duration = Duration::from_secs(1);

@@ -21,6 +21,31 @@ use crate::claims::{Picked, Place, claim_from};
 use crate::dispatcher::Dispatch;
 use crate::task::clear_deadline;
 
+/// How a run ends: its execution's final status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// With the workflow's output.
+    Completed,
+    /// With the workflow's error, or the reason it could not run.
+    Failed,
+}
+
+/// Ends `execution` as `ending` says with `payload`, claiming its successor beside the end
+/// with a `hand_over`.
+pub(crate) async fn end(
+    execution: Execution,
+    ending: Ending,
+    payload: &impl Serialize,
+    hand_over: Option<&HandOver>,
+) -> durably_journal::Result<()> {
+    let id = execution.id();
+    match (hand_over, ending) {
+        (Some(hand_over), _) => hand_over.end(execution, ending, payload).await,
+        (None, Ending::Completed) => execution.complete_with(payload, clear_deadline(id)).await,
+        (None, Ending::Failed) => execution.fail_with(payload, clear_deadline(id)).await,
+    }
+}
+
 /// A run's place and its successor, shared with the claim beside the run's end, which runs in
 /// the writer's thread.
 #[derive(Debug)]
@@ -68,28 +93,19 @@ impl HandOver {
         self.state().successor.take()
     }
 
-    /// Completes `execution` with `output`, claiming a successor in the same transaction.
-    pub(crate) async fn complete(
+    /// Ends `execution` as `ending` says with `payload` (its output or error), claiming a
+    /// successor in the same transaction.
+    pub(crate) async fn end(
         &self,
         execution: Execution,
-        output: &impl Serialize,
+        ending: Ending,
+        payload: &impl Serialize,
     ) -> durably_journal::Result<()> {
-        let ending = execution.id();
-        let claims = execution
-            .complete_claiming(output, self.select(ending))
-            .await?;
-        self.keep(claims);
-        Ok(())
-    }
-
-    /// Fails `execution` with `error`, claiming a successor in the same transaction.
-    pub(crate) async fn fail(
-        &self,
-        execution: Execution,
-        error: &impl Serialize,
-    ) -> durably_journal::Result<()> {
-        let ending = execution.id();
-        let claims = execution.fail_claiming(error, self.select(ending)).await?;
+        let select = self.select(execution.id());
+        let claims = match ending {
+            Ending::Completed => execution.complete_claiming(payload, select).await?,
+            Ending::Failed => execution.fail_claiming(payload, select).await?,
+        };
         self.keep(claims);
         Ok(())
     }

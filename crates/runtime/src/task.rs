@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::cancel::RunWatch;
 use crate::context::{Stop, WorkflowContext};
 use crate::error::{Error, Result};
-use crate::handover::HandOver;
+use crate::handover::{Ending, HandOver, end};
 use crate::registry::Workflow;
 use crate::store;
 
@@ -90,21 +90,21 @@ pub(crate) async fn run(
         Some(Stop::Halted(reason)) => return Ok(halt(execution, reason).await),
         None => {}
     }
-    let id = execution.id();
     let (ended, ran) = match outcome {
         Some(Ok(output)) => {
-            let ended = match hand_over {
-                Some(hand_over) => hand_over.complete(execution, &output).await,
-                None => execution.complete_with(&output, clear_deadline(id)).await,
-            };
+            let ended = end(execution, Ending::Completed, &output, hand_over).await;
             (ended, Ran::Completed(output))
         }
-        Some(Err(error)) => (fail(execution, &error, hand_over).await, Ran::Failed),
+        Some(Err(error)) => {
+            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            (ended, Ran::Failed)
+        }
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
             let error = json!({ "bad_input": reason });
-            (fail(execution, &error, hand_over).await, Ran::BadInput)
+            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            (ended, Ran::BadInput)
         }
     };
     match ended {
@@ -119,19 +119,6 @@ pub(crate) async fn run(
             Ok(ran)
         }
     }
-}
-
-/// Fails `execution` with `error`, claiming its successor beside the end with a `hand_over`.
-async fn fail(
-    execution: Execution,
-    error: &impl serde::Serialize,
-    hand_over: Option<&HandOver>,
-) -> durably_journal::Result<()> {
-    if let Some(hand_over) = hand_over {
-        return hand_over.fail(execution, error).await;
-    }
-    let id = execution.id();
-    execution.fail_with(error, clear_deadline(id)).await
 }
 
 /// Clears execution `id`'s deadline in the transaction that ends it: an ended execution's

@@ -70,6 +70,19 @@ pub fn count(journal: &Journal, sql: &'static str) -> Result<u64> {
     Ok(count.unsigned_abs())
 }
 
+/// The execution ids `sql` (a `SELECT execution_id ...`) reads from `journal`, in its order.
+pub fn execution_ids(journal: &Journal, sql: &'static str) -> Result<Vec<Uuid>> {
+    let ids: Vec<String> = journal.read(|conn| {
+        let mut statement = conn.prepare(sql)?;
+        let ids = statement.query_map([], |row| row.get(0))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    })?;
+    ids.iter()
+        .map(|id| Uuid::parse_str(id))
+        .collect::<Result<Vec<Uuid>, _>>()
+        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+}
+
 /// Measures the storage ceiling (see [`ceiling`]) for transactions of one request from each
 /// of `requests` executions' `effect` steps, on a blocking thread for as long as a baseline, and says how close
 /// `steps_per_s` came to it.

@@ -15,7 +15,8 @@
 //!
 //! The reference is `workflows` at concurrency 64: the same runtime (concurrency 64) running
 //! 2,000 fresh workflows of 10 idempotent steps (500 with `--quick`) with `Runtime::run` from
-//! 64 tasks; the issue asks recovery for at least 0.8 of its steps per second.
+//! 64 tasks, on a fresh journal, measured just before and just after; the issue asks recovery
+//! for at least 0.8 of their mean steps per second.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -36,7 +37,7 @@ use crate::report::Outcome;
 use crate::scenarios::runtime_load::{
     self, CONCURRENCY, KIND, Load, Occupancy, PRODUCERS, StepSamples,
 };
-use crate::scenarios::{WriterSnapshot, batching_note, child, count};
+use crate::scenarios::{WriterSnapshot, batching_note, child, count, execution_ids};
 use crate::stats::Samples;
 
 /// Steps per workflow.
@@ -84,7 +85,8 @@ impl Recovered {
     }
 }
 
-/// Measures the reference, then kills a runtime process half way and recovers its work.
+/// Measures the reference, kills a runtime process half way and recovers its work, then
+/// measures the reference again.
 pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let (workflows, reference_workflows) = if context.quick {
         (1_000, 500)
@@ -96,7 +98,7 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         steps: STEPS,
         guarded: false,
     };
-    let reference = runtime_load::reference(context, &dir.join("reference.db"), load).await?;
+    let before = runtime_load::reference(context, &dir.join("reference-before.db"), load).await?;
     let (journal, at_kill) = run_and_kill(context, &dir.join("journal.db"), workflows).await?;
     let unfinished = unfinished(&journal)?;
     let recorded_before = recorded_steps(&journal)?;
@@ -115,9 +117,11 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         steps: (ops as f64 / unfinished.len().max(1) as f64).round() as u32,
         guarded: false,
     };
+    let after = runtime_load::reference(context, &dir.join("reference-after.db"), load).await?;
+    let reference = f64::midpoint(before.steps_per_s, after.steps_per_s);
     let shaped = runtime_load::reference(context, &dir.join("shape.db"), shape).await?;
     let rate = |time: Duration| ops as f64 / time.as_secs_f64();
-    let ratio = rate(recovered.elapsed()) / reference.steps_per_s;
+    let ratio = rate(recovered.elapsed()) / reference;
     let verdict = if ratio >= TARGET_RATIO {
         "meets"
     } else {
@@ -149,20 +153,20 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
         format!(
             "reference, `workflows` at concurrency {CONCURRENCY}: the same runtime running {} \
              fresh workflows x {STEPS} idempotent steps with Runtime::run from {PRODUCERS} \
-             tasks: {:.0} steps/s; recovery ran at {ratio:.2} of it, which {verdict} the \
-             {TARGET_RATIO} target",
-            load.workflows, reference.steps_per_s
+             tasks on a fresh journal: {:.0} steps/s before, {:.0} after; recovery ran at \
+             {ratio:.2} of their mean, which {verdict} the {TARGET_RATIO} target",
+            load.workflows, before.steps_per_s, after.steps_per_s
         ),
         format!(
-            "claims and runs alone: {:.0} steps/s, {:.2} of the reference; executions running \
-             at once, on average: {:.1} there, {:.1} in the reference",
+            "claims and runs alone: {:.0} steps/s, {:.2} of the references' mean; executions \
+             running at once, on average: {:.1} there, {:.1} in the first reference",
             rate(recovered.runs),
-            rate(recovered.runs) / reference.steps_per_s,
+            rate(recovered.runs) / reference,
             recovered.mean_running,
-            reference.mean_running
+            before.mean_running
         ),
         format!("the claims and runs' {}", recovered.batching),
-        format!("the reference's {}", reference.batching),
+        format!("the first reference's {}", before.batching),
         format!(
             "fresh workflows of the shape recovery finished ({} x {} steps) run the same way \
              as the reference: {:.0} steps/s, {:.1} running at once on average; {}",
@@ -180,17 +184,10 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
 
 /// The executions the killed process left unfinished, in creation order.
 fn unfinished(journal: &Journal) -> Result<Vec<Uuid>> {
-    let ids: Vec<String> = journal.read(|conn| {
-        let mut statement = conn.prepare(
-            "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
-        )?;
-        let ids = statement.query_map([], |row| row.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
-    })?;
-    ids.iter()
-        .map(|id| Uuid::parse_str(id))
-        .collect::<Result<Vec<Uuid>, _>>()
-        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+    execution_ids(
+        journal,
+        "SELECT execution_id FROM executions WHERE status != 'completed' ORDER BY id",
+    )
 }
 
 /// The recovery: the orphan sweep, a runtime's start, and every `unfinished` workflow's

@@ -10,8 +10,10 @@
 //! both read on `CLOCK_MONOTONIC`, which the two processes share: the runtime process writes
 //! its reading to the harness through a pipe. The target is p99 ≤ 50 ms.
 //!
-//! ops/s is wakes per second with one send in flight at a time: the inverse of the mean
-//! latency, not a throughput.
+//! Before each send the harness pauses for a point of the watcher's poll interval (10 ms),
+//! spread evenly over the run, so that sends meet the watcher at every phase of its poll, as
+//! sends from elsewhere would, rather than at the one phase that follows the last wake. ops/s
+//! is wakes per second with one send in flight at a time and these pauses: not a throughput.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -30,7 +32,7 @@ use crate::context::Context;
 use crate::error::{BenchError, Result};
 use crate::report::Outcome;
 use crate::scenarios::runtime_load::{CONCURRENCY, PRODUCERS};
-use crate::scenarios::{STEP_NAME, child, count};
+use crate::scenarios::{STEP_NAME, child, count, execution_ids};
 use crate::stats::Samples;
 
 /// The workflow kind of this scenario.
@@ -58,6 +60,10 @@ const WAKE_WAIT_MAX: Duration = Duration::from_secs(30);
 /// How often the runtime process counts its parked receivers while they park.
 const POLL: Duration = Duration::from_millis(10);
 
+/// How often a runtime's watcher polls `data_version` (the runtime's default): the span over
+/// which the sends' instants are spread.
+const WATCHER_POLL: Duration = Duration::from_millis(10);
+
 /// Runs the runtime process, sends each of its receivers a message, and times each wake.
 pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     let receivers: u32 = if context.quick { 100 } else { 1_000 };
@@ -76,7 +82,11 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     }
     let (mut latencies, mut sends) = (Samples::default(), Samples::default());
     let began = Instant::now();
-    for id in &ids {
+    for (index, id) in ids.iter().enumerate() {
+        // A send that followed the last wake at once would meet the runtime process's watcher
+        // at the same point of its poll every time; a pause spread over one poll interval
+        // makes the sends arrive at every phase of it, as sends from elsewhere would.
+        tokio::time::sleep(poll_phase(index)).await;
         let sent_ns = monotonic_ns();
         let send_began = Instant::now();
         client.send(*id, TOPIC, &1_u32, None).await?;
@@ -117,6 +127,12 @@ pub async fn run(context: &Context, dir: &Path) -> Result<Outcome> {
     })
 }
 
+/// The pause before the `index`th send: one of 1,000 points of [`WATCHER_POLL`], in a
+/// scrambled order that is the same in every run.
+fn poll_phase(index: usize) -> Duration {
+    WATCHER_POLL * ((index * 7_919) % 1_000) as u32 / 1_000
+}
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds: one clock for every process on the machine.
 fn monotonic_ns() -> u64 {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -127,16 +143,10 @@ fn monotonic_ns() -> u64 {
 
 /// The parked receivers, in start order.
 fn parked_receivers(journal: &Journal) -> Result<Vec<Uuid>> {
-    let ids: Vec<String> = journal.read(|conn| {
-        let mut statement = conn
-            .prepare("SELECT execution_id FROM executions WHERE status = 'waiting' ORDER BY id")?;
-        let ids = statement.query_map([], |row| row.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
-    })?;
-    ids.iter()
-        .map(|id| Uuid::parse_str(id))
-        .collect::<Result<Vec<Uuid>, _>>()
-        .map_err(|error| BenchError::Unexpected(format!("an execution id: {error}")))
+    execution_ids(
+        journal,
+        "SELECT execution_id FROM executions WHERE status = 'waiting' ORDER BY id",
+    )
 }
 
 /// The worker's stdout, a line at a time, read on a thread of its own.
