@@ -1,8 +1,10 @@
 //! Guarantee: under SIGKILLs at random moments of a mixed workload (pure, idempotent and
-//! guarded steps under every policy, several processes sharing the file), no effect is repeated
-//! where its policy forbids it, no acknowledged result is lost, no effect is unknown to the
-//! journal, nothing is left stuck or locked, and the file passes `integrity_check` — with both
-//! durabilities.
+//! guarded steps under every policy, driven by hand, fired by schedulers and run by runtimes
+//! from a limited queue, with messages sent and executions cancelled from other processes,
+//! several processes sharing the file), no effect is repeated where its policy forbids it, no
+//! acknowledged result, message or cancel is lost, no effect is unknown to the journal, no
+//! queue runs over its limit, every execution ends as its plan and its cancels say, nothing is
+//! left stuck or locked, and the file passes `integrity_check` — with both durabilities.
 //!
 //! Method: the `torture` binary with a fixed seed and a few hundred kills per durability (the
 //! long run of 10,000+ kills is run by hand, see docs/crash-testing.md). It exits 0 only when
@@ -44,6 +46,10 @@ fn torture(durability: &str) {
         " stuck=0 ",
         " reopened=0 ",
         " leaked_locks=0 ",
+        " over_limit=0 ",
+        " wrong_end=0 ",
+        " bad_messages=0 ",
+        " after_cancel=0 ",
         " integrity=ok ",
     ] {
         assert!(last.contains(clean), "{last}");

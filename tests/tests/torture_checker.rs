@@ -4,8 +4,15 @@
 //! Method: run the failpoint matrix's workload once to completion (a clean run the checker
 //! passes), then damage a copy of the run the way each bug would — an effect appended twice, an
 //! acknowledged step missing from the journal, an effect of an unknown step, an execution left
-//! running, a lock left held, an execution run while it awaited an operator — and check that the matching figure, and only a failing verdict,
-//! comes out.
+//! running, a lock left held, an execution run or claimed while it awaited an operator, a
+//! guarded effect made without a lock, a queue run over its limit, a run that gave its slot
+//! back silently, a runtime execution ended otherwise than its plan or its cancel says or with
+//! another published value, an effect after an acknowledged cancel, an acknowledged message
+//! missing, a consumed message its receive does not hold, a receive that returned another
+//! message than the journal holds, a step written before its timer woke, an effect after its
+//! run saw it was asked to stop, a step row newer than a cancel request, a timeout cancel of
+//! an execution started without a deadline — and check that the matching figure, and a
+//! failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
 use std::fs::OpenOptions;
@@ -14,7 +21,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use durably_tests::torture::checker::{Report, check};
-use durably_tests::torture::ledger::LEDGER_FILE;
+use durably_tests::torture::ledger::{self, LEDGER_FILE, RecordFile};
 use durably_tests::torture::workload::DATABASE_FILE;
 use rusqlite::Connection;
 
@@ -136,4 +143,248 @@ fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
         .unwrap();
     });
     assert_eq!(report.reopened, 1, "{report:?}");
+}
+
+/// Runs `sql`, which must change exactly one row of the journal.
+fn change_one(conn: &Connection, sql: &str) {
+    assert_eq!(conn.execute(sql, []).unwrap(), 1, "{sql}");
+}
+
+/// Rewrites the ledger with `change` applied to every record (checksums recomputed).
+fn rewrite_ledger(dir: &Path, mut change: impl FnMut(&mut Vec<String>)) {
+    let path = dir.join(LEDGER_FILE);
+    let mut records = ledger::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let file = RecordFile::open(&path).unwrap();
+    for record in &mut records {
+        change(record);
+        let fields: Vec<&str> = record.iter().map(String::as_str).collect();
+        file.append(&fields).unwrap();
+    }
+}
+
+/// The id of the planned runtime execution the matrix cancelled at once (the held-back one).
+fn cancelled_runtime_execution(conn: &Connection) -> String {
+    conn.query_row(
+        "SELECT e.execution_id FROM executions e JOIN runtime_executions USING (execution_id)
+         WHERE e.status = 'cancelled' AND e.kind = 'torture'
+           AND e.error ->> '$.cancelled' = 'torture canceller'",
+        [],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_guarded_effect_made_without_a_lock_is_duplicated() {
+    let report = damaged(|dir, _| {
+        let mut done = false;
+        rewrite_ledger(dir, |record| {
+            if !done && record[4] == "guarded" && record[9] != "-" {
+                record[9] = "0".to_owned();
+                done = true;
+            }
+        });
+    });
+    assert_eq!(report.duplicated, 1, "{report:?}");
+}
+
+#[test]
+fn a_claim_while_awaiting_an_operator_is_reopened() {
+    let report = damaged(|_, conn| {
+        conn.execute_batch(
+            "INSERT INTO events (at, execution_id, seq, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, seq, kind, '{}'
+             FROM (SELECT execution_id FROM executions LIMIT 1),
+                  (SELECT 'ambiguity_failed' AS kind, 0 AS seq UNION ALL
+                   SELECT 'claimed', NULL)
+             ORDER BY kind;",
+        )
+        .unwrap();
+    });
+    assert_eq!(report.reopened, 1, "{report:?}");
+}
+
+#[test]
+fn four_runs_at_once_in_a_queue_limited_to_three_are_over_limit() {
+    let report = damaged(|_, conn| {
+        conn.execute_batch(
+            "CREATE TEMP TABLE four AS SELECT execution_id FROM executions LIMIT 4;
+             INSERT INTO events (at, execution_id, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, kind, '{\"queue\":\"q\"}'
+             FROM four, (SELECT 'claimed' AS kind UNION ALL SELECT 'released')
+             ORDER BY kind, execution_id;",
+        )
+        .unwrap();
+    });
+    assert_eq!(report.over_limit, 1, "{report:?}");
+    assert_eq!(report.queue_peak, 4, "{report:?}");
+}
+
+#[test]
+fn a_run_that_gives_its_slot_back_with_no_event_is_over_limit() {
+    let report = damaged(|_, conn| {
+        let deleted = conn
+            .execute("DELETE FROM events WHERE kind = 'released'", [])
+            .unwrap();
+        assert!(deleted >= 1);
+    });
+    assert!(report.over_limit >= 1, "{report:?}");
+}
+
+#[test]
+fn a_runtime_execution_completed_with_another_output_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE executions SET output = '{\"steps\":99}' WHERE execution_id =
+                   (SELECT e.execution_id FROM executions e JOIN runtime_executions
+                      USING (execution_id) WHERE e.status = 'completed' LIMIT 1)",
+        );
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_acknowledged_cancel_that_did_not_hold_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let id = cancelled_runtime_execution(conn);
+        conn.execute(
+            "UPDATE executions SET status = 'failed', error = '{\"message\":\"x\"}'
+             WHERE execution_id = ?1",
+            [&id],
+        )
+        .unwrap();
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_effect_after_an_acknowledged_cancel_is_after_cancel() {
+    let report = damaged(|dir, conn| {
+        let id = cancelled_runtime_execution(conn);
+        let ledger = RecordFile::open(&dir.join(LEDGER_FILE)).unwrap();
+        let now = durably_tests::torture::ledger::monotonic_ns().to_string();
+        let key = "00000000-0000-8000-8000-000000000001";
+        ledger
+            .append(&["E", &id, "1", key, "idempotent", "-", "1", &now, "v", "1"])
+            .unwrap();
+    });
+    assert_eq!(report.after_cancel, 1, "{report:?}");
+}
+
+#[test]
+fn an_acknowledged_message_missing_from_the_journal_is_a_bad_message() {
+    let report = damaged(|_, conn| {
+        // The held-back execution's message: acknowledged, never consumed.
+        change_one(
+            conn,
+            "DELETE FROM messages
+             WHERE idempotency_key LIKE 'matrix-%' AND consumed_seq IS NULL",
+        );
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_step_written_before_its_timer_woke_is_an_early_wake() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE steps SET result = json_set(result, '$.wake_at', '2999-01-01T00:00:00.000Z')
+             WHERE id = (SELECT min(id) FROM steps WHERE name LIKE 'durably:sleep/%')",
+        );
+    });
+    assert!(report.early_wakes >= 1, "{report:?}");
+}
+
+#[test]
+fn a_consumed_message_its_receive_does_not_hold_is_a_bad_message() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE messages SET consumed_seq = NULL, consumed_at = NULL
+             WHERE id = (SELECT min(id) FROM messages WHERE consumed_seq IS NOT NULL)",
+        );
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_receive_that_returned_another_message_than_the_journal_holds_is_a_bad_message() {
+    let report = damaged(|dir, conn| {
+        let (id, seq): (String, i64) = conn
+            .query_row(
+                "SELECT execution_id, seq FROM steps WHERE name LIKE 'durably:recv/%' LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        let acks = dir.join(durably_tests::torture::ledger::ACKS_DIR);
+        let log = RecordFile::open(&acks.join("damage.log")).unwrap();
+        log.append(&["M", &id, &seq.to_string(), "another-message", "1", "1"])
+            .unwrap();
+    });
+    assert_eq!(report.bad_messages, 1, "{report:?}");
+}
+
+#[test]
+fn a_completed_execution_that_published_another_value_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE workflow_events SET value = '\"another\"'
+             WHERE (execution_id, key) = (SELECT execution_id, key FROM workflow_events)",
+        );
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+#[test]
+fn an_effect_after_its_run_saw_a_stop_is_after_cancel() {
+    let report = damaged(|dir, conn| {
+        let id: String = conn
+            .query_row(
+                "SELECT e.execution_id FROM executions e JOIN runtime_executions USING (execution_id)
+                 WHERE e.status = 'completed' AND e.kind = 'torture' LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let acks = dir.join(durably_tests::torture::ledger::ACKS_DIR);
+        let log = RecordFile::open(&acks.join("damage.log")).unwrap();
+        // Seen stopped at its first step, before any of its effects.
+        log.append(&["O", &id, "0", "1", "0"]).unwrap();
+    });
+    assert!(report.after_cancel >= 1, "{report:?}");
+}
+
+#[test]
+fn a_step_row_newer_than_a_cancel_request_is_after_cancel() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE events SET detail = json_set(detail, '$.last_step_id', 0),
+                               execution_id = (
+                                   SELECT execution_id FROM steps
+                                   WHERE execution_id NOT IN (
+                                       SELECT execution_id FROM events WHERE kind = 'resumed')
+                                   ORDER BY id DESC LIMIT 1)
+             WHERE kind = 'cancel_requested'",
+        );
+    });
+    assert_eq!(report.after_cancel, 1, "{report:?}");
+}
+
+#[test]
+fn a_timeout_of_an_execution_started_without_a_deadline_is_a_wrong_end() {
+    let report = damaged(|_, conn| {
+        let id = cancelled_runtime_execution(conn);
+        conn.execute(
+            "UPDATE executions SET error = '{\"cancelled\":\"timeout\"}' WHERE execution_id = ?1",
+            [&id],
+        )
+        .unwrap();
+    });
+    assert_eq!(report.wrong_end, 1, "{report:?}");
 }

@@ -89,15 +89,13 @@ impl Operator<'_> {
                 cancel_in_transaction(conn, &locker, &handles, id, &now, &reason, also)
             })
             .await?;
-        match outcome {
-            CancelOutcome::Cancelled { .. } => {
-                fail::fail_point!("journal::after-cancel-commit", |_| std::process::abort());
-            }
-            CancelOutcome::Requested { .. } => {
-                fail::fail_point!("journal::after-cancel-request-commit", |_| {
-                    std::process::abort()
-                });
-            }
+        #[cfg(feature = "failpoints")]
+        {
+            let failpoint = match outcome {
+                CancelOutcome::Cancelled { .. } => "journal::after-cancel-commit",
+                CancelOutcome::Requested { .. } => "journal::after-cancel-request-commit",
+            };
+            fail::fail_point!(failpoint, |_| std::process::abort());
         }
         Ok(outcome)
     }

@@ -356,6 +356,10 @@ pub mod event_kind {
     pub const YIELDED: &str = "yielded";
     /// A running execution was parked `stuck` for an operator's resume, its lock released.
     pub const STUCK: &str = "stuck";
+    /// An execution of a queue was finalized (completed, failed, or cancelled by its holder),
+    /// giving its place in the queue back: with the runtime's `claimed` event, the events
+    /// recount a queue's running executions in commit order.
+    pub const RELEASED: &str = "released";
 }
 
 /// Parses column `index` with `parse`; a failure is a conversion error naming the column, which

@@ -307,7 +307,10 @@ async fn a_declined_write_keeps_what_is_pending() {
         })
         .await;
     assert!(matches!(parked, Err(Error::Aborted(_))), "{parked:?}");
-    assert!(journal.get(id).unwrap().is_none());
+    // The declined step's hook had to see its execution's row, so the open committed first
+    // (with the pending pure step); nothing of the declined step or release did.
+    assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Running);
+    assert_eq!(durable_steps(&journal, id), 1);
 
     execution
         .step_with(

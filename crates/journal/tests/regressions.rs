@@ -484,3 +484,42 @@ async fn stale_operator_answer_is_refused_after_another_operator_resolved_and_th
     // Operator one's answer was about the old intent: it must not apply to the new one.
     refuse_stale_then_accept_fresh(&journal, id, seen, "then a1-r0, now a1-r1").await;
 }
+
+/// An operator's cancel of an execution that waits for a time or a topic (a queued one with a
+/// not-before time, a parked one) failed on the row's CHECK, which keeps `due_at` and
+/// `wait_topic` to queued and waiting executions: the cancel must clear them with the wait.
+#[tokio::test]
+async fn an_operator_cancels_an_execution_that_waits_for_a_time_or_a_topic() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    for (status, topic) in [("queued", None), ("waiting", Some("approval"))] {
+        let id = durably_journal::new_execution_id();
+        start(&journal, id).await.complete(&1).await.unwrap();
+        journal
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE executions SET status = ?2, finalized_at = NULL, output = NULL,
+                                           due_at = '2999-01-01T00:00:00.000Z', wait_topic = ?3
+                     WHERE execution_id = ?1",
+                    rusqlite::params![id.to_string(), status, topic],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        journal.operator().cancel(id, "not needed").await.unwrap();
+        let (status, due_at, wait_topic): (String, Option<String>, Option<String>) = journal
+            .read(|conn| {
+                Ok(conn.query_row(
+                    "SELECT status, due_at, wait_topic FROM executions WHERE execution_id = ?1",
+                    [id.to_string()],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )?)
+            })
+            .unwrap();
+        assert_eq!(
+            (status.as_str(), due_at, wait_topic),
+            ("cancelled", None, None)
+        );
+    }
+}

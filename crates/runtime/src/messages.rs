@@ -374,8 +374,15 @@ impl WorkflowContext {
         let step = format!("durably:send/{topic}");
         let (client, hook_step, topic) =
             (self.waits.client.clone(), step.clone(), topic.to_owned());
+        let sender = self.id;
         let check = move |_| {
-            let refusal = client.journal().read(|conn| receiver_refusal(conn, to));
+            // A run's execution sends to itself before its deferred open has written its row:
+            // it exists, and has not ended, since it is running this step.
+            let refusal = if to == sender {
+                Ok(None)
+            } else {
+                client.journal().read(|conn| receiver_refusal(conn, to))
+            };
             async move {
                 match refusal {
                     Ok(None) => Ok(()),

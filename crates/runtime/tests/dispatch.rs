@@ -207,3 +207,50 @@ fn running_in(journal: &Journal, queue: &str) -> i64 {
         })
         .unwrap()
 }
+
+/// Each run in a limited queue leaves a `claimed` event and, in the transaction that ends
+/// it, a `released` event, in that order: the audit trail a checker recounts the queue's
+/// slots from, in commit order. A run of a queue without a limit is claimed without one.
+#[tokio::test]
+async fn a_run_in_a_limited_queue_is_claimed_then_released_in_the_events() {
+    let scratch = Scratch::new();
+    let probe = Arc::new(Probe::default());
+    let runtime = serving(Runtime::builder(scratch.journal.clone()), &probe)
+        .queue("q", queue(Some(2), None))
+        .queue("free", queue(None, None))
+        .start()
+        .await
+        .unwrap();
+    let mut limited = Vec::new();
+    for (tag, name) in [(0_u32, "q"), (1, "q"), (2, "q"), (3, "free")] {
+        let id = durably_journal::new_execution_id();
+        let options = StartOptions::default().queue(name);
+        let handle = runtime
+            .start::<_, u32>("held", id, &tag, options)
+            .await
+            .unwrap();
+        handle.result().await.unwrap();
+        if name == "q" {
+            limited.push(id);
+        }
+    }
+    let events: Vec<(String, String, String)> = scratch
+        .journal
+        .read(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT execution_id, kind, json_extract(detail, '$.queue') FROM events
+                 WHERE kind = 'claimed' OR (kind = 'released' AND detail ->> 'queue' = 'q')
+                 ORDER BY id",
+            )?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+            Ok(rows?.collect::<Result<Vec<_>, _>>()?)
+        })
+        .unwrap();
+    let expected: Vec<(String, String, String)> = limited
+        .iter()
+        .flat_map(|id| {
+            ["claimed", "released"].map(|kind| (id.to_string(), kind.to_owned(), "q".to_owned()))
+        })
+        .collect();
+    assert_eq!(events, expected);
+}

@@ -236,3 +236,55 @@ async fn a_failed_workflow_fails_the_run() {
         Status::Failed
     );
 }
+
+/// A run whose first write is a step with rows of the runtime's own (a published event, a
+/// message sent to itself) opens the execution in that write before those rows go in, and a
+/// message a run sends itself before anything is written is not refused as sent to nobody:
+/// the event is published and the message received, as when the execution was started.
+#[tokio::test]
+async fn a_run_whose_first_step_publishes_or_sends_to_itself_keeps_what_it_wrote() {
+    let scratch = Scratch::new();
+    let runtime = Runtime::builder(scratch.journal.clone())
+        .register(
+            "first",
+            1,
+            |mut context: WorkflowContext, send_first: bool| async move {
+                let id = context.id();
+                if send_first {
+                    context.send(id, "own", &"to myself").await?;
+                }
+                context.set_event("progress", &"first").await?;
+                if !send_first {
+                    context.send(id, "own", &"to myself").await?;
+                }
+                let own = context
+                    .recv::<String>("own", std::time::Duration::ZERO)
+                    .await?;
+                Ok::<_, WorkflowError>(own)
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    for send_first in [true, false] {
+        let id = durably_journal::new_execution_id();
+        let own = runtime
+            .run::<bool, Option<String>>("first", id, &send_first, StartOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            own.as_deref(),
+            Some("to myself"),
+            "send first: {send_first}"
+        );
+        let progress: Option<String> = runtime
+            .get_event(id, "progress", std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(
+            progress.as_deref(),
+            Some("first"),
+            "send first: {send_first}"
+        );
+    }
+}

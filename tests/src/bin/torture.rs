@@ -24,12 +24,21 @@ struct Cli {
     /// `full` or `process-crash`.
     #[arg(long, default_value = "full", value_parser = ["full", "process-crash"])]
     durability: String,
-    /// Worker processes at once.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=16))]
+    /// Worker processes at once (executions driven by hand).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=16))]
     workers: u64,
     /// Scheduler processes at once (they fire the same slots).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=8))]
     schedulers: u64,
+    /// Runtime worker processes at once (each runs a runtime and starts executions).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=8))]
+    runtimes: u64,
+    /// Processes sending messages to runtime executions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=4))]
+    senders: u64,
+    /// Processes cancelling runtime executions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=4))]
+    cancellers: u64,
     /// The longest wait before a kill, in milliseconds.
     #[arg(long, default_value_t = 60)]
     kill_delay_ms_max: u64,
@@ -39,6 +48,10 @@ struct Cli {
     /// Keep the temporary directory even when the run passes.
     #[arg(long)]
     keep: bool,
+    /// Run no process: only check the kept run in `--dir` again and print what the checker
+    /// finds.
+    #[arg(long, requires = "dir")]
+    check_only: bool,
     /// The worker binary (default: `torture_worker` next to this binary).
     #[arg(long)]
     worker: Option<PathBuf>,
@@ -58,6 +71,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
+    if let (true, Some(dir)) = (cli.check_only, &cli.dir) {
+        let report = durably_tests::torture::checker::check(dir)?;
+        for violation in &report.violations {
+            println!("torture: violation: {violation}");
+        }
+        println!("{}", report.line(0, 0, cli.seed));
+        return Ok(report.passed());
+    }
     let worker = match cli.worker {
         Some(worker) => worker,
         None => std::env::current_exe()?.with_file_name("torture_worker"),
@@ -81,6 +102,9 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         durability: cli.durability,
         workers: cli.workers,
         schedulers: cli.schedulers,
+        runtimes: cli.runtimes,
+        senders: cli.senders,
+        cancellers: cli.cancellers,
         kill_delay_ms_max: cli.kill_delay_ms_max,
         worker,
         dir,

@@ -4,9 +4,15 @@
 //!   any recoverable ones, until it is killed (the torture driver kills it at random moments).
 //! - `sched`: a scheduler process: fires slot after slot of four jobs (one per policy), and
 //!   resumes unfinished fires, until it is killed.
-//! - `finish`: sweeps, then drives every unfinished execution and fire to completion.
+//! - `runtime --slot R --slots N`: runs a runtime, starts executions of its slot through it and
+//!   awaits their results, until it is killed (see `durably_tests::torture::runtime_roles`).
+//! - `send`: sends messages to runtime executions until it is killed.
+//! - `cancel`: cancels runtime executions at random moments until it is killed.
+//! - `finish`: sweeps, then drives every unfinished execution and fire to completion, and
+//!   brings every runtime execution to its end.
 //! - `matrix`: the failpoint matrix's deterministic workload (see `durably_tests::torture::matrix`).
 //! - `orphans --first I`: makes orphans for the matrix, then aborts.
+//! - `runtime-orphans`: makes a runtime orphan for the matrix, then aborts.
 //!
 //! Built with the `failpoints` feature, it reads `FAILPOINTS` at start. It exits 0 when done,
 //! 3 on an engine error it never expects (printed on stderr), and aborts on a crashing failpoint.
@@ -16,9 +22,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use durably_journal::Durability;
+use std::sync::Arc;
+
 use durably_tests::torture::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
 use durably_tests::torture::workload::{Stop, Workload};
-use durably_tests::torture::{BoxError, disable_core_dumps, fires, matrix};
+use durably_tests::torture::{
+    BoxError, disable_core_dumps, fires, matrix, matrix_runtime, runtime_roles,
+};
 
 /// Executions one worker process creates at most before it exits (and is restarted).
 const EXECUTIONS_PER_PROCESS_MAX: u64 = 100_000;
@@ -53,10 +63,25 @@ enum Mode {
     },
     /// Fire slot after slot of the torture jobs until killed.
     Sched,
+    /// Run a runtime, start executions through it and await them until killed.
+    Runtime {
+        /// This runtime worker's slot.
+        #[arg(long)]
+        slot: u64,
+        /// How many runtime worker slots the run has.
+        #[arg(long)]
+        slots: u64,
+    },
+    /// Send messages to runtime executions until killed.
+    Send,
+    /// Cancel runtime executions until killed.
+    Cancel,
     /// Sweep, then drive every unfinished execution and fire to completion.
     Finish,
     /// The failpoint matrix's workload.
     Matrix,
+    /// Make a runtime orphan for the matrix, then abort.
+    RuntimeOrphans,
     /// Make orphans for the matrix, then abort.
     Orphans {
         /// The first execution index of the group.
@@ -100,28 +125,43 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
     };
     match cli.mode {
         Mode::Run { slot, slots } => {
-            let journal = matrix::open_journal(&cli.dir, durability, true)?;
-            let workload = Workload::new(journal, &cli.dir)?;
-            run_slot(&workload, cli.seed, slot, slots).await
+            run_slot(&workload(&cli.dir, durability)?, cli.seed, slot, slots).await
         }
         Mode::Sched => {
-            let journal = matrix::open_journal(&cli.dir, durability, true)?;
-            let workload = Workload::new(journal, &cli.dir)?;
-            fires::run(&workload, EXECUTIONS_PER_PROCESS_MAX).await
+            fires::run(&workload(&cli.dir, durability)?, EXECUTIONS_PER_PROCESS_MAX).await
+        }
+        Mode::Runtime { slot, slots } => {
+            let workload = Arc::new(workload(&cli.dir, durability)?);
+            runtime_roles::run_worker(workload, cli.seed, slot, slots).await
+        }
+        Mode::Send => {
+            runtime_roles::run_sender(Arc::new(workload(&cli.dir, durability)?), cli.seed).await
+        }
+        Mode::Cancel => {
+            runtime_roles::run_canceller(Arc::new(workload(&cli.dir, durability)?), cli.seed).await
         }
         Mode::Finish => {
             let journal = matrix::open_journal(&cli.dir, durability, true)?;
             journal.operator().sweep(false).await?;
-            let workload = Workload::new(journal, &cli.dir)?;
+            let workload = Arc::new(Workload::new(journal, &cli.dir)?);
             workload.finish(matrix::FINISH_ROUNDS_MAX).await?;
-            fires::finish(&workload, matrix::FINISH_ROUNDS_MAX).await
+            fires::finish(&workload, matrix::FINISH_ROUNDS_MAX).await?;
+            runtime_roles::finish(workload).await
         }
         Mode::Matrix => {
             let worker = std::env::current_exe()?;
             matrix::run(&cli.dir, cli.seed, durability, &worker).await
         }
         Mode::Orphans { first } => matrix::orphans(&cli.dir, cli.seed, durability, first).await,
+        Mode::RuntimeOrphans => matrix_runtime::make_orphan(&cli.dir, cli.seed, durability).await,
     }
+}
+
+fn workload(dir: &std::path::Path, durability: Durability) -> Result<Workload, BoxError> {
+    Ok(Workload::new(
+        matrix::open_journal(dir, durability, true)?,
+        dir,
+    )?)
 }
 
 async fn run_slot(workload: &Workload, seed: u64, slot: u64, slots: u64) -> Result<(), BoxError> {
@@ -147,7 +187,8 @@ fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErro
     let highest: Option<i64> = workload.journal().read(|conn| {
         Ok(conn.query_row(
             "SELECT max(json_extract(input, '$.index')) FROM executions
-             WHERE kind = ?1 AND json_extract(input, '$.slot') = ?2",
+             WHERE kind = ?1 AND json_extract(input, '$.shape') != 'runtime'
+               AND json_extract(input, '$.slot') = ?2",
             rusqlite::params![EXECUTION_KIND, slot as i64],
             |row| row.get(0),
         )?)
@@ -155,11 +196,15 @@ fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErro
     Ok(highest.map_or(slot, |highest| highest as u64 + slots))
 }
 
-/// Resumes the recoverable executions: those of killed workers, and this slot's own.
+/// Resumes the recoverable executions driven by hand: those of killed workers, and this slot's
+/// own. The runtime's are left to the runtimes.
 async fn recover(workload: &Workload) -> Result<(), BoxError> {
     for record in workload.journal().recoverable()? {
         if record.kind == EXECUTION_KIND {
             let input: PlanInput = record.input.decode()?;
+            if input.shape.is_runtime() {
+                continue;
+            }
             workload
                 .drive(&ExecutionPlan::from_input(input), Stop::default())
                 .await?;

@@ -6,20 +6,28 @@
 //!
 //! - **duplicated**: a guarded step under Skip, Fail or Reconcile whose key appears more than
 //!   once in the ledger; a Retry step with more effects than the attempts the journal recorded;
-//!   any effect appended after an acknowledgement of its step (a completed step ran again).
+//!   any effect appended after an acknowledgement of its step (a completed step ran again); a
+//!   guarded effect made with fencing token 0 (by a run that held no lock).
 //! - **retried**: the extra effects of a Retry step, up to the attempts the journal recorded.
 //!   (Re-runs of pure and idempotent steps, allowed by their kind, are counted as `reran`.)
 //! - **lost**: an acknowledged step outcome, operator resolution or finalization that the
 //!   journal does not hold; or a step the journal holds as completed with no effect in the
 //!   ledger.
 //! - **unexpected**: a ledger effect whose key no step row has (or a different step has), or an
-//!   effect of a step the journal holds as failed (planned failures have no effect).
-//! - **stuck**: an execution not finalized at the end, a step still in the intent state, or a
-//!   scheduler fire not finished (a completed fire whose execution is not completed is lost).
+//!   effect of a step the journal holds as failed (planned failures have no effect). A pure or
+//!   idempotent effect with no row in a cancelled execution is not one: its result was never
+//!   recorded, and nothing runs it again; nor is one of an execution that does not exist, made
+//!   before a run's deferred open (fencing token 0) by a process that died before the open
+//!   committed (both counted as `abandoned`).
+//! - **stuck**: an execution not finalized at the end, a step still in the intent state (but
+//!   in a cancelled execution, where an ambiguous intent is kept for people), or a scheduler
+//!   fire not finished (a completed fire whose execution is not completed is lost).
 //! - **reopened**: an execution run again while it awaited an operator: after its
-//!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision
-//!   or failed attempt of it before the `operator_resolved` event that ends the wait. Each
-//!   reopen used to write another `ambiguity_failed`.
+//!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision,
+//!   failed attempt or claim of it before the `operator_resolved` event that ends the wait.
+//!   Each reopen used to write another `ambiguity_failed`.
+//! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
+//!   runtime's rules, see [`super::runtime_checks`].
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -30,6 +38,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::BoxError;
 use super::ledger::{LEDGER_FILE, read, read_acks};
+use super::runtime_checks;
 use super::workload::DATABASE_FILE;
 
 /// Violation messages kept for the report, at most.
@@ -46,6 +55,9 @@ pub struct Report {
     pub retried: u64,
     /// Re-runs of pure and idempotent steps (allowed by their kind).
     pub reran: u64,
+    /// Effects of pure and idempotent steps of cancelled executions whose result was never
+    /// recorded (allowed: the step is repeatable and nothing will run it again).
+    pub abandoned: u64,
     /// Guarded steps skipped under Skip.
     pub skipped: u64,
     /// Operator resolutions acknowledged.
@@ -62,6 +74,31 @@ pub struct Report {
     pub reopened: u64,
     /// Locks still held.
     pub leaked_locks: u64,
+    /// Commits at which a limited queue had more executions running than its limit.
+    pub over_limit: u64,
+    /// Runtime executions that ended otherwise than their plan and the cancels explain.
+    pub wrong_end: u64,
+    /// Acknowledged sends the journal does not hold exactly once, as acknowledged.
+    pub bad_messages: u64,
+    /// Effects of executions made after their cancellation was acknowledged.
+    pub after_cancel: u64,
+    /// Timers that ended, or let a later step run, before their wake time.
+    pub early_wakes: u64,
+    /// Receives that returned a message (not a violation).
+    pub received: u64,
+    /// Receives that timed out (not a violation).
+    pub timed_out: u64,
+    /// Times an execution was parked (not a violation).
+    pub parked: u64,
+    /// The most executions of a limited queue running at once (not a violation: it shows the
+    /// limit was reached).
+    pub queue_peak: u64,
+    /// Runtime executions in the journal.
+    pub runtime_executions: u64,
+    /// Sends acknowledged.
+    pub sent: u64,
+    /// Cancels acknowledged as done.
+    pub cancelled: u64,
     /// Whether the integrity checks passed.
     pub integrity_ok: bool,
     /// The first violations, in words.
@@ -77,6 +114,11 @@ impl Report {
             && self.stuck == 0
             && self.reopened == 0
             && self.leaked_locks == 0
+            && self.over_limit == 0
+            && self.wrong_end == 0
+            && self.bad_messages == 0
+            && self.after_cancel == 0
+            && self.early_wakes == 0
             && self.integrity_ok
     }
 
@@ -84,8 +126,9 @@ impl Report {
     pub fn line(&self, iterations: u64, kills: u64, seed: u64) -> String {
         format!(
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
-             duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} integrity={} \
-             seed={seed}",
+             duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} \
+             over_limit={} wrong_end={} bad_messages={} after_cancel={} early_wakes={} \
+             integrity={} seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -95,11 +138,16 @@ impl Report {
             self.stuck,
             self.reopened,
             self.leaked_locks,
+            self.over_limit,
+            self.wrong_end,
+            self.bad_messages,
+            self.after_cancel,
+            self.early_wakes,
             if self.integrity_ok { "ok" } else { "FAIL" },
         )
     }
 
-    fn violation(&mut self, message: String) {
+    pub(super) fn violation(&mut self, message: String) {
         if self.violations.len() < VIOLATIONS_KEPT_MAX {
             self.violations.push(message);
         }
@@ -109,6 +157,9 @@ impl Report {
 #[derive(Debug)]
 struct StepRow {
     execution_id: String,
+    name: String,
+    /// The status of its execution.
+    execution_status: String,
     seq: i64,
     effect: String,
     policy: Option<String>,
@@ -117,14 +168,17 @@ struct StepRow {
     attempts: i64,
 }
 
+/// One effect in the ledger.
 #[derive(Debug)]
-struct EffectRecord {
-    execution_id: String,
-    seq: String,
+pub(super) struct EffectRecord {
+    pub(super) execution_id: String,
+    pub(super) seq: String,
     effect: String,
     policy: String,
-    at_ns: u64,
+    pub(super) at_ns: u64,
     value: String,
+    /// The fencing token the closure was handed; `None` for a pure step or a fire.
+    token: Option<u64>,
 }
 
 /// Checks the run in `dir`. Call it only after every process of the run has exited.
@@ -143,12 +197,15 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
     };
     let steps = load_steps(&conn)?;
     let effects = load_effects(dir)?;
+    let acks = read_acks(dir)?;
+    let statuses = load_statuses(&conn)?;
     report.effects = effects.values().map(|list| list.len() as u64).sum();
     check_executions(&conn, &mut report)?;
     check_awaiting_operator(&conn, &mut report)?;
     check_fires(&conn, &mut report)?;
-    check_steps(&steps, &effects, &mut report);
-    check_acks(dir, &conn, &steps, &effects, &mut report)?;
+    check_steps(&steps, &effects, &statuses, &mut report);
+    check_acks(&acks, &statuses, &steps, &effects, &mut report)?;
+    runtime_checks::check(&conn, &acks, &effects, &mut report)?;
     Ok(report)
 }
 
@@ -166,8 +223,9 @@ fn integrity(conn: &Connection) -> Result<bool, BoxError> {
 
 fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
     let mut statement = conn.prepare(
-        "SELECT idempotency_key, execution_id, seq, effect, policy, state, result, attempts
-         FROM steps",
+        "SELECT s.idempotency_key, s.execution_id, s.seq, s.effect, s.policy, s.state, s.result,
+                s.attempts, e.status, s.name
+         FROM steps s JOIN executions e ON e.execution_id = s.execution_id",
     )?;
     let rows = statement.query_map([], |row| {
         Ok((
@@ -180,8 +238,19 @@ fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
                 state: row.get(5)?,
                 result: row.get(6)?,
                 attempts: row.get(7)?,
+                execution_status: row.get(8)?,
+                name: row.get(9)?,
             },
         ))
+    })?;
+    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
+}
+
+/// Every execution's status.
+fn load_statuses(conn: &Connection) -> Result<HashMap<String, String>, BoxError> {
+    let mut statement = conn.prepare("SELECT execution_id, status FROM executions")?;
+    let rows = statement.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
     })?;
     Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
 }
@@ -199,6 +268,7 @@ fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxErr
             _pid,
             at,
             value,
+            token,
         ] = record.as_slice()
         else {
             return Err(format!("malformed ledger record {record:?}").into());
@@ -213,6 +283,10 @@ fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxErr
             policy: policy.clone(),
             at_ns: at.parse()?,
             value: value.clone(),
+            token: match token.as_str() {
+                "-" => None,
+                token => Some(token.parse()?),
+            },
         });
     }
     Ok(effects)
@@ -261,7 +335,8 @@ fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(),
     let mut statement = conn.prepare(
         "SELECT execution_id, seq, kind FROM events
          WHERE execution_id IS NOT NULL
-           AND (kind LIKE 'ambiguity_%' OR kind IN ('attempt_failed', 'operator_resolved'))
+           AND (kind LIKE 'ambiguity_%'
+                OR kind IN ('attempt_failed', 'operator_resolved', 'claimed'))
          ORDER BY id",
     )?;
     let events = statement
@@ -328,10 +403,15 @@ fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
 fn check_steps(
     steps: &HashMap<String, StepRow>,
     effects: &HashMap<String, Vec<EffectRecord>>,
+    statuses: &HashMap<String, String>,
     report: &mut Report,
 ) {
     for (key, list) in effects {
         let Some(row) = steps.get(key) else {
+            if abandoned(list, statuses) {
+                report.abandoned += list.len() as u64;
+                continue;
+            }
             report.unexpected += list.len() as u64;
             report.violation(format!(
                 "unexpected: {} effect(s) with key {key} (execution {} step {}) have no step row",
@@ -342,6 +422,14 @@ fn check_steps(
             continue;
         };
         for effect in list {
+            if effect.effect == "guarded" && effect.token == Some(0) {
+                report.duplicated += 1;
+                report.violation(format!(
+                    "duplicated: guarded effect {key} (step {} of {}) was made by a run that \
+                     held no lock (fencing token 0)",
+                    effect.seq, effect.execution_id
+                ));
+            }
             let policy = row.policy.as_deref().unwrap_or("-");
             if effect.execution_id != row.execution_id
                 || effect.seq != row.seq.to_string()
@@ -364,8 +452,25 @@ fn check_steps(
         count_repeats(key, row, list.len() as u64, report);
     }
     for (key, row) in steps {
+        // The runtime's own steps (timers, receives, sends, events) make no effect.
+        if row.name.starts_with("durably:") {
+            continue;
+        }
         let count = effects.get(key).map_or(0, Vec::len);
         check_state(key, row, count, effects.get(key), report);
+    }
+}
+
+/// Whether the effects of one key, which no step row holds, belong to a step whose result
+/// nothing will ever record, which its kind allows: pure or idempotent effects of a cancelled
+/// execution, or of a run that died before its deferred open wrote the execution (its
+/// closures ran with fencing token 0, or none for a pure step).
+fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
+    let repeatable = list.iter().all(|effect| effect.effect != "guarded");
+    match statuses.get(&list[0].execution_id).map(String::as_str) {
+        Some("cancelled") => repeatable,
+        None => repeatable && list.iter().all(|effect| effect.token.unwrap_or(0) == 0),
+        Some(_) => false,
     }
 }
 
@@ -431,6 +536,8 @@ fn check_state(
             ));
         }
         "failed" => {}
+        // A cancel keeps an ambiguous intent for people to see; nothing runs it any more.
+        "intent" if row.execution_status == "cancelled" => {}
         state => {
             report.stuck += 1;
             report.violation(format!("stuck: {place} is left in state {state}"));
@@ -439,8 +546,8 @@ fn check_state(
 }
 
 fn check_acks(
-    dir: &Path,
-    conn: &Connection,
+    acks: &[Vec<String>],
+    statuses: &HashMap<String, String>,
     steps: &HashMap<String, StepRow>,
     effects: &HashMap<String, Vec<EffectRecord>>,
     report: &mut Report,
@@ -449,18 +556,7 @@ fn check_acks(
         .iter()
         .map(|(key, row)| ((row.execution_id.clone(), row.seq.to_string()), (key, row)))
         .collect();
-    let mut statuses = HashMap::new();
-    {
-        let mut statement = conn.prepare("SELECT execution_id, status FROM executions")?;
-        let rows = statement.query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })?;
-        for row in rows {
-            let (id, status) = row?;
-            statuses.insert(id, status);
-        }
-    }
-    for record in read_acks(dir)? {
+    for record in acks {
         let fields: Vec<&str> = record.iter().map(String::as_str).collect();
         match fields.as_slice() {
             ["A", id, seq, outcome, value, _pid, at] => {
@@ -495,6 +591,8 @@ fn check_acks(
                     ));
                 }
             }
+            // The runtime roles' records, checked by `runtime_checks`.
+            ["S" | "c" | "C" | "D" | "M" | "T" | "O", ..] => {}
             _ => return Err(format!("malformed acknowledgement {record:?}").into()),
         }
     }

@@ -1,7 +1,7 @@
-//! The torture driver: keeps worker processes (executions) and scheduler processes (fires)
-//! running against one journal, SIGKILLs one at a seeded random moment per iteration and
-//! restarts it, then stops them all, drives everything
-//! to completion in a final worker, and runs the checker.
+//! The torture driver: keeps worker processes (hand-driven executions), scheduler processes
+//! (fires), runtime workers, message senders and cancellers running against one journal,
+//! SIGKILLs one at a seeded random moment per iteration and restarts it, then stops them all,
+//! drives everything to completion in a final worker, and runs the checker.
 
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
@@ -33,6 +33,12 @@ pub struct Options {
     pub workers: u64,
     /// Scheduler processes firing the same slots at once.
     pub schedulers: u64,
+    /// Runtime worker processes (each runs a runtime and starts executions through it).
+    pub runtimes: u64,
+    /// Processes sending messages to runtime executions.
+    pub senders: u64,
+    /// Processes cancelling runtime executions.
+    pub cancellers: u64,
     /// The longest wait before a kill, in milliseconds.
     pub kill_delay_ms_max: u64,
     /// The worker binary.
@@ -61,6 +67,44 @@ impl Outcome {
     }
 }
 
+impl Options {
+    /// Every process slot of the run, of every role.
+    fn processes(&self) -> u64 {
+        self.workers + self.schedulers + self.runtimes + self.senders + self.cancellers
+    }
+
+    /// The worker arguments of process slot `slot`: hand-driven workers first, then scheduler
+    /// processes, runtime workers, senders and cancellers.
+    fn role_args(&self, slot: u64) -> Vec<String> {
+        let numbered = |mode: &str, slot: u64, slots: u64| {
+            vec![
+                mode.to_owned(),
+                "--slot".to_owned(),
+                slot.to_string(),
+                "--slots".to_owned(),
+                slots.to_string(),
+            ]
+        };
+        let mut first = 0;
+        if slot < first + self.workers {
+            return numbered("run", slot - first, self.workers);
+        }
+        first += self.workers;
+        if slot < first + self.schedulers {
+            return vec!["sched".to_owned()];
+        }
+        first += self.schedulers;
+        if slot < first + self.runtimes {
+            return numbered("runtime", slot - first, self.runtimes);
+        }
+        first += self.runtimes;
+        if slot < first + self.senders {
+            return vec!["send".to_owned()];
+        }
+        vec!["cancel".to_owned()]
+    }
+}
+
 struct Worker {
     slot: u64,
     child: Child,
@@ -83,19 +127,7 @@ impl Fleet<'_> {
             .dir
             .join("logs")
             .join(format!("worker-{slot}-{}.log", self.started));
-        // Slots below `workers` run executions; the ones above are scheduler processes.
-        let args = if slot < self.options.workers {
-            vec![
-                "run".to_owned(),
-                "--slot".to_owned(),
-                slot.to_string(),
-                "--slots".to_owned(),
-                self.options.workers.to_string(),
-            ]
-        } else {
-            vec!["sched".to_owned()]
-        };
-        let child = worker_command(self.options, &args, &log)?.spawn()?;
+        let child = worker_command(self.options, &self.options.role_args(slot), &log)?.spawn()?;
         Ok(Worker { slot, child, log })
     }
 
@@ -171,7 +203,10 @@ pub fn run(options: &Options) -> Result<Outcome, BoxError> {
         kills: 0,
         errors: Vec::new(),
     };
-    let processes = options.workers + options.schedulers;
+    let processes = options.processes();
+    if processes == 0 {
+        return Err("a torture run needs at least one process".into());
+    }
     for slot in 0..processes {
         let worker = fleet.spawn(slot)?;
         fleet.workers.push(worker);
@@ -243,10 +278,20 @@ pub fn print(outcome: &Outcome, options: &Options) {
     }
     let report = &outcome.report;
     println!(
-        "torture: detail reran={} skipped={} resolved={} worker_errors={} finished={} dir={}",
+        "torture: detail reran={} abandoned={} skipped={} resolved={} runtime_executions={} \
+         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} worker_errors={} \
+         finished={} dir={}",
         report.reran,
+        report.abandoned,
         report.skipped,
         report.resolved,
+        report.runtime_executions,
+        report.queue_peak,
+        report.parked,
+        report.sent,
+        report.received,
+        report.timed_out,
+        report.cancelled,
         outcome.worker_errors.len(),
         outcome.finished,
         options.dir.display()

@@ -95,6 +95,8 @@ fn effect(
             &pid,
             &now,
             &value,
+            // A fire's body is handed no fencing token.
+            "-",
         ])
         .map_err(|error| StepError::fatal(format!("ledger write failed: {error}")))?;
     Ok(json!(value))

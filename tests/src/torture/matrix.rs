@@ -1,6 +1,8 @@
 //! The small deterministic workload of the failpoint matrix. One run of it reaches every
 //! failpoint of the engine at least once:
 //!
+//! 0. the journal is opened first here, so a fresh file is migrated in this process
+//!    (`migration-before-commit`, inside the rebuild of migration 7);
 //! 1. an orphan maker (a child process) opens three executions, runs a few steps of each and
 //!    aborts, one of them inside a guarded step: three locks of a dead process;
 //! 2. the journal opens, and its crash-orphan sweep reclaims them (`sweep-*` failpoints on the
@@ -19,7 +21,12 @@
 //! 7. two slots of four scheduled jobs (one per policy) are fired
 //!    (`scheduler::after-fire-registered`);
 //! 8. five executions are cancelled and collected by the retention sweep in batches of two
-//!    (`gc-between-batches`).
+//!    (`gc-between-batches`);
+//! 9. the runtime's part (see [`super::matrix_runtime`]): a runtime orphan maker aborts inside
+//!    a step, so the next runtimes' recovery requeues its execution
+//!    (`runtime::after-recovery-batch`); two runtimes run covering workflows in a limited queue
+//!    and without one, with timers, messages and events, and a queued execution is sent a
+//!    message and cancelled.
 //!
 //! Rerunning it after a crash resumes everything, so "restart to completion" is running it
 //! again without failpoints.
@@ -27,14 +34,15 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use durably_journal::{Durability, Error, GcOptions, Journal, Opened, RetryPolicy};
+use durably_journal::{Durability, Error, GcOptions, Journal, JournalBuilder, Opened, RetryPolicy};
 use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::workload::{DATABASE_FILE, Stop, Workload};
-use super::{BoxError, fires, runs};
+use super::{BoxError, fires, matrix_runtime, runs};
 
 /// The first index of each group of orphans.
 pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
@@ -46,6 +54,8 @@ pub const COVERING_EXECUTIONS: u64 = 2;
 pub const FIRE_SLOTS: u64 = 2;
 /// Executions cancelled and then collected by the retention sweep.
 pub const FODDER_EXECUTIONS: u64 = 5;
+/// When the fodder executions are created and cancelled: 2000-01-01T00:00:00Z.
+const FODDER_EPOCH_SECONDS: i64 = 946_684_800;
 /// Executions the retention sweep deletes per batch.
 pub const GC_BATCH: u32 = 2;
 /// Rounds of the final pass that drives every unfinished execution.
@@ -61,7 +71,11 @@ pub fn open_journal(
     durability: Durability,
     sweep_on_open: bool,
 ) -> Result<Journal, BoxError> {
-    Ok(Journal::builder(dir.join(DATABASE_FILE))
+    Ok(journal_builder(dir, durability, sweep_on_open).open()?)
+}
+
+fn journal_builder(dir: &Path, durability: Durability, sweep_on_open: bool) -> JournalBuilder {
+    Journal::builder(dir.join(DATABASE_FILE))
         .durability(durability)
         .busy_timeout_ms(20_000)
         .sweep_on_open(sweep_on_open)
@@ -70,7 +84,6 @@ pub fn open_journal(
             backoff_initial: Duration::from_millis(1),
             backoff_max: Duration::from_millis(4),
         })
-        .open()?)
 }
 
 fn covering(seed: u64, index: u64) -> ExecutionPlan {
@@ -92,9 +105,10 @@ pub async fn run(
     durability: Durability,
     worker: &Path,
 ) -> Result<(), BoxError> {
+    drop(open_journal(dir, durability, false)?);
     let orphans = |first| make_orphans(worker, dir, seed, durability, first);
     orphans(ORPHAN_GROUPS[0])?;
-    let workload = Workload::new(open_journal(dir, durability, true)?, dir)?;
+    let workload = Arc::new(Workload::new(open_journal(dir, durability, true)?, dir)?);
     orphans(ORPHAN_GROUPS[1])?;
     workload.journal().operator().sweep(false).await?;
     orphans(ORPHAN_GROUPS[2])?;
@@ -119,9 +133,10 @@ pub async fn run(
             fires::fire_one(&workload, &scheduler, &job, fires::slot(number)?).await?;
         }
     }
-    collect_fodder(workload.journal(), seed).await?;
+    collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
-    fires::finish(&workload, FINISH_ROUNDS_MAX).await
+    fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
+    matrix_runtime::run(&workload, dir, seed, durability, worker).await
 }
 
 /// The orphan maker: opens the executions of one group, runs some steps of each, keeps their
@@ -154,11 +169,32 @@ fn make_orphans(
     durability: Durability,
     first: u64,
 ) -> Result<(), BoxError> {
+    let first = first.to_string();
+    run_orphan_maker(
+        worker,
+        dir,
+        seed,
+        durability,
+        &["orphans", "--first", &first],
+    )
+}
+
+/// Runs the orphan maker `mode` of the worker binary in a child process, which must abort.
+///
+/// # Errors
+/// The child does not start, or ends otherwise than by aborting.
+pub fn run_orphan_maker(
+    worker: &Path,
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    mode: &[&str],
+) -> Result<(), BoxError> {
     let status = Command::new(worker)
-        .arg("orphans")
+        .args(mode)
         .arg("--dir")
         .arg(dir)
-        .args(["--seed", &seed.to_string(), "--first", &first.to_string()])
+        .args(["--seed", &seed.to_string()])
         .args(["--durability", durability.as_str()])
         .env_remove("FAILPOINTS")
         .stdin(Stdio::null())
@@ -170,22 +206,33 @@ fn make_orphans(
     }
 }
 
-async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
+/// Creates and cancels the fodder executions on a journal instance whose clock stands at
+/// [`FODDER_EPOCH_SECONDS`], then has `journal` collect what was finalized before a day after
+/// it: exactly the fodder, whatever else of the run (or of an earlier run of it) is cancelled.
+async fn collect_fodder(
+    journal: &Journal,
+    dir: &Path,
+    durability: Durability,
+    seed: u64,
+) -> Result<(), BoxError> {
+    let epoch = chrono::DateTime::from_timestamp(FODDER_EPOCH_SECONDS, 0)
+        .ok_or("the fodder's epoch is a time")?;
+    let clock = Arc::new(durably_runtime::testing::TestClock::new(epoch));
+    let fodder = journal_builder(dir, durability, false)
+        .clock(clock)
+        .open()?;
     for number in 0..FODDER_EXECUTIONS {
         let mut rng = SeededRng::new(seed, 0xf0dd_e000 + number);
         let id = uuid::Builder::from_random_bytes(
             *Uuid::from_u64_pair(rng.next_u64(), rng.next_u64()).as_bytes(),
         )
         .into_uuid();
-        match journal
-            .open_execution(id, "fodder", "fodder", &number)
-            .await
-        {
+        match fodder.open_execution(id, "fodder", "fodder", &number).await {
             Ok(Opened::Running(execution)) => drop(execution),
             Ok(Opened::Finished(_)) | Err(Error::Cancelled(_)) => continue,
             Err(error) => return Err(error.into()),
         }
-        match journal
+        match fodder
             .operator()
             .cancel(id, "fodder for the retention sweep")
             .await
@@ -194,13 +241,10 @@ async fn collect_fodder(journal: &Journal, seed: u64) -> Result<(), BoxError> {
             Err(error) => return Err(error.into()),
         }
     }
-    // The sweep deletes what was finalized strictly before now, at millisecond resolution: let
-    // the clock pass the last cancel, so every fodder execution is due and the number of
-    // batches (and of failpoint hits) is the same on every run.
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    let cutoff = epoch + chrono::TimeDelta::days(1);
     let options = GcOptions {
         completed_older_than: Duration::from_hours(100 * 365 * 24),
-        failed_older_than: Duration::ZERO,
+        failed_older_than: (chrono::Utc::now() - cutoff).to_std()?,
         dry_run: false,
         batch_executions_max: GC_BATCH,
     };

@@ -6,9 +6,12 @@
 //! - [`ledger`]: the ledger and acknowledgement logs (append-only, one `write` per record).
 //! - [`workload`]: driving executions through the engine, and playing the operator.
 //! - [`fires`]: scheduler fires from several scheduler processes.
-//! - [`matrix`]: the small deterministic workload of the failpoint matrix.
-//! - [`runs`]: the matrix's executions run through `Runtime::run` (write-behind).
-//! - [`checker`]: the invariants.
+//! - [`runtime_roles`]: runtime workers, a sender and a canceller, on the runtime's workflows
+//!   ([`runtime_workflow`]).
+//! - [`matrix`]: the small deterministic workload of the failpoint matrix
+//!   ([`runs`]: its executions run through `Runtime::run`; [`matrix_runtime`]: its runtime
+//!   part).
+//! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
 pub mod checker;
@@ -16,8 +19,12 @@ pub mod driver;
 pub mod fires;
 pub mod ledger;
 pub mod matrix;
+pub mod matrix_runtime;
 pub mod plan;
 pub mod runs;
+pub mod runtime_checks;
+pub mod runtime_roles;
+pub mod runtime_workflow;
 pub mod workload;
 
 /// The error type of the harness: anything, with its message.

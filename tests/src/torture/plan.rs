@@ -86,6 +86,94 @@ pub enum StepKind {
     Fatal,
     /// A guarded step under a policy.
     Guarded(PolicyKind),
+    /// A step of the runtime's own (runtime plans only): it makes no effect.
+    Runtime(RuntimeStep),
+}
+
+/// What a runtime step does (see [`StepKind::Runtime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeStep {
+    /// A durable timer of this many milliseconds (`durably:sleep/<name>`); the torture
+    /// runtimes park waits longer than [`PARK_AFTER_MS`].
+    Sleep {
+        /// The timer's length.
+        ms: u64,
+    },
+    /// A receive on a topic (`durably:recv-deadline/<topic>` and `durably:recv/<topic>`).
+    Recv {
+        /// Which topic, and who sends on it.
+        topic: RecvTopic,
+        /// The receive's timeout.
+        timeout_ms: u64,
+    },
+    /// The workflow sends itself a message on topic `own<seq>` (`durably:send/<topic>`), which
+    /// a later [`RecvTopic::Own`] receives.
+    SendOwn,
+    /// The workflow publishes [`PROGRESS_EVENT`] (`durably:set-event/<key>`).
+    SetEvent,
+    /// A step with an effect and a timeout of [`SLOW_TIMEOUT_MS`]: idempotent, or guarded
+    /// under `policy`. Its closure's first attempt in each process hangs for
+    /// [`SLOW_HANG_MS`] before its effect, so the timeout drops it with no effect: an
+    /// idempotent step's execution then fails (`step_timeout`) until an operator resumes it, a
+    /// guarded one's is requeued with its intent left to its policy.
+    Slow {
+        /// The policy of a guarded slow step; `None` for an idempotent one.
+        policy: Option<PolicyKind>,
+    },
+}
+
+/// The topic of a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvTopic {
+    /// `t<seq>`: the sender may send on it, before or during the wait, or never.
+    Sent,
+    /// `silent<seq>`: nobody sends on it; the receive must time out.
+    Silent,
+    /// `own<seq>`: the execution's own [`RuntimeStep::SendOwn`] at plan step `seq` sent on
+    /// it; the receive must get that message.
+    Own(usize),
+}
+
+/// The event key runtime plans publish.
+pub const PROGRESS_EVENT: &str = "progress";
+/// The torture runtimes park waits longer than this (`RuntimeBuilder::park_after`).
+pub const PARK_AFTER_MS: u64 = 20;
+/// The timeout of a [`RuntimeStep::Slow`] step.
+pub const SLOW_TIMEOUT_MS: u64 = 30;
+/// How long a [`RuntimeStep::Slow`] step's closure hangs on its first attempt in a process.
+pub const SLOW_HANG_MS: u64 = 1_000;
+
+impl RuntimeStep {
+    /// How many journal steps it records.
+    pub fn journal_steps(self) -> u32 {
+        match self {
+            Self::Recv { .. } => 2,
+            Self::Sleep { .. } | Self::SendOwn | Self::SetEvent | Self::Slow { .. } => 1,
+        }
+    }
+}
+
+/// The topic of a receive at plan step `seq`, or of a send there.
+pub fn topic(kind: StepKind, seq: usize) -> Option<String> {
+    match kind {
+        StepKind::Runtime(RuntimeStep::Recv { topic, .. }) => Some(match topic {
+            RecvTopic::Sent => format!("t{seq}"),
+            RecvTopic::Silent => format!("silent{seq}"),
+            RecvTopic::Own(sent_at) => format!("own{sent_at}"),
+        }),
+        StepKind::Runtime(RuntimeStep::SendOwn) => Some(format!("own{seq}")),
+        _ => None,
+    }
+}
+
+/// The payload an execution sends itself at plan step `seq`.
+pub fn own_message(id: Uuid, seq: usize) -> String {
+    format!("own-{id}-{seq}")
+}
+
+/// The value plan step `seq` of execution `index` publishes.
+pub fn progress_value(index: u64, seq: usize) -> String {
+    format!("p{index}-{seq}")
 }
 
 /// One planned step.
@@ -109,6 +197,27 @@ pub enum Shape {
     Random,
     /// Every step kind and policy once, with no waits (the failpoint matrix).
     Covering,
+    /// Random steps of a workflow that runtimes run (see [`super::runtime_roles`]): started
+    /// through the runtime, never driven by hand.
+    Runtime,
+    /// The steps of [`Shape::Covering`], in a workflow that runtimes run (the failpoint
+    /// matrix).
+    RuntimeCovering,
+    /// The steps of [`Shape::Covering`] with the `Fail` step under `Retry`, in a workflow the
+    /// failpoint matrix runs through `Runtime::run` (see [`super::runs`]): a run waits for its
+    /// execution's end, which one awaiting an operator does not have until one answers.
+    RuntimeRun,
+}
+
+impl Shape {
+    /// Whether executions of this shape are started through the runtime (and never driven by
+    /// hand).
+    pub fn is_runtime(self) -> bool {
+        matches!(
+            self,
+            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun
+        )
+    }
 }
 
 /// What a worker records as an execution's input, so any process can rebuild its plan.
@@ -149,15 +258,24 @@ impl ExecutionPlan {
         let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
         let kinds = match input.shape {
             Shape::Random => random_kinds(&mut rng),
+            Shape::Runtime => runtime_kinds(&mut rng),
             Shape::Covering => covering_kinds(),
+            Shape::RuntimeCovering => runtime_covering_kinds(),
+            Shape::RuntimeRun => covering_kinds()
+                .into_iter()
+                .map(|kind| match kind {
+                    StepKind::Guarded(PolicyKind::Fail) => StepKind::Guarded(PolicyKind::Retry),
+                    kind => kind,
+                })
+                .collect(),
         };
         let steps = kinds
             .into_iter()
             .enumerate()
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
-                    Shape::Random => (wait_ms(&mut rng), wait_ms(&mut rng)),
-                    Shape::Covering => (0, 0),
+                    Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
+                    Shape::Covering | Shape::RuntimeCovering | Shape::RuntimeRun => (0, 0),
                 };
                 StepPlan {
                     name: format!("{}-{seq}", kind_word(kind)),
@@ -173,6 +291,23 @@ impl ExecutionPlan {
     /// The execution's name, for people.
     pub fn name(&self) -> String {
         format!("torture-{}", self.input.index)
+    }
+
+    /// The journal seq of each plan step's first journal step: a runtime step may record more
+    /// than one (a receive records two).
+    pub fn journal_seqs(&self) -> Vec<u32> {
+        let mut next = 0;
+        self.steps
+            .iter()
+            .map(|step| {
+                let seq = next;
+                next += match step.kind {
+                    StepKind::Runtime(runtime) => runtime.journal_steps(),
+                    _ => 1,
+                };
+                seq
+            })
+            .collect()
     }
 }
 
@@ -209,6 +344,102 @@ fn random_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
         .collect()
 }
 
+/// The steps of a runtime plan: the hand-driven kinds, with timers, receives, self-sends and
+/// published events among them.
+fn runtime_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
+    let count = rng.between(3, RANDOM_STEPS_MAX);
+    let fatal_at = rng.percent(4).then(|| rng.between(0, count - 1));
+    let mut kinds = Vec::new();
+    for seq in 0..count {
+        if fatal_at == Some(seq) {
+            kinds.push(StepKind::Fatal);
+            continue;
+        }
+        let runtime = |step| StepKind::Runtime(step);
+        let kind = match rng.between(0, 99) {
+            0..=9 => StepKind::Pure,
+            10..=24 => StepKind::Idempotent {
+                flaky: rng.percent(25),
+            },
+            25..=54 => StepKind::Guarded(PolicyKind::ALL[rng.between(0, 3) as usize]),
+            55..=64 => runtime(RuntimeStep::Sleep {
+                ms: if rng.percent(50) {
+                    rng.between(1, PARK_AFTER_MS / 2)
+                } else {
+                    rng.between(PARK_AFTER_MS + 5, PARK_AFTER_MS * 4)
+                },
+            }),
+            65..=79 => runtime(RuntimeStep::Recv {
+                topic: RecvTopic::Sent,
+                timeout_ms: rng.between(5, 150),
+            }),
+            80..=84 => runtime(RuntimeStep::Recv {
+                topic: RecvTopic::Silent,
+                timeout_ms: rng.between(5, 60),
+            }),
+            85..=89 => {
+                kinds.push(runtime(RuntimeStep::SendOwn));
+                runtime(RuntimeStep::Recv {
+                    topic: RecvTopic::Own(kinds.len() - 1),
+                    timeout_ms: OWN_RECV_TIMEOUT_MS,
+                })
+            }
+            90..=94 => runtime(RuntimeStep::Slow {
+                policy: rng
+                    .percent(50)
+                    .then(|| PolicyKind::ALL[rng.between(0, 3) as usize]),
+            }),
+            _ => runtime(RuntimeStep::SetEvent),
+        };
+        kinds.push(kind);
+    }
+    kinds
+}
+
+/// The timeout of a receive of the execution's own message, which is there before it waits:
+/// long enough never to expire.
+const OWN_RECV_TIMEOUT_MS: u64 = 60_000;
+
+/// The timeout of the covering plan's receive of the driver's message: long enough for the
+/// driver to send it.
+pub const COVERING_RECV_TIMEOUT_MS: u64 = 60_000;
+
+/// Every kind of [`covering_kinds`] and every runtime step: a short and a parked timer, a
+/// self-send and its receive, a receive of the driver's message, a receive that times out
+/// while parked, a published event, and a slow idempotent and a slow guarded (Retry) step.
+fn runtime_covering_kinds() -> Vec<StepKind> {
+    let mut kinds = covering_kinds();
+    let first = kinds.len();
+    kinds.extend(
+        [
+            RuntimeStep::Sleep { ms: 1 },
+            RuntimeStep::Sleep {
+                ms: PARK_AFTER_MS * 2,
+            },
+            RuntimeStep::SendOwn,
+            RuntimeStep::Recv {
+                topic: RecvTopic::Own(first + 2),
+                timeout_ms: OWN_RECV_TIMEOUT_MS,
+            },
+            RuntimeStep::Recv {
+                topic: RecvTopic::Sent,
+                timeout_ms: COVERING_RECV_TIMEOUT_MS,
+            },
+            RuntimeStep::Recv {
+                topic: RecvTopic::Silent,
+                timeout_ms: PARK_AFTER_MS * 2,
+            },
+            RuntimeStep::SetEvent,
+            RuntimeStep::Slow { policy: None },
+            RuntimeStep::Slow {
+                policy: Some(PolicyKind::Retry),
+            },
+        ]
+        .map(StepKind::Runtime),
+    );
+    kinds
+}
+
 fn covering_kinds() -> Vec<StepKind> {
     let mut kinds = vec![
         StepKind::Pure,
@@ -229,6 +460,11 @@ fn kind_word(kind: StepKind) -> &'static str {
         StepKind::Guarded(PolicyKind::Retry) => "guarded-retry",
         StepKind::Guarded(PolicyKind::Fail) => "guarded-fail",
         StepKind::Guarded(PolicyKind::Reconcile) => "guarded-reconcile",
+        StepKind::Runtime(RuntimeStep::Sleep { .. }) => "sleep",
+        StepKind::Runtime(RuntimeStep::Recv { .. }) => "recv",
+        StepKind::Runtime(RuntimeStep::SendOwn) => "send",
+        StepKind::Runtime(RuntimeStep::SetEvent) => "event",
+        StepKind::Runtime(RuntimeStep::Slow { .. }) => "slow",
     }
 }
 

@@ -13,14 +13,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use durably_journal::{
-    Error, Execution, Guarded, IdempotencyKey, Journal, Opened, Policy, Resolution, StepError,
+    Error, Execution, FencingToken, Guarded, IdempotencyKey, Journal, Opened, Policy, Resolution,
+    StepError, StepKey,
 };
 use serde_json::json;
 use uuid::Uuid;
 
 use super::BoxError;
 use super::ledger::{LEDGER_FILE, RecordFile, monotonic_ns};
-use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, StepKind, effect_value};
+use super::plan::{
+    EXECUTION_KIND, ExecutionPlan, PlanInput, PolicyKind, RuntimeStep, SLOW_HANG_MS, StepKind,
+    effect_value,
+};
 
 /// How many times one drive reopens an execution after resolving an ambiguous step.
 const DRIVE_ROUNDS_MAX: u32 = 16;
@@ -68,7 +72,9 @@ pub struct Workload {
     dir: PathBuf,
     ledger: Arc<RecordFile>,
     acks: RecordFile,
-    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    /// The keys whose closure this process has already called once: a flaky step refuses its
+    /// first attempt here, a slow one hangs in it.
+    first_attempts: Arc<Mutex<HashSet<IdempotencyKey>>>,
     held: Mutex<Vec<Execution>>,
 }
 
@@ -83,7 +89,7 @@ impl Workload {
             dir: dir.to_owned(),
             ledger: Arc::new(RecordFile::open(&dir.join(LEDGER_FILE))?),
             acks: RecordFile::own_acks(dir)?,
-            flaky_refused: Arc::default(),
+            first_attempts: Arc::default(),
             held: Mutex::default(),
         })
     }
@@ -96,6 +102,11 @@ impl Workload {
     /// The shared ledger.
     pub fn ledger(&self) -> &Arc<RecordFile> {
         &self.ledger
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Drives `plan` to its end (or to `stop`), resolving `Fail` ambiguities as the operator.
@@ -165,23 +176,23 @@ impl Workload {
             };
             let effect = self.effect(plan, seq, abort);
             let result = match step.kind {
-                StepKind::Pure => {
-                    let key = effect.key;
-                    execution
-                        .pure(&step.name, || effect.clone().run(key))
-                        .await
-                        .map(Guarded::Done)
-                }
+                StepKind::Pure => execution
+                    .pure(&step.name, || effect.clone().run_pure())
+                    .await
+                    .map(Guarded::Done),
                 StepKind::Idempotent { .. } | StepKind::Fatal => execution
-                    .idempotent(&step.name, |key| effect.clone().run(key.idempotency_key()))
+                    .idempotent(&step.name, |key| effect.clone().run_keyed(key))
                     .await
                     .map(Guarded::Done),
                 StepKind::Guarded(policy) => {
                     execution
                         .guarded(&step.name, self.policy(policy), |key| {
-                            effect.clone().run(key.idempotency_key())
+                            effect.clone().run_keyed(key)
                         })
                         .await
+                }
+                StepKind::Runtime(_) => {
+                    return Err(format!("{} is a runtime plan, not driven by hand", plan.id).into());
                 }
             };
             let ack = |fields: &[&str]| {
@@ -252,18 +263,31 @@ impl Workload {
         }
     }
 
+    /// The closure of step `seq` of `plan`, aborting the process inside it as `abort` says
+    /// (see [`Stop::abort_after_effect`]).
     pub(super) fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
         let step = &plan.steps[seq];
+        // The journal numbers its steps, and a runtime step may record several.
+        let journal_seq = plan.journal_seqs()[seq];
         let (effect, policy) = match step.kind {
-            StepKind::Pure => ("pure", "-"),
-            StepKind::Idempotent { .. } | StepKind::Fatal => ("idempotent", "-"),
-            StepKind::Guarded(policy) => ("guarded", policy.as_str()),
+            StepKind::Idempotent { .. }
+            | StepKind::Fatal
+            | StepKind::Runtime(RuntimeStep::Slow { policy: None }) => ("idempotent", "-"),
+            StepKind::Guarded(policy)
+            | StepKind::Runtime(RuntimeStep::Slow {
+                policy: Some(policy),
+            }) => ("guarded", policy.as_str()),
+            StepKind::Pure | StepKind::Runtime(_) => ("pure", "-"),
+        };
+        let hang_ms = match step.kind {
+            StepKind::Runtime(RuntimeStep::Slow { .. }) => SLOW_HANG_MS,
+            _ => 0,
         };
         Effect {
             ledger: Arc::clone(&self.ledger),
             execution_id: plan.id.to_string(),
-            seq,
-            key: IdempotencyKey::derive(plan.id, seq as u32, &step.name),
+            seq: journal_seq,
+            key: IdempotencyKey::derive(plan.id, journal_seq, &step.name),
             kind: effect,
             policy,
             value: effect_value(plan.input.index, seq),
@@ -271,7 +295,8 @@ impl Workload {
             after_ms: step.after_ms,
             fatal: step.kind == StepKind::Fatal,
             flaky: matches!(step.kind, StepKind::Idempotent { flaky: true }),
-            flaky_refused: Arc::clone(&self.flaky_refused),
+            hang_ms,
+            first_attempts: Arc::clone(&self.first_attempts),
             abort,
         }
     }
@@ -345,7 +370,8 @@ impl Workload {
         self.acks.append(&[fields, &[&pid, &now]].concat())
     }
 
-    /// Every non-final torture execution, by its recorded plan input.
+    /// Every non-final torture execution driven by hand (not the runtime's), by its recorded
+    /// plan input.
     ///
     /// # Errors
     /// A storage error or an input that is not a plan.
@@ -358,10 +384,14 @@ impl Workload {
             let rows = statement.query_map([EXECUTION_KIND], |row| row.get::<_, String>(0))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
-        inputs
-            .iter()
-            .map(|input| Ok(serde_json::from_str(input)?))
-            .collect()
+        let mut unfinished = Vec::new();
+        for input in inputs {
+            let input: PlanInput = serde_json::from_str(&input)?;
+            if !input.shape.is_runtime() {
+                unfinished.push(input);
+            }
+        }
+        Ok(unfinished)
     }
 
     /// Drives every unfinished execution until none is left, a bounded number of rounds.
@@ -393,21 +423,47 @@ impl Workload {
 pub(super) struct Effect {
     ledger: Arc<RecordFile>,
     execution_id: String,
-    seq: usize,
-    pub(super) key: IdempotencyKey,
+    /// The step's journal seq.
+    seq: u32,
+    key: IdempotencyKey,
     kind: &'static str,
     policy: &'static str,
-    pub(super) value: String,
+    value: String,
     before_ms: u64,
     after_ms: u64,
     fatal: bool,
     flaky: bool,
-    flaky_refused: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    /// How long the first attempt in this process waits before its effect (a slow step).
+    hang_ms: u64,
+    first_attempts: Arc<Mutex<HashSet<IdempotencyKey>>>,
     abort: Option<bool>,
 }
 
 impl Effect {
-    pub(super) async fn run(self, key: IdempotencyKey) -> Result<String, StepError> {
+    /// The value the effect returns.
+    pub(super) fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The closure of a pure step, which is handed no key: the step's key is derived here.
+    pub(super) async fn run_pure(self) -> Result<String, StepError> {
+        let key = self.key;
+        self.run(key, None).await
+    }
+
+    /// The closure of an idempotent or guarded step: the key and fencing token it is handed.
+    pub(super) async fn run_keyed(self, key: StepKey) -> Result<String, StepError> {
+        self.run(key.idempotency_key(), Some(key.fencing_token()))
+            .await
+    }
+
+    /// Appends the effect under `key`, with the fencing token of the run that makes it (none
+    /// for a pure step, which is handed none), and returns the planned value.
+    async fn run(
+        self,
+        key: IdempotencyKey,
+        token: Option<FencingToken>,
+    ) -> Result<String, StepError> {
         if key != self.key {
             return Err(StepError::fatal(format!(
                 "the engine handed key {key}, expected {}",
@@ -423,17 +479,22 @@ impl Effect {
         if self.fatal {
             return Err(StepError::fatal("the remote side refused the request"));
         }
-        if self.flaky
+        let first_attempt = (self.flaky || self.hang_ms > 0)
             && self
-                .flaky_refused
+                .first_attempts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(key)
-        {
+                .insert(key);
+        if first_attempt && self.flaky {
             return Err(StepError::retryable("the remote side is busy"));
+        }
+        if first_attempt && self.hang_ms > 0 {
+            // Longer than the step's timeout, which drops this future here: no effect.
+            tokio::time::sleep(Duration::from_millis(self.hang_ms)).await;
         }
         let (pid, now) = (std::process::id().to_string(), monotonic_ns().to_string());
         let (seq, key) = (self.seq.to_string(), key.to_string());
+        let token = token.map_or_else(|| "-".to_owned(), |token| token.to_string());
         self.ledger
             .append(&[
                 "E",
@@ -445,6 +506,7 @@ impl Effect {
                 &pid,
                 &now,
                 &self.value,
+                &token,
             ])
             .map_err(|error| StepError::fatal(format!("ledger write failed: {error}")))?;
         if self.abort == Some(true) {
@@ -472,14 +534,16 @@ pub fn ledger_value(ledger: &Path, key: IdempotencyKey) -> std::io::Result<Optio
 }
 
 /// The operators' mutual exclusion: an exclusive `flock` on `operator.lock` in the run
-/// directory, released when dropped or when the process dies.
-struct OperatorLock {
+/// directory, released when dropped or when the process dies. Every operator action of the run
+/// (resolve, resume, cancel) decides and acts under it, so no two of them act on what the other
+/// is changing.
+pub(super) struct OperatorLock {
     _file: File,
 }
 
 impl OperatorLock {
     /// Takes the lock, polling until a deadline; `None` when it stayed taken.
-    fn acquire(dir: &Path) -> std::io::Result<Option<Self>> {
+    pub(super) fn acquire(dir: &Path) -> std::io::Result<Option<Self>> {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)

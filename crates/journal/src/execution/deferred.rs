@@ -324,15 +324,21 @@ impl Execution {
             };
             Box::new(move |conn: &Connection| hook(conn, step)) as super::fence::FirstHook
         });
+        if first.is_some() {
+            // Before this step's row joins what is pending: the open must not carry it
+            // without its hook.
+            self.fence.open_before_hook().await?;
+        }
         self.fence.push(Pending {
             row,
             hook: None,
             at,
         });
         let written = self.fence.flush(first).await;
-        if let Err(Error::Aborted(_)) = &written {
-            // The hook ran first and declined: nothing was taken, and this step's own row
-            // must not ride on a later write.
+        if written.is_err() {
+            // When the hook, which runs first, declined or failed, nothing was taken: this
+            // step's own row must not ride on a later write without it. (After a failure that
+            // took what was pending, there is nothing left to drop.)
             self.fence.carry().drop_newest(seq);
         }
         written

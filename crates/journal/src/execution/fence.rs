@@ -273,6 +273,21 @@ impl Fence {
         ))
     }
 
+    /// Writes a deferred open that has not committed yet, with what is pending, before a step
+    /// write whose hook runs first in its transaction: a step's hook writes rows that name the
+    /// execution (an event, a message, a consumed message), so its row must be there before
+    /// them. Nothing for a handle that is open. (A release's hook only reads, and its release
+    /// opens and ends a handle that never wrote in one commit.)
+    ///
+    /// # Errors
+    /// As [`Fence::flush`].
+    pub(crate) async fn open_before_hook(&self) -> Result<()> {
+        if !self.is_open() {
+            self.flush(None).await?;
+        }
+        Ok(())
+    }
+
     /// Checks that this handle still holds its lock, writing nothing (not even what is
     /// pending). A handle that never opened has no lock to lose.
     pub(crate) async fn check(&self) -> Result<()> {

@@ -378,6 +378,7 @@ impl Execution {
         match with_intent {
             // First in the transaction: if it declines, what is pending stays pending.
             Some(with_intent) => {
+                self.fence.open_before_hook().await?;
                 let requests = CancelRequests::Refuse;
                 self.fence.write_first(with_intent, requests, record).await
             }

@@ -219,7 +219,8 @@ pub(super) fn await_operator(
     }
 }
 
-/// Writes the execution's final status and its output or error.
+/// Writes the execution's final status and its output or error, and, for an execution of a
+/// queue, the `released` event that gives its place back, in the same transaction.
 pub(super) fn finalize_row(
     conn: &Connection,
     resource: &str,
@@ -230,11 +231,11 @@ pub(super) fn finalize_row(
     let sql = match status {
         Status::Completed => {
             "UPDATE executions SET status = ?2, output = ?3, updated_at = ?4, finalized_at = ?4
-             WHERE execution_id = ?1"
+             WHERE execution_id = ?1 RETURNING queue"
         }
         Status::Failed | Status::Cancelled => {
             "UPDATE executions SET status = ?2, error = ?3, updated_at = ?4, finalized_at = ?4
-             WHERE execution_id = ?1"
+             WHERE execution_id = ?1 RETURNING queue"
         }
         Status::Queued
         | Status::Running
@@ -247,8 +248,24 @@ pub(super) fn finalize_row(
             )));
         }
     };
-    conn.prepare_cached(sql)?
-        .execute(params![resource, status.as_str(), payload, now])?;
+    let queue: Option<String> = conn
+        .prepare_cached(sql)?
+        .query_row(params![resource, status.as_str(), payload, now], |row| {
+            row.get(0)
+        })
+        .optional()?
+        .flatten();
+    if let Some(queue) = queue {
+        let detail = json!({ "queue": queue });
+        events::record(
+            conn,
+            now,
+            Some(resource),
+            None,
+            event_kind::RELEASED,
+            &detail,
+        )?;
+    }
     Ok(())
 }
 
