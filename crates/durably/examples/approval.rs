@@ -37,10 +37,7 @@ struct Decision {
 }
 
 /// Drafts the refund, waits for a decision, and refunds once if it is approved.
-async fn refund_with_approval(
-    mut ctx: WorkflowContext,
-    order: Order,
-) -> Result<String, WorkflowError> {
+async fn refund_with_approval(ctx: WorkflowContext, order: Order) -> Result<String, WorkflowError> {
     let cents: u32 = ctx
         .pure(
             "draft refund",

@@ -108,7 +108,7 @@ impl WorkflowContext {
 
     /// A step named `name`, to give a timeout before running it:
     /// `ctx.step("fetch").timeout(d).idempotent(|key| ...)`. See [`StepBuilder`].
-    pub fn step<'a>(&'a mut self, name: &'a str) -> StepBuilder<'a> {
+    pub fn step<'a>(&'a self, name: &'a str) -> StepBuilder<'a> {
         StepBuilder::new(self, name)
     }
 
@@ -118,7 +118,7 @@ impl WorkflowContext {
     /// [`Error::InvalidName`] for a name starting with `durably:`, [`Error::Cancelled`] once
     /// the run was asked to stop (the step did not run); the journal's step errors as
     /// [`Error::Journal`].
-    pub async fn pure<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T>
+    pub async fn pure<T, F, Fut>(&self, name: &str, f: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
@@ -131,7 +131,7 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::pure`].
-    pub async fn idempotent<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T>
+    pub async fn idempotent<T, F, Fut>(&self, name: &str, f: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
@@ -145,12 +145,7 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::pure`], plus the journal's `Ambiguous` and `ProbeFailed`.
-    pub async fn guarded<T, F, Fut>(
-        &mut self,
-        name: &str,
-        policy: Policy,
-        f: F,
-    ) -> Result<Guarded<T>>
+    pub async fn guarded<T, F, Fut>(&self, name: &str, policy: Policy, f: F) -> Result<Guarded<T>>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,

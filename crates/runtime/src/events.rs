@@ -31,7 +31,7 @@ impl WorkflowContext {
     /// Nothing is written on the first two: [`Error::InvalidName`] for a bad `key`;
     /// [`Error::PayloadTooLarge`] or [`Error::Json`] for the value. Then the journal's step
     /// errors, as [`Error::Journal`].
-    pub async fn set_event<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
+    pub async fn set_event<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
         names::check(NameKind::EventKey, key)?;
         let journal = self.waits.client.journal();
         let value = payload::encode(value, &format!("event {key:?}"), journal)?;
@@ -67,7 +67,7 @@ impl WorkflowContext {
     /// # Errors
     /// The journal's step errors, as [`Error::Journal`].
     pub(crate) async fn publishing_step<F, Fut, P>(
-        &mut self,
+        &self,
         step: &str,
         f: F,
         publish: P,

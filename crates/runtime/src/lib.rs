@@ -22,7 +22,7 @@
 //! use durably_journal::Journal;
 //! use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
 //!
-//! async fn refund(mut ctx: WorkflowContext, order: u32) -> Result<String, WorkflowError> {
+//! async fn refund(ctx: WorkflowContext, order: u32) -> Result<String, WorkflowError> {
 //!     let amount: u32 = ctx.pure("look up", || async move { Ok(order * 100) }).await?;
 //!     let receipt = ctx
 //!         .idempotent("refund", |key| async move { Ok(format!("{amount} cents, key {key}")) })

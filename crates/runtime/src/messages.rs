@@ -207,7 +207,7 @@ impl WorkflowContext {
     /// journal's `StepFailed` (the topic is not blocked by it). Then the journal's step
     /// errors.
     pub async fn recv<T: DeserializeOwned>(
-        &mut self,
+        &self,
         topic: &str,
         timeout: Duration,
     ) -> Result<Option<T>> {
@@ -232,11 +232,7 @@ impl WorkflowContext {
     }
 
     /// The recv-deadline step: records `deadline`, or replays the one recorded.
-    async fn recv_deadline(
-        &mut self,
-        topic: &str,
-        deadline: DateTime<Utc>,
-    ) -> Result<DateTime<Utc>> {
+    async fn recv_deadline(&self, topic: &str, deadline: DateTime<Utc>) -> Result<DateTime<Utc>> {
         let step = format!("durably:recv-deadline/{topic}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let mut slot = self.slot.lock().await;
@@ -285,7 +281,7 @@ impl WorkflowContext {
     /// The recv step: replays what it recorded, or waits for a message on `topic` until
     /// `deadline` and records it, consumed, or the timeout.
     async fn receive<T: DeserializeOwned>(
-        &mut self,
+        &self,
         topic: &str,
         deadline: DateTime<Utc>,
     ) -> Result<Received> {
@@ -368,7 +364,7 @@ impl WorkflowContext {
     /// [`Error::PayloadTooLarge`] or [`Error::Json`] for the message, as for [`Client::send`].
     /// A refused receiver as [`Error::Journal`] holding the journal's `StepFailed`; then the
     /// journal's step errors.
-    pub async fn send<T: Serialize>(&mut self, to: Uuid, topic: &str, message: &T) -> Result<()> {
+    pub async fn send<T: Serialize>(&self, to: Uuid, topic: &str, message: &T) -> Result<()> {
         names::check(NameKind::Topic, topic)?;
         let message = encode_message(&self.waits.client, topic, message)?;
         let step = format!("durably:send/{topic}");

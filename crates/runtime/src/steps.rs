@@ -31,7 +31,7 @@ use crate::task::Ran;
 #[derive(Debug)]
 #[must_use = "a step runs only when one of its effect methods is awaited"]
 pub struct StepBuilder<'a> {
-    context: &'a mut WorkflowContext,
+    context: &'a WorkflowContext,
     name: &'a str,
     timeout: Option<Duration>,
 }
@@ -60,7 +60,7 @@ macro_rules! run_step {
 }
 
 impl<'a> StepBuilder<'a> {
-    pub(crate) fn new(context: &'a mut WorkflowContext, name: &'a str) -> Self {
+    pub(crate) fn new(context: &'a WorkflowContext, name: &'a str) -> Self {
         Self {
             context,
             name,

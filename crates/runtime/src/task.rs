@@ -151,7 +151,7 @@ mod tests {
     use crate::error::WorkflowError;
     use crate::registry::Registry;
 
-    async fn double(mut context: WorkflowContext, n: u32) -> Result<u64, WorkflowError> {
+    async fn double(context: WorkflowContext, n: u32) -> Result<u64, WorkflowError> {
         let doubled = context
             .pure("double", || async move { Ok(u64::from(n) * 2) })
             .await?;

@@ -42,7 +42,7 @@ impl WorkflowContext {
     /// Nothing is written on the first two: [`Error::InvalidName`] for an empty, overlong or
     /// control-character `name`; [`Error::InvalidOption`] for a duration whose end cannot be
     /// stored (past the year 9999). Then the journal's step errors, as [`Error::Journal`].
-    pub async fn sleep(&mut self, name: &str, duration: Duration) -> Result<()> {
+    pub async fn sleep(&self, name: &str, duration: Duration) -> Result<()> {
         names::check(NameKind::TimerName, name)?;
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let wake_at = waiting::instant_after(now, duration, "a sleep")?;
@@ -54,14 +54,14 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::sleep`].
-    pub async fn sleep_until(&mut self, name: &str, at: DateTime<Utc>) -> Result<()> {
+    pub async fn sleep_until(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
         names::check(NameKind::TimerName, name)?;
         waiting::storable(at, "a sleep")?;
         self.sleep_to(name, at).await
     }
 
     /// Records the timer (or replays its wake time) and waits for it.
-    async fn sleep_to(&mut self, name: &str, wake_at: DateTime<Utc>) -> Result<()> {
+    async fn sleep_to(&self, name: &str, wake_at: DateTime<Utc>) -> Result<()> {
         let step = format!("durably:sleep/{name}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         // A wait in memory records the timer first, so a crash during it loses no time; a park

@@ -57,12 +57,12 @@ fn stepper(builder: RuntimeBuilder, probe: &Arc<Probe>) -> RuntimeBuilder {
     let builder = builder.register(
         "sleeper",
         1,
-        |mut context: WorkflowContext, (): ()| async move {
+        |context: WorkflowContext, (): ()| async move {
             context.sleep("nap", Duration::from_hours(24)).await?;
             Ok::<_, WorkflowError>("rested".to_owned())
         },
     );
-    builder.register("stepper", 1, move |mut context: WorkflowContext, (): ()| {
+    builder.register("stepper", 1, move |context: WorkflowContext, (): ()| {
         let probe = Arc::clone(&probe);
         async move {
             let a = Arc::clone(&probe);

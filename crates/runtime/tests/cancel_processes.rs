@@ -46,7 +46,7 @@ fn event(what: &str) {
 }
 
 /// Idempotent steps, one after another, announcing the third.
-async fn counter(mut context: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+async fn counter(context: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
     for step in 0..COUNTER_STEPS_MAX {
         context
             .idempotent(&format!("count {step}"), |_key| async move {
@@ -61,7 +61,7 @@ async fn counter(mut context: WorkflowContext, (): ()) -> Result<u32, WorkflowEr
 }
 
 /// A pure step, a guarded step that holds until the parent writes a line, and a last step.
-async fn charge(mut context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+async fn charge(context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
     context.pure("quote", || async { Ok(1250_u32) }).await?;
     let _receipt = context
         .guarded("charge", Policy::Fail, |_key| async {
@@ -83,7 +83,7 @@ async fn charge(mut context: WorkflowContext, (): ()) -> Result<String, Workflow
 }
 
 /// A pure step that announces itself and never ends.
-async fn hang(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+async fn hang(context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
     context
         .pure("hang", || async {
             event("hanging");
@@ -94,7 +94,7 @@ async fn hang(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError>
 }
 
 /// A pure step that never ends, under a short timeout.
-async fn slow(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+async fn slow(context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
     context
         .step("slow")
         .timeout(Duration::from_millis(20))

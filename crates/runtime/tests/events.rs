@@ -18,7 +18,7 @@ use durably_runtime::{Error, StartOptions, WorkflowContext, WorkflowError};
 use support::{Clocked, wait_for_status};
 
 /// Publishes its progress, parks for an hour, publishes again.
-async fn progress(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+async fn progress(context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
     context.set_event("progress", &1_u32).await?;
     context.sleep("pause", Duration::from_hours(1)).await?;
     context.set_event("progress", &2_u32).await?;

@@ -26,7 +26,7 @@ use support::{
 use uuid::Uuid;
 
 /// Receives on topic "t" until a receive finds nothing at once, and returns what it got.
-async fn drain(mut context: WorkflowContext, (): ()) -> Result<Vec<String>, WorkflowError> {
+async fn drain(context: WorkflowContext, (): ()) -> Result<Vec<String>, WorkflowError> {
     let mut got = Vec::new();
     while let Some(text) = context.recv::<String>("t", Duration::ZERO).await? {
         got.push(text);
@@ -116,7 +116,7 @@ async fn an_undecodable_message_is_consumed_and_recorded_as_the_steps_failure() 
         .register(
             "numbers",
             1,
-            |mut context: WorkflowContext, (): ()| async move {
+            |context: WorkflowContext, (): ()| async move {
                 let first = context.recv::<u32>("n", Duration::ZERO).await;
                 let error = match first {
                     Err(Error::Journal(durably_journal::Error::StepFailed { error, .. })) => {
@@ -311,7 +311,7 @@ async fn a_workflows_send_is_a_step_that_delivers_once() {
         .register(
             "approver",
             1,
-            |mut context: WorkflowContext, to: Uuid| async move {
+            |context: WorkflowContext, to: Uuid| async move {
                 context.send(to, "approval", &true).await?;
                 let nobody = durably_journal::new_execution_id();
                 let refused = context.send(nobody, "approval", &true).await.unwrap_err();

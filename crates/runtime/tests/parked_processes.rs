@@ -29,7 +29,7 @@ use uuid::Uuid;
 const CHILD_ENV: &str = "DURABLY_RUNTIME_PARKED_TEST_CHILD";
 
 /// Sleeps an hour, then records a step.
-async fn nap(mut context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+async fn nap(context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
     context.sleep("nap", Duration::from_hours(1)).await?;
     context
         .pure("after", || async { Ok("woke".to_owned()) })

@@ -81,7 +81,7 @@ async fn a_crash_loop_ends_stuck() {
         .register(
             "oversized",
             1,
-            |mut context: WorkflowContext, (): ()| async move {
+            |context: WorkflowContext, (): ()| async move {
                 let text: String = context
                     .pure("too big", || async { Ok("x".repeat(PAYLOAD_BYTES_MAX)) })
                     .await?;

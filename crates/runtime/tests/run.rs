@@ -39,29 +39,25 @@ impl Gate {
 async fn runtime(scratch: &Scratch, calls: &Arc<AtomicU32>, gate: Option<Arc<Gate>>) -> Runtime {
     let (steps_calls, none_calls) = (Arc::clone(calls), Arc::clone(calls));
     Runtime::builder(scratch.journal.clone())
-        .register(
-            "steps",
-            1,
-            move |mut context: WorkflowContext, steps: u32| {
-                let (calls, gate) = (Arc::clone(&steps_calls), gate.clone());
-                async move {
-                    if let Some(gate) = gate {
-                        gate.arrived.notify_one();
-                        gate.open.acquire().await.unwrap().forget();
-                    }
-                    for step in 0..steps {
-                        let calls = Arc::clone(&calls);
-                        context
-                            .idempotent(&format!("step {step}"), move |_key| {
-                                calls.fetch_add(1, Ordering::SeqCst);
-                                async move { Ok(step) }
-                            })
-                            .await?;
-                    }
-                    Ok::<_, WorkflowError>(steps)
+        .register("steps", 1, move |context: WorkflowContext, steps: u32| {
+            let (calls, gate) = (Arc::clone(&steps_calls), gate.clone());
+            async move {
+                if let Some(gate) = gate {
+                    gate.arrived.notify_one();
+                    gate.open.acquire().await.unwrap().forget();
                 }
-            },
-        )
+                for step in 0..steps {
+                    let calls = Arc::clone(&calls);
+                    context
+                        .idempotent(&format!("step {step}"), move |_key| {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            async move { Ok(step) }
+                        })
+                        .await?;
+                }
+                Ok::<_, WorkflowError>(steps)
+            }
+        })
         .register(
             "none",
             1,
@@ -248,7 +244,7 @@ async fn a_run_whose_first_step_publishes_or_sends_to_itself_keeps_what_it_wrote
         .register(
             "first",
             1,
-            |mut context: WorkflowContext, send_first: bool| async move {
+            |context: WorkflowContext, send_first: bool| async move {
                 let id = context.id();
                 if send_first {
                     context.send(id, "own", &"to myself").await?;

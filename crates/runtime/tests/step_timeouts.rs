@@ -69,7 +69,7 @@ async fn a_pure_step_past_its_timeout_fails_the_execution_resumably() {
     let calls = Arc::new(Calls::default());
     let in_workflow = Arc::clone(&calls);
     let (clocked, runtime) = runtime_with(|builder| {
-        builder.register("slow", 1, move |mut context: WorkflowContext, (): ()| {
+        builder.register("slow", 1, move |context: WorkflowContext, (): ()| {
             let calls = Arc::clone(&in_workflow);
             async move {
                 let fast: u32 = context
@@ -131,7 +131,7 @@ async fn a_guarded_step_past_its_timeout_is_left_to_its_policy() {
     let calls = Arc::new(Calls::default());
     let in_workflow = Arc::clone(&calls);
     let (clocked, runtime) = runtime_with(|builder| {
-        builder.register("charge", 1, move |mut context: WorkflowContext, (): ()| {
+        builder.register("charge", 1, move |context: WorkflowContext, (): ()| {
             let calls = Arc::clone(&in_workflow);
             async move {
                 let charged = context

@@ -19,7 +19,7 @@ use support::{Clocked, event_kinds, locked, wait_for_status, wait_for_steps};
 use uuid::Uuid;
 
 /// Sleeps `minutes`, then records a step.
-async fn nap(mut context: WorkflowContext, minutes: u64) -> Result<String, WorkflowError> {
+async fn nap(context: WorkflowContext, minutes: u64) -> Result<String, WorkflowError> {
     context
         .sleep("nap", Duration::from_secs(minutes * 60))
         .await?;
@@ -137,15 +137,11 @@ async fn a_sleep_until_the_past_returns_at_once() {
     let f = Clocked::new();
     let runtime = f
         .runtime()
-        .register(
-            "late",
-            1,
-            |mut context: WorkflowContext, (): ()| async move {
-                let past = durably_lock::parse_timestamp("2020-01-01T00:00:00Z").unwrap();
-                context.sleep_until("late", past).await?;
-                Ok::<_, WorkflowError>(())
-            },
-        )
+        .register("late", 1, |context: WorkflowContext, (): ()| async move {
+            let past = durably_lock::parse_timestamp("2020-01-01T00:00:00Z").unwrap();
+            context.sleep_until("late", past).await?;
+            Ok::<_, WorkflowError>(())
+        })
         .start()
         .await
         .unwrap();

@@ -46,7 +46,7 @@ fn too_large(error: &Error) -> bool {
 }
 
 /// Every bad call a workflow can make to the waiting steps.
-async fn bad_calls(mut context: WorkflowContext, journal: Journal) -> Result<u32, WorkflowError> {
+async fn bad_calls(context: WorkflowContext, journal: Journal) -> Result<u32, WorkflowError> {
     let me = context.id();
     let big = "x".repeat(PAYLOAD_BYTES_MAX);
     let far = chrono::NaiveDate::from_ymd_opt(10_000, 1, 1)

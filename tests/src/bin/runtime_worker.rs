@@ -47,7 +47,7 @@ async fn main() -> Outcome {
 }
 
 async fn workflow(
-    mut context: WorkflowContext,
+    context: WorkflowContext,
     (ledger, gate): (PathBuf, bool),
 ) -> Result<Value, WorkflowError> {
     let id = context.id();

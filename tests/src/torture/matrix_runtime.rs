@@ -155,30 +155,26 @@ impl Gate {
 async fn serving_victims(workload: &Arc<Workload>, gate: &Arc<Gate>) -> Result<Runtime, BoxError> {
     let gate = Arc::clone(gate);
     let runtime = runtime_builder(workload)
-        .register(
-            VICTIM_KIND,
-            1,
-            move |mut context: WorkflowContext, (): ()| {
-                let gate = Arc::clone(&gate);
-                async move {
-                    let signal = context.cancellation();
-                    context
-                        .idempotent("wait at the gate", |_key| {
-                            let (gate, signal) = (Arc::clone(&gate), signal.clone());
-                            async move {
-                                gate.entered.notify_one();
-                                if let Ok(permit) = gate.open.acquire().await {
-                                    permit.forget();
-                                }
-                                signal.cancelled().await;
-                                Ok(())
+        .register(VICTIM_KIND, 1, move |context: WorkflowContext, (): ()| {
+            let gate = Arc::clone(&gate);
+            async move {
+                let signal = context.cancellation();
+                context
+                    .idempotent("wait at the gate", |_key| {
+                        let (gate, signal) = (Arc::clone(&gate), signal.clone());
+                        async move {
+                            gate.entered.notify_one();
+                            if let Ok(permit) = gate.open.acquire().await {
+                                permit.forget();
                             }
-                        })
-                        .await?;
-                    Ok::<_, WorkflowError>(())
-                }
-            },
-        )
+                            signal.cancelled().await;
+                            Ok(())
+                        }
+                    })
+                    .await?;
+                Ok::<_, WorkflowError>(())
+            }
+        })
         .start()
         .await?;
     Ok(runtime)

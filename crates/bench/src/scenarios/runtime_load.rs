@@ -98,7 +98,7 @@ pub fn builder(
 
 /// The workflow: `steps` steps of the chosen kind, then the count as its output.
 async fn run_steps(
-    mut context: WorkflowContext,
+    context: WorkflowContext,
     (steps, guarded): Input,
     samples: StepSamples,
     gate: Option<Arc<Barrier>>,

@@ -239,7 +239,7 @@ pub async fn worker(args: &SendWakeWorkerArgs, durability: Durability) -> Result
 
 /// A receiver: waits for one message, reports when its `recv` returned, then runs one
 /// idempotent step.
-async fn receiver(mut context: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+async fn receiver(context: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
     let message: Option<u32> = context.recv(TOPIC, RECV_TIMEOUT).await?;
     let woke_ns = monotonic_ns();
     if message.is_some() {

@@ -146,7 +146,7 @@ async fn runtime(journal: &Journal, wakes: &Arc<Mutex<Wakes>>) -> Result<Runtime
 }
 
 async fn sleeper(
-    mut context: WorkflowContext,
+    context: WorkflowContext,
     wake_ms: i64,
     wakes: Arc<Mutex<Wakes>>,
 ) -> Result<u32, WorkflowError> {

@@ -120,7 +120,7 @@ async fn runtime(journal: &Journal, latencies: Arc<Mutex<Samples>>) -> Result<Ru
 }
 
 async fn workflow(
-    mut context: WorkflowContext,
+    context: WorkflowContext,
     (steps, effect): Shape,
     latencies: &Mutex<Samples>,
 ) -> Result<u32, WorkflowError> {

@@ -63,7 +63,7 @@ async fn approval(
 /// `inbox`: sets event `status` (step 0), receives one message on topic `approval` (steps 1
 /// and 2), sets event `progress` to it (step 3), then receives on topic `never` (steps 4 and
 /// 5), which nobody sends to. Each receive parks the execution until its message arrives.
-async fn inbox(mut context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+async fn inbox(context: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
     context.set_event("status", &"awaiting approval ✓").await?;
     let approval: Option<serde_json::Value> = context.recv("approval", RECEIVE_TIMEOUT).await?;
     context.set_event("progress", &approval).await?;
@@ -116,7 +116,7 @@ impl RuntimeJournal {
                 .register(
                     "oversized",
                     1,
-                    |mut context: WorkflowContext, (): ()| async move {
+                    |context: WorkflowContext, (): ()| async move {
                         let text: String = context
                             .pure("too big", || async { Ok("x".repeat(PAYLOAD_BYTES_MAX)) })
                             .await?;
@@ -127,7 +127,7 @@ impl RuntimeJournal {
                 .register(
                     "sleeper",
                     1,
-                    |mut context: WorkflowContext, (): ()| async move {
+                    |context: WorkflowContext, (): ()| async move {
                         context.sleep("nap", RECEIVE_TIMEOUT).await?;
                         Ok::<_, WorkflowError>(())
                     },

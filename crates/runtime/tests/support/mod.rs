@@ -242,7 +242,7 @@ pub fn locked(journal: &Journal, id: Uuid) -> bool {
 /// answer on topic `approval` within `minutes` (steps 1 and 2: the deadline, the receive),
 /// publishes "decided", and returns the answer.
 pub async fn approval(
-    mut context: durably_runtime::WorkflowContext,
+    context: durably_runtime::WorkflowContext,
     minutes: u64,
 ) -> Result<Option<bool>, durably_runtime::WorkflowError> {
     context.set_event("status", &"awaiting approval").await?;
