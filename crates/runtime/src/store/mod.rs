@@ -11,6 +11,7 @@ mod changes;
 mod deadlines;
 mod failures;
 mod messages;
+mod patches;
 mod registrations;
 mod started;
 mod workflow_events;
@@ -25,6 +26,7 @@ pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use messages::{
     StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
 };
+pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
 pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
@@ -35,10 +37,16 @@ pub(crate) use workflow_events::{upsert_workflow_event, workflow_event};
 /// [`durably_journal::Journal::migrate_extension`] when a client is built.
 pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
     owner: "runtime",
-    migrations: &[Migration {
-        name: "0001_runtime",
-        sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
-    }],
+    migrations: &[
+        Migration {
+            name: "0001_runtime",
+            sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+        },
+        Migration {
+            name: "0003_patches_and_forks",
+            sql: include_str!("../../../../schema/runtime/0003_patches_and_forks.sql"),
+        },
+    ],
     views: include_str!("../../../../schema/runtime/views.sql"),
 };
 
