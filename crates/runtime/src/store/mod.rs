@@ -3,11 +3,12 @@
 //!
 //! Every function runs on a connection the journal hands out, inside its transaction
 //! ([`durably_journal::Journal::write`] for changes, [`durably_journal::Journal::read`] for
-//! queries), so what it writes commits with the rest of its request. None of them touches the
-//! journal's own tables: what the runtime needs of those it asks through the journal's
-//! functions.
+//! queries), so what it writes commits with the rest of its request. None of them writes the
+//! journal's own tables, and only the claim's candidates (`claims`) read one: what else the
+//! runtime needs of those it asks through the journal's functions.
 
 mod changes;
+mod claims;
 mod deadlines;
 mod failures;
 mod messages;
@@ -21,6 +22,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use messages::{
