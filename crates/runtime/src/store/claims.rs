@@ -115,7 +115,11 @@ pub(crate) fn queued_other_versions(
     }
     let rows = statement.query_map(parameters.as_slice(), |row| {
         let count: i64 = row.get(2)?;
-        Ok((row.get(0)?, row.get(1)?, usize::try_from(count).unwrap_or(0)))
+        Ok((
+            row.get(0)?,
+            row.get(1)?,
+            usize::try_from(count).unwrap_or(0),
+        ))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

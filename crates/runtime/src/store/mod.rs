@@ -11,6 +11,7 @@ mod changes;
 mod claims;
 mod deadlines;
 mod failures;
+mod forks;
 mod messages;
 mod patches;
 mod registrations;
@@ -25,11 +26,14 @@ pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
+pub(crate) use forks::{copy_fork_rows, insert_fork_row};
 pub(crate) use messages::{
     StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
 };
 pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
-pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
+pub(crate) use registrations::{
+    kind_version_known, latest_kind_version, stored_queue, upsert_kind, upsert_queue,
+};
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
 };
