@@ -91,7 +91,10 @@ async fn a_mismatch_parks_stuck_at_once_with_the_diff_and_resumes_after_a_fix() 
     let third = runtime_with(&scratch, fixed).await;
     third.resume(id, ResumeOptions::default()).await.unwrap();
     let total = third.handle::<u32>(id).result().await.unwrap();
-    assert_eq!(total, 6, "the message sent to the stuck execution is received");
+    assert_eq!(
+        total, 6,
+        "the message sent to the stuck execution is received"
+    );
     let names: Vec<String> = scratch
         .journal
         .steps(id)
@@ -99,6 +102,9 @@ async fn a_mismatch_parks_stuck_at_once_with_the_diff_and_resumes_after_a_fix() 
         .into_iter()
         .map(|step| step.name)
         .collect();
-    assert_eq!(names[0], "a", "the fixed code answered false and skipped the new step");
+    assert_eq!(
+        names[0], "a",
+        "the fixed code answered false and skipped the new step"
+    );
     third.shutdown();
 }
