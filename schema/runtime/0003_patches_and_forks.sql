@@ -26,4 +26,4 @@ CREATE INDEX runtime_patches_by_patch ON runtime_patches (patch_id, answer);
 ALTER TABLE runtime_executions ADD COLUMN forked_from TEXT;
 ALTER TABLE runtime_executions ADD COLUMN fork_seq INTEGER CHECK (fork_seq IS NULL OR fork_seq >= 0);
 -- Serves `durably show`'s list of an execution's forks.
-CREATE INDEX runtime_forks ON runtime_executions (forked_from) WHERE forked_from IS NOT NULL;
+CREATE INDEX runtime_executions_by_fork ON runtime_executions (forked_from) WHERE forked_from IS NOT NULL;
