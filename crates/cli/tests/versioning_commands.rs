@@ -157,7 +157,10 @@ fn a_code_change_parks_stuck_with_its_diff_and_patches_lists_the_answers() {
     assert_eq!(detail["recorded"], "pure step \"load\"");
     assert_eq!(detail["called"], "pure step \"load v2\"");
     let text = stdout(&journal.durably(&["show", &id.to_string()]));
-    assert!(text.contains(r#"detail     {"called":"pure step \"load v2\"""#), "{text}");
+    assert!(
+        text.contains(r#"detail     {"called":"pure step \"load v2\"""#),
+        "{text}"
+    );
 
     let patches = journal.durably(&["patches", "first-patch"]);
     assert_code(&patches, 0);
