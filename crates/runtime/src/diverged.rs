@@ -43,6 +43,5 @@ pub(crate) async fn park(mut execution: Execution, detail: serde_json::Value) ->
     execution
         .release_to(Release::Stuck, detail, |_| Ok(()))
         .await?;
-    fail::fail_point!("runtime::after-diverged-commit", |_| std::process::abort());
     Ok(Ran::Diverged)
 }
