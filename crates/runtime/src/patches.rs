@@ -112,7 +112,7 @@ impl WorkflowContext {
         let marker = marker_step(patch_id);
         let mut slot = self.slot.lock().await;
         let next = running(&mut slot, self.id)?.recorded_next();
-        if !slot.remember(next)?.is_some_and(|(name, _)| name == marker) {
+        if slot.remember(next)?.is_none_or(|(name, _)| name != marker) {
             return Ok(());
         }
         let outcome = running(&mut slot, self.id)?

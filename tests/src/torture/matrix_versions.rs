@@ -24,7 +24,7 @@ const PATCH: &str = "matrix-patch";
 /// The seed stream of its id.
 const PATCHED_STREAM: u64 = 0x00fa_7c4e;
 /// How long the execution and its fork may take to end.
-const END_WAIT: Duration = Duration::from_secs(60);
+const END_WAIT: Duration = Duration::from_mins(1);
 
 /// `builder`, also serving [`PATCHED_KIND`]: the patch (its marker is its one step, the
 /// runtime's own, which the checker expects no effect of); it returns the patch's answer.

@@ -13,7 +13,7 @@ use crate::runtime_errors::refused_without_runtime;
 
 /// `fork --json`. Stable fields.
 #[derive(Debug, Serialize)]
-struct Forked {
+struct ForkShown {
     /// The new execution.
     execution_id: String,
     /// The execution it copies.
@@ -40,7 +40,7 @@ pub fn run(target: &Target, args: &ForkArgs, json: bool) -> Result<()> {
     }
     let fork = runtime.block_on(client.fork(id, options))?;
     if json {
-        return print_json(&Forked {
+        return print_json(&ForkShown {
             execution_id: fork.to_string(),
             forked_from: id.to_string(),
             from_seq: args.from_seq,

@@ -4,6 +4,8 @@
 //! unfinished execution has the marker (answered `true`), the call can go too (docs/design.md,
 //! "Versioning").
 
+use std::fmt::Write as _;
+
 use durably::runtime::{PATCH_HOLDOUTS_MAX, PatchHoldouts, PatchUse};
 use serde::Serialize;
 
@@ -73,23 +75,20 @@ fn text(shown: &Shown) -> String {
     let patch = escape(&shown.patch);
     let old = shown.executions.iter().filter(|row| !row.answer).count();
     let marked = shown.executions.len() - old;
-    let mut text = String::new();
-    if old > 0 {
-        text.push_str(&format!(
+    let mut text = if old > 0 {
+        format!(
             "{old} unfinished execution(s) answered false to patch {patch:?}: keep both branches \
              of `patched`\n"
-        ));
+        )
     } else if marked > 0 {
-        text.push_str(&format!(
+        format!(
             "no unfinished execution answered false to patch {patch:?}: `patched` can become \
              `deprecate_patch` and the old branch go; {marked} unfinished execution(s) have its \
              marker, so keep the call\n"
-        ));
+        )
     } else {
-        text.push_str(&format!(
-            "no unfinished execution answered patch {patch:?}: the call can be removed\n"
-        ));
-    }
+        format!("no unfinished execution answered patch {patch:?}: the call can be removed\n")
+    };
     if shown.executions.is_empty() {
         return text;
     }
@@ -105,9 +104,10 @@ fn text(shown: &Shown) -> String {
     }
     text.push_str(&table.render());
     if shown.truncated {
-        text.push_str(&format!(
-            "(lists stop at {PATCH_HOLDOUTS_MAX} executions per answer)\n"
-        ));
+        let _ = writeln!(
+            text,
+            "(lists stop at {PATCH_HOLDOUTS_MAX} executions per answer)"
+        );
     }
     text
 }
