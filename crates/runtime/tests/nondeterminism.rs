@@ -18,7 +18,7 @@ use durably_runtime::{
     NON_DETERMINISM_REASON, ResumeOptions, Runtime, StartOptions, WorkflowContext, WorkflowError,
 };
 use serde_json::json;
-use support::{Scratch, event_kinds, wait_for_status};
+use support::{Scratch, event_kinds, step_names, wait_for_status};
 
 const KIND: &str = "changing";
 
@@ -95,13 +95,7 @@ async fn a_mismatch_parks_stuck_at_once_with_the_diff_and_resumes_after_a_fix() 
         total, 6,
         "the message sent to the stuck execution is received"
     );
-    let names: Vec<String> = scratch
-        .journal
-        .steps(id)
-        .unwrap()
-        .into_iter()
-        .map(|step| step.name)
-        .collect();
+    let names = step_names(&scratch.journal, id);
     assert_eq!(
         names[0], "a",
         "the fixed code answered false and skipped the new step"

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use durably_journal::{Journal, Status};
 use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
-use support::{wait_for_status, wait_until};
+use support::{step_names, wait_for_status, wait_until};
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`.
@@ -101,6 +101,25 @@ fn start_on_old_code(db: &std::path::Path, id: Uuid) {
     assert!(status.success(), "the old code's process failed: {status}");
 }
 
+/// An execution started on the old code in a child process and parked there, and a runtime of
+/// the patched code on its file (with the directory that keeps the file); `None` in a child.
+async fn parked_on_old_code() -> Option<(tempfile::TempDir, Journal, Runtime, Uuid)> {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("journal.db");
+    let old = durably_journal::new_execution_id();
+    start_on_old_code(&db, old);
+    let journal = Journal::open(&db).unwrap();
+    let runtime = Runtime::builder(journal.clone())
+        .register(KIND, 1, patched_code)
+        .start()
+        .await
+        .unwrap();
+    Some((dir, journal, runtime, old))
+}
+
 /// Sends one `go` to `id` and waits until it has consumed it.
 async fn go(runtime: &Runtime, id: Uuid, round: u32) {
     runtime.send(id, "go", &round, None).await.unwrap();
@@ -110,16 +129,6 @@ async fn go(runtime: &Runtime, id: Uuid, round: u32) {
             .all(|(_, seq)| seq.is_some())
     })
     .await;
-}
-
-/// The step names of `id`, in seq order.
-fn step_names(journal: &Journal, id: Uuid) -> Vec<String> {
-    journal
-        .steps(id)
-        .unwrap()
-        .into_iter()
-        .map(|step| step.name)
-        .collect()
 }
 
 /// The recorded answers to [`PATCH`], as (execution, answer, seq).
@@ -149,20 +158,9 @@ fn answers_of(id: Uuid) -> Vec<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_runs_answer_false_for_good_and_new_runs_true() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    let Some((_dir, journal, runtime, old)) = parked_on_old_code().await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("journal.db");
-    let old = durably_journal::new_execution_id();
-    start_on_old_code(&db, old);
-
-    let journal = Journal::open(&db).unwrap();
-    let runtime = Runtime::builder(journal.clone())
-        .register(KIND, 1, patched_code)
-        .start()
-        .await
-        .unwrap();
+    };
     let new = durably_journal::new_execution_id();
     let new_handle = runtime
         .start::<_, bool>(KIND, new, &(), StartOptions::default())
@@ -209,19 +207,9 @@ async fn old_runs_answer_false_for_good_and_new_runs_true() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_run_parked_under_the_patch_is_listed_as_a_holdout() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    let Some((_dir, journal, runtime, old)) = parked_on_old_code().await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("journal.db");
-    let old = durably_journal::new_execution_id();
-    start_on_old_code(&db, old);
-    let journal = Journal::open(&db).unwrap();
-    let runtime = Runtime::builder(journal.clone())
-        .register(KIND, 1, patched_code)
-        .start()
-        .await
-        .unwrap();
+    };
     go(&runtime, old, 0).await;
     wait_for_status(&journal, old, Status::Waiting).await;
     let holdouts = runtime.patch_holdouts(PATCH).unwrap();
