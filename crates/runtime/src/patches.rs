@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::client::Client;
 use crate::context::{WorkflowContext, running};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::store::{self, PatchAnswer};
 
@@ -86,12 +86,18 @@ impl WorkflowContext {
             )
             .await;
         slot.remember(outcome)?;
-        drop(slot);
         if replaying && recorded.is_none() {
-            // The marker was recorded without its answer (a fork copies markers, not
-            // answers): the answer is recorded now.
-            self.record_answer(patch_id, marker_due).await?;
-        } else if !replaying {
+            // A marker commits with its answer, and a fork copies both: one without the other
+            // is a damaged journal, not something to repair here.
+            return Err(Error::Journal(durably_journal::Error::Inconsistent(
+                format!(
+                    "execution {} recorded the marker of patch {patch_id:?} at step {seq} without \
+                 its answer",
+                    self.id
+                ),
+            )));
+        }
+        if !replaying {
             fail::fail_point!("runtime::after-patch-answer-commit", |_| {
                 std::process::abort()
             });
@@ -128,20 +134,12 @@ impl WorkflowContext {
     }
 
     /// Records that this execution passed `patch_id`'s point (at `seq`) on code without the
-    /// patch, and returns the answer recorded: `false`, unless another run recorded one first.
+    /// patch, unless an answer is recorded, and returns the answer recorded: `false`, unless
+    /// another run recorded one first. The answer is a function of the execution's recorded
+    /// steps, which only grow, so a stale holder of the execution would record the same one;
+    /// it needs no fencing.
     async fn record_unpatched(&self, patch_id: &str, seq: u32) -> Result<bool> {
         let answer = PatchAnswer { answer: false, seq };
-        let stored = self.record_answer(patch_id, answer).await?;
-        fail::fail_point!("runtime::after-patch-answer-commit", |_| {
-            std::process::abort()
-        });
-        Ok(stored.answer)
-    }
-
-    /// Records `answer` to `patch_id` unless one is recorded, and returns the one recorded.
-    /// The answer is a function of the execution's recorded steps, which only grow, so a
-    /// stale holder of the execution would record the same one.
-    async fn record_answer(&self, patch_id: &str, answer: PatchAnswer) -> Result<PatchAnswer> {
         let (id, patch) = (self.id, patch_id.to_owned());
         let now = format_timestamp(durably_lock::Clock::now(self.waits.clock.as_ref()));
         let stored = self
@@ -150,7 +148,10 @@ impl WorkflowContext {
             .journal()
             .write(move |conn| store::record_patch_answer(conn, id, &patch, answer, &now))
             .await?;
-        Ok(stored)
+        fail::fail_point!("runtime::after-patch-answer-commit", |_| {
+            std::process::abort()
+        });
+        Ok(stored.answer)
     }
 }
 
