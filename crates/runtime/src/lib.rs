@@ -18,6 +18,12 @@
 //! journal unchanged. Time comes from a [`Clock`]; tests use [`testing::TestClock`] and move
 //! it instead of sleeping.
 //!
+//! Code changes while executions are in flight: each execution runs only on the (kind,
+//! version) it started with, [`WorkflowContext::patched`] branches code within a version
+//! (its answer recorded, never flipping), a replay that meets a code change parks the
+//! execution `stuck` with the diff, and [`Client::fork`] copies an ended execution's steps
+//! before a seq into a new one that runs the rest on current code.
+//!
 //! ```
 //! use durably_journal::Journal;
 //! use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
