@@ -28,6 +28,8 @@
 //!   Each reopen used to write another `ambiguity_failed`.
 //! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
 //!   runtime's rules, see [`super::runtime_checks`].
+//! - **patch_flips**, **fork_reruns**: the rules of patches and forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
+//!   keys: the rules above hold the original's row to its key's effects.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -37,6 +39,7 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 
 use super::BoxError;
+use super::composition_checks::{self, Composition};
 use super::ledger::{LEDGER_FILE, read, read_acks};
 use super::runtime_checks;
 use super::workload::DATABASE_FILE;
@@ -84,6 +87,16 @@ pub struct Report {
     pub after_cancel: u64,
     /// Timers that ended, or let a later step run, before their wake time.
     pub early_wakes: u64,
+    /// Executions whose patch answer, marker step and branch disagree.
+    pub patch_flips: u64,
+    /// Copied steps of forks that were run again or differ from the original's.
+    pub fork_reruns: u64,
+    /// Executions that answered `true` to the patch (not a violation).
+    pub patched: u64,
+    /// Executions that answered `false` to the patch (not a violation).
+    pub unpatched: u64,
+    /// Forks (not a violation).
+    pub forks: u64,
     /// Receives that returned a message (not a violation).
     pub received: u64,
     /// Receives that timed out (not a violation).
@@ -119,6 +132,8 @@ impl Report {
             && self.bad_messages == 0
             && self.after_cancel == 0
             && self.early_wakes == 0
+            && self.patch_flips == 0
+            && self.fork_reruns == 0
             && self.integrity_ok
     }
 
@@ -128,7 +143,7 @@ impl Report {
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
              duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} \
              over_limit={} wrong_end={} bad_messages={} after_cancel={} early_wakes={} \
-             integrity={} seed={seed}",
+             patch_flips={} fork_reruns={} integrity={} seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -143,6 +158,8 @@ impl Report {
             self.bad_messages,
             self.after_cancel,
             self.early_wakes,
+            self.patch_flips,
+            self.fork_reruns,
             if self.integrity_ok { "ok" } else { "FAIL" },
         )
     }
@@ -195,17 +212,29 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
         integrity_ok: integrity(&conn)?,
         ..Report::default()
     };
-    let steps = load_steps(&conn)?;
+    let rows = load_steps(&conn)?;
     let effects = load_effects(dir)?;
     let acks = read_acks(dir)?;
     let statuses = load_statuses(&conn)?;
+    let composition = composition_checks::load(&conn, &effects)?;
+    // A fork's copied rows share their keys with the original's, which made the effects.
+    let steps: HashMap<&str, &StepRow> = rows
+        .iter()
+        .filter(|(_, row)| {
+            !composition
+                .copied
+                .contains(&(row.execution_id.clone(), row.seq))
+        })
+        .map(|(key, row)| (key.as_str(), row))
+        .collect();
     report.effects = effects.values().map(|list| list.len() as u64).sum();
     check_executions(&conn, &mut report)?;
     check_awaiting_operator(&conn, &mut report)?;
     check_fires(&conn, &mut report)?;
-    check_steps(&steps, &effects, &statuses, &mut report);
-    check_acks(&acks, &statuses, &steps, &effects, &mut report)?;
-    runtime_checks::check(&conn, &acks, &effects, &mut report)?;
+    check_steps(&steps, &effects, &statuses, &composition, &mut report);
+    check_acks(&acks, &statuses, &rows, &effects, &mut report)?;
+    runtime_checks::check(&conn, &acks, &effects, &composition, &mut report)?;
+    composition_checks::check(&conn, &composition, &acks, &effects, &mut report)?;
     Ok(report)
 }
 
@@ -221,7 +250,8 @@ fn integrity(conn: &Connection) -> Result<bool, BoxError> {
     Ok(rows == ["ok"] && foreign == 0)
 }
 
-fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
+/// Every step row with its key.
+fn load_steps(conn: &Connection) -> Result<Vec<(String, StepRow)>, BoxError> {
     let mut statement = conn.prepare(
         "SELECT s.idempotency_key, s.execution_id, s.seq, s.effect, s.policy, s.state, s.result,
                 s.attempts, e.status, s.name
@@ -243,7 +273,7 @@ fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
             },
         ))
     })?;
-    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Every execution's status.
@@ -401,14 +431,15 @@ fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
 }
 
 fn check_steps(
-    steps: &HashMap<String, StepRow>,
+    steps: &HashMap<&str, &StepRow>,
     effects: &HashMap<String, Vec<EffectRecord>>,
     statuses: &HashMap<String, String>,
+    composition: &Composition,
     report: &mut Report,
 ) {
     for (key, list) in effects {
-        let Some(row) = steps.get(key) else {
-            if abandoned(list, statuses) {
+        let Some(row) = steps.get(key.as_str()) else {
+            if abandoned(list, statuses) || composition.superseded.contains(key) {
                 report.abandoned += list.len() as u64;
                 continue;
             }
@@ -456,15 +487,17 @@ fn check_steps(
         if row.name.starts_with("durably:") {
             continue;
         }
-        let count = effects.get(key).map_or(0, Vec::len);
-        check_state(key, row, count, effects.get(key), report);
+        let count = effects.get(*key).map_or(0, Vec::len);
+        check_state(key, row, count, effects.get(*key), report);
     }
 }
 
 /// Whether the effects of one key, which no step row holds, belong to a step whose result
 /// nothing will ever record, which its kind allows: pure or idempotent effects of a cancelled
 /// execution, or of a run that died before its deferred open wrote the execution (its
-/// closures ran with fencing token 0, or none for a pure step).
+/// closures ran with fencing token 0, or none for a pure step). (Old-branch effects of a patch
+/// point that the execution left for the new branch are too; see
+/// [`super::composition_checks`].)
 fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
     let repeatable = list.iter().all(|effect| effect.effect != "guarded");
     match statuses.get(&list[0].execution_id).map(String::as_str) {
@@ -548,7 +581,7 @@ fn check_state(
 fn check_acks(
     acks: &[Vec<String>],
     statuses: &HashMap<String, String>,
-    steps: &HashMap<String, StepRow>,
+    steps: &[(String, StepRow)],
     effects: &HashMap<String, Vec<EffectRecord>>,
     report: &mut Report,
 ) -> Result<(), BoxError> {
@@ -592,7 +625,7 @@ fn check_acks(
                 }
             }
             // The runtime roles' records, checked by `runtime_checks`.
-            ["S" | "c" | "C" | "D" | "M" | "T" | "O", ..] => {}
+            ["S" | "c" | "C" | "D" | "M" | "T" | "O" | "P", ..] => {}
             _ => return Err(format!("malformed acknowledgement {record:?}").into()),
         }
     }

@@ -40,6 +40,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
+use super::composition_checks::Composition;
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
 };
@@ -67,6 +68,7 @@ pub(super) fn check(
     conn: &Connection,
     acks: &[Vec<String>],
     effects: &HashMap<String, Vec<EffectRecord>>,
+    composition: &Composition,
     report: &mut Report,
 ) -> Result<(), BoxError> {
     if !table_exists(conn, "runtime_executions")? {
@@ -75,7 +77,7 @@ pub(super) fn check(
     check_queue_limits(conn, report)?;
     check_ends(conn, acks, report)?;
     check_messages(conn, acks, report)?;
-    check_receives(conn, acks, report)?;
+    check_receives(conn, acks, composition, report)?;
     check_after_cancel(conn, acks, effects, report)?;
     check_timers(conn, acks, report)?;
     report.parked = conn.query_row(
@@ -86,7 +88,8 @@ pub(super) fn check(
     Ok(())
 }
 
-fn table_exists(conn: &Connection, name: &str) -> Result<bool, BoxError> {
+/// Whether the journal has table `name`.
+pub(super) fn table_exists(conn: &Connection, name: &str) -> Result<bool, BoxError> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
@@ -561,6 +564,7 @@ struct Consumed {
 fn check_receives(
     conn: &Connection,
     acks: &[Vec<String>],
+    composition: &Composition,
     report: &mut Report,
 ) -> Result<(), BoxError> {
     let steps = receive_steps(conn)?;
@@ -608,7 +612,11 @@ fn check_receives(
         } else {
             report.received += 1;
         }
-        if received.message_id.is_some() && !consumed_by_step.contains(place) {
+        // A fork's copied receive holds the message its original consumed.
+        if received.message_id.is_some()
+            && !consumed_by_step.contains(place)
+            && !composition.copied.contains(place)
+        {
             report.bad_messages += 1;
             report.violation(format!(
                 "bad_messages: receive step {} of {} on {topic} recorded message {:?}, which is \

@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::BoxError;
+use super::forks::fork_one;
 use super::plan::{
     ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep, SeededRng, Shape, StepKind,
     topic,
@@ -70,6 +71,8 @@ const CONTENDED_PERCENT: u64 = 10;
 const DEADLINE_PERCENT: u64 = 10;
 const DEADLINE_MS_MIN: u64 = 20;
 const DEADLINE_MS_MAX: u64 = 400;
+/// In percent: the canceller's rounds that fork an ended execution.
+const FORK_PERCENT: u64 = 50;
 /// In percent: sends that repeat an earlier send's key (and payload).
 const REPEATED_SEND_PERCENT: u64 = 20;
 /// In percent: sends on [`UNRECEIVED_TOPIC`].
@@ -478,9 +481,9 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
     Ok(())
 }
 
-/// A canceller: cancels a random unfinished runtime execution now and then, until it is
-/// killed. It records its intent before each cancel, so the checker can tell a cancelled
-/// execution nobody asked to cancel.
+/// A canceller: cancels a random unfinished runtime execution now and then, and forks an ended
+/// one half of the time (see [`super::forks`]), until it is killed. It records its intent
+/// before each cancel, so the checker can tell a cancelled execution nobody asked to cancel.
 ///
 /// # Errors
 /// A journal error the workload never expects, or an acknowledgement log error.
@@ -490,6 +493,9 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
     loop {
         let pause = rng.between(100, 300);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        if rng.percent(FORK_PERCENT) {
+            fork_one(&workload, &client, &mut rng).await?;
+        }
         let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
             continue;
         };
