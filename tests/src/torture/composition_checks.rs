@@ -46,7 +46,8 @@ pub(super) struct Composition {
 struct Fork {
     id: String,
     original: String,
-    fork_seq: i64,
+    /// The original's steps below this seq were copied.
+    from_seq: i64,
 }
 
 /// Where an execution's plan meets the patch.
@@ -100,14 +101,14 @@ pub(super) fn load(
                 Ok(Fork {
                     id: row.get(0)?,
                     original: row.get(1)?,
-                    fork_seq: row.get(2)?,
+                    from_seq: row.get(2)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
         let mut copied =
             conn.prepare("SELECT seq FROM steps WHERE execution_id = ?1 AND seq < ?2")?;
         for fork in &composition.forks {
-            for seq in copied.query_map(rusqlite::params![fork.id, fork.fork_seq], |row| {
+            for seq in copied.query_map(rusqlite::params![fork.id, fork.from_seq], |row| {
                 row.get::<_, i64>(0)
             })? {
                 composition.copied.insert((fork.id.clone(), seq?));
@@ -263,18 +264,18 @@ fn check_patches(
                     flips.push(format!("answered true but runs {:?}", at(point.seq + 1)));
                 }
             }
-            Some((false, seq)) => {
-                if seq != point.seq || markers != 0 || at(seq) != Some(point.old_name.as_str()) {
-                    flips.push(format!(
-                        "answered false at {seq} but has {markers} marker(s) and runs {:?}",
-                        at(point.seq)
-                    ));
-                }
+            Some((false, seq))
+                if seq != point.seq || markers != 0 || at(seq) != Some(point.old_name.as_str()) =>
+            {
+                flips.push(format!(
+                    "answered false at {seq} but has {markers} marker(s) and runs {:?}",
+                    at(point.seq)
+                ));
             }
             None if markers > 0 && point.status == "completed" => {
                 flips.push("has a marker but no answer".to_owned());
             }
-            None => {}
+            Some((false, _)) | None => {}
         }
         let recorded = answer.map(|(answer, _)| answer);
         for seen in returned.get(point.id.as_str()).into_iter().flatten() {
@@ -323,7 +324,7 @@ fn check_forks(
     let fork_seqs: HashMap<&str, i64> = composition
         .forks
         .iter()
-        .map(|fork| (fork.id.as_str(), fork.fork_seq))
+        .map(|fork| (fork.id.as_str(), fork.from_seq))
         .collect();
     for effect in effects.values().flatten() {
         if let Some(fork_seq) = fork_seqs.get(effect.execution_id.as_str())
@@ -344,7 +345,7 @@ fn check_forks(
     for fork in &composition.forks {
         let rows = statement
             .query_map(
-                rusqlite::params![fork.id, fork.original, fork.fork_seq],
+                rusqlite::params![fork.id, fork.original, fork.from_seq],
                 |row| {
                     let copy: (String, String, Option<String>) =
                         (row.get(1)?, row.get(2)?, row.get(3)?);

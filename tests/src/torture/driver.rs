@@ -132,7 +132,7 @@ impl Fleet<'_> {
         let mut command = worker_command(self.options, &args, &log)?;
         // Runtime workers are upgraded and downgraded at every restart, so executions started
         // on one code are resumed on the other.
-        if args[0] == "runtime" && self.started % 2 == 0 {
+        if args[0] == "runtime" && self.started.is_multiple_of(2) {
             command.env(CODE_ENV, "old");
         }
         let child = command.spawn()?;

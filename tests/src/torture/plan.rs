@@ -420,13 +420,13 @@ const PATCH_PERCENT: u64 = 30;
 /// Points each receive of an own message at the self-send right before it, after steps were
 /// inserted.
 fn renumber_own_receives(kinds: &mut [StepKind]) {
-    for seq in 1..kinds.len() {
+    for (seq, kind) in kinds.iter_mut().enumerate() {
         if let StepKind::Runtime(RuntimeStep::Recv {
             topic: RecvTopic::Own(sent_at),
             ..
-        }) = &mut kinds[seq]
+        }) = kind
         {
-            *sent_at = seq - 1;
+            *sent_at = seq.saturating_sub(1);
         }
     }
 }
