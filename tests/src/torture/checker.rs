@@ -15,8 +15,8 @@
 //!   ledger.
 //! - **unexpected**: a ledger effect whose key no step row has (or a different step has), or an
 //!   effect of a step the journal holds as failed (planned failures have no effect). A pure or
-//!   idempotent effect with no row in a cancelled execution is not one: its result was never
-//!   recorded, and nothing runs it again; nor is one of an execution that does not exist, made
+//!   idempotent effect with no row in a cancelled execution (or one failed after a cancel was
+//!   asked of it) is not one: its result was never recorded, and nothing runs it again; nor is one of an execution that does not exist, made
 //!   before a run's deferred open (fencing token 0) by a process that died before the open
 //!   committed (both counted as `abandoned`).
 //! - **stuck**: an execution not finalized at the end, a step still in the intent state (but
@@ -276,9 +276,18 @@ fn load_steps(conn: &Connection) -> Result<Vec<(String, StepRow)>, BoxError> {
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Every execution's status.
+/// The status [`load_statuses`] gives an execution that failed after a cancel was asked of it
+/// (a step timeout's failure, which then stands): like a cancelled one, nothing runs it again.
+const FAILED_AFTER_REQUEST: &str = "failed after a cancel request";
+
+/// Every execution's status ([`FAILED_AFTER_REQUEST`] for a failed one a cancel was asked of).
 fn load_statuses(conn: &Connection) -> Result<HashMap<String, String>, BoxError> {
-    let mut statement = conn.prepare("SELECT execution_id, status FROM executions")?;
+    let mut statement = conn.prepare(&format!(
+        "SELECT execution_id,
+                CASE WHEN status = 'failed' AND cancel_requested_at IS NOT NULL
+                     THEN '{FAILED_AFTER_REQUEST}' ELSE status END
+         FROM executions"
+    ))?;
     let rows = statement.query_map([], |row| {
         Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
     })?;
@@ -501,7 +510,7 @@ fn check_steps(
 fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
     let repeatable = list.iter().all(|effect| effect.effect != "guarded");
     match statuses.get(&list[0].execution_id).map(String::as_str) {
-        Some("cancelled") => repeatable,
+        Some("cancelled" | FAILED_AFTER_REQUEST) => repeatable,
         None => repeatable && list.iter().all(|effect| effect.token.unwrap_or(0) == 0),
         Some(_) => false,
     }
@@ -616,7 +625,11 @@ fn check_acks(
             }
             ["R", ..] => report.resolved += 1,
             ["F", id, status, _pid, _at] => {
-                if statuses.get(*id).map(String::as_str) != Some(*status) {
+                let held = match statuses.get(*id).map(String::as_str) {
+                    Some(FAILED_AFTER_REQUEST) => Some("failed"),
+                    held => held,
+                };
+                if held != Some(*status) {
                     report.lost += 1;
                     report.violation(format!(
                         "lost: execution {id} was acknowledged {status} but is {:?}",

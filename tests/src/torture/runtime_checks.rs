@@ -10,7 +10,8 @@
 //!   could not be recounted) is a violation.
 //! - **wrong_end**: every runtime execution ends as its plan and the cancels explain:
 //!   completed with its plan's output, the value of its plan's last published event, and no
-//!   fatal step in its plan, and not after a cancel was asked of it; failed at its planned
+//!   fatal step in its plan, and not after a cancel was asked of it unless the operator
+//!   resumed it since (a resume clears the request); failed at its planned
 //!   fatal step (not at a receive that got what its plan rules out), or by a step timeout only
 //!   when a cancel was asked of it (otherwise the operator resumes it); cancelled only after a
 //!   canceller asked (`c` record), or with reason `timeout` when it was started with a deadline
@@ -263,6 +264,9 @@ struct End {
     detail_reason: Option<String>,
     /// Whether a cancel was asked of it while it ran.
     cancel_requested: bool,
+    /// Whether the operator resumed it after the last cancel asked of it (a resume clears the
+    /// request).
+    resumed_since_request: bool,
     /// Its last published progress event.
     progress: Option<String>,
 }
@@ -273,7 +277,12 @@ fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
                 e.error ->> '$.cancelled', e.status_detail ->> '$.reason',
                 e.cancel_requested_at IS NOT NULL,
                 (SELECT value FROM workflow_events w
-                 WHERE w.execution_id = e.execution_id AND w.key = ?1)
+                 WHERE w.execution_id = e.execution_id AND w.key = ?1),
+                EXISTS (SELECT 1 FROM events r
+                        WHERE r.execution_id = e.execution_id AND r.kind = 'resumed'
+                          AND r.id > (SELECT max(c.id) FROM events c
+                                      WHERE c.execution_id = e.execution_id
+                                        AND c.kind = 'cancel_requested'))
          FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id
          WHERE e.kind IN (?2, ?3)",
     )?;
@@ -288,6 +297,7 @@ fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
             detail_reason: row.get(6)?,
             cancel_requested: row.get(7)?,
             progress: row.get(8)?,
+            resumed_since_request: row.get(9)?,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -343,7 +353,9 @@ fn wrong_end(
         status if cancels.cancelled.contains(id) && status != "cancelled" => {
             Some("it was cancelled at once")
         }
-        "completed" if cancels.requested.contains(id) => Some("a cancel was asked of it"),
+        "completed" if cancels.requested.contains(id) && !end.resumed_since_request => {
+            Some("a cancel was asked of it")
+        }
         "completed" if fatal => Some("its plan has a fatal step"),
         "completed" if steps != Some(plan.steps.len() as u64) => {
             Some("its output is not its plan's")
