@@ -8,6 +8,7 @@
 //! functions.
 
 mod changes;
+mod children;
 mod deadlines;
 mod failures;
 mod messages;
@@ -20,12 +21,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use children::{children_of, parent_of, set_parent};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use messages::{
     StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
 };
-pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
+pub(crate) use registrations::{
+    kind_version_registered, latest_kind_version, stored_queue, upsert_kind, upsert_queue,
+};
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
 };
@@ -35,10 +39,16 @@ pub(crate) use workflow_events::{upsert_workflow_event, workflow_event};
 /// [`durably_journal::Journal::migrate_extension`] when a client is built.
 pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
     owner: "runtime",
-    migrations: &[Migration {
-        name: "0001_runtime",
-        sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
-    }],
+    migrations: &[
+        Migration {
+            name: "0001_runtime",
+            sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+        },
+        Migration {
+            name: "0002_children",
+            sql: include_str!("../../../../schema/runtime/0002_children.sql"),
+        },
+    ],
     views: include_str!("../../../../schema/runtime/views.sql"),
 };
 

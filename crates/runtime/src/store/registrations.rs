@@ -30,6 +30,15 @@ pub(crate) fn latest_kind_version(conn: &Connection, kind: &str) -> Result<Optio
         .query_row(params![kind], |row| row.get(0))?)
 }
 
+/// Whether some runtime has registered `kind` at `version`. One primary-key seek.
+pub(crate) fn kind_version_registered(conn: &Connection, kind: &str, version: u32) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM workflow_kinds WHERE kind = ?1 AND version = ?2")?
+        .query_row(params![kind, version], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
 /// A row of `queues`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StoredQueue {
