@@ -125,7 +125,7 @@ failpoint_tests! {
     runtime_after_deadline_commit => "runtime::after-deadline-commit",
     runtime_after_resume_commit => "runtime::after-resume-commit",
     runtime_after_step_timeout_commit => "runtime::after-step-timeout-commit",
-    runtime_after_child_start_commit => "runtime::after-child-start-commit",
+    runtime_after_child_start => "runtime::after-child-start",
     runtime_after_child_end_commit => "runtime::after-child-end-commit",
 }
 

@@ -4,8 +4,10 @@
 //!
 //! - **Start.** Step `durably:child/<kind>` records the child's id, and its hook writes the
 //!   child's rows (its execution, queued, and its `runtime_executions` row naming the parent
-//!   and the step) in the transaction that records the step, at once. So a parent step starts
-//!   at most one child across any crash, and a replayed step names the same child again.
+//!   and the step) in the transaction that records the step. So a parent step starts at most
+//!   one child across any crash, and a replayed step names the same child again. The step is
+//!   written behind: it and the child ride on the run's next write (an await always makes
+//!   one), so starting many children costs one commit.
 //! - **Id.** The child's id is derived from the parent's id and the start step's seq
 //!   ([`child_execution_id`]; docs/design.md, "Child executions", has the test vectors).
 //! - **End.** Every transaction that ends an execution runs [`settle`]: a child that ended
@@ -24,7 +26,6 @@
 use std::any::type_name;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::pending_cancel;
@@ -215,7 +216,9 @@ impl WorkflowContext {
     /// returns its handle at once; the child runs in whichever process serves its kind and
     /// queue. A step (`durably:child/<kind>`): the child's id is derived from this
     /// execution's id and the step's seq, and the child's rows commit with the step, so a
-    /// resumed parent gets the same child back and never starts a second one.
+    /// resumed parent gets the same child back and never starts a second one. The step is
+    /// written behind, with the run's next write (an await, or any step written at once):
+    /// the child starts running from that commit on.
     ///
     /// # Errors
     /// Nothing is written on the first ones, checked when the step first runs:
@@ -248,33 +251,20 @@ impl WorkflowContext {
         let fresh = !replays(execution);
         let hook = if fresh {
             let request = child_request::<I, O>(&client, kind, child_id, input, &options)?;
-            let refused = Arc::new(Mutex::new(None));
-            (
-                Some(Arc::clone(&refused)),
-                start_hook(request, self.id, refused),
-            )
+            start_hook(request, self.id)
         } else {
             // A replayed step runs no hook.
-            (None, start_hook_replayed())
+            start_hook_replayed()
         };
-        let (refused, hook) = hook;
         let outcome = execution
             .step_with(
                 &step,
                 Effect::Idempotent,
-                Timing::Now,
+                Timing::Deferred,
                 move |_: StepKey| std::future::ready(Ok::<_, StepError>(ChildStarted { child_id })),
                 hook,
             )
             .await;
-        if let Some(error) = refused.and_then(|refused| {
-            refused
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-        }) {
-            return Err(error);
-        }
         let started: ChildStarted = slot.remember(outcome)?;
         if started.child_id != child_id {
             return Err(Error::Journal(durably_journal::Error::Inconsistent(
@@ -286,9 +276,9 @@ impl WorkflowContext {
             )));
         }
         if fresh {
-            fail::fail_point!("runtime::after-child-start-commit", |_| {
-                std::process::abort()
-            });
+            // The step and the child's rows wait for the run's next write: a crash here loses
+            // both, and the resumed parent starts the same child again.
+            fail::fail_point!("runtime::after-child-start", |_| { std::process::abort() });
             client.announce_change();
         }
         Ok(ChildHandle {
@@ -403,6 +393,16 @@ where
     O: DeserializeOwned + 'static,
 {
     let deadline_at = options.start.checked(client.now())?;
+    if let Some(queue) = &options.start.queue
+        && client
+            .journal()
+            .read(|conn| store::stored_queue(conn, queue))?
+            .is_none()
+    {
+        return Err(Error::UnknownQueue {
+            queue: queue.clone(),
+        });
+    }
     let local_version = match (options.version, client.registry().latest(kind)) {
         (Some(version), local) => {
             if let Some(workflow) = client.registry().get(kind, version) {
@@ -422,7 +422,18 @@ where
             workflow.check_types::<I, O>(kind)?;
             Some(version)
         }
-        (None, None) => None,
+        (None, None) => {
+            if client
+                .journal()
+                .read(|conn| store::latest_kind_version(conn, kind))?
+                .is_none()
+            {
+                return Err(Error::UnknownKind {
+                    kind: kind.to_owned(),
+                });
+            }
+            None
+        }
     };
     let input = payload::encode(
         input,
@@ -439,13 +450,14 @@ where
     ))
 }
 
-/// The start step's hook: the child's rows and its link to step `seq` of `parent`. A start
-/// refused in the transaction (the kind or queue unknown) writes nothing: the refusal is kept
-/// in `refused`, and the step is not recorded.
+/// The start step's hook: the child's rows and its link to step `seq` of `parent`, in the
+/// transaction that records the step (which may be a later write of the run: the step is
+/// deferred). The start's checks passed before the step ran, and kinds and queues are never
+/// removed, so a refusal here means the file changed under the runtime: an error that halts
+/// the run, which is resumed under the failure accounting.
 fn start_hook(
     request: StartRequest,
     parent: Uuid,
-    refused: Arc<Mutex<Option<Error>>>,
 ) -> Box<dyn FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send> {
     Box::new(move |conn, step| {
         let child = child_execution_id(parent, step.seq);
@@ -466,12 +478,10 @@ fn start_hook(
                 "child {child} of step {} of execution {parent} exists already",
                 step.seq
             ))),
-            Starting::Refused(error) => {
-                *refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
-                Err(durably_journal::Error::Aborted(
-                    "the child's start was refused",
-                ))
-            }
+            Starting::Refused(error) => Err(durably_journal::Error::Inconsistent(format!(
+                "the start of child {child} of execution {parent} was refused after its checks \
+                 passed: {error}"
+            ))),
         }
     })
 }
