@@ -138,7 +138,8 @@ impl ChildOptions {
 }
 
 /// A child execution started by [`WorkflowContext::start_child`], whose output decodes as
-/// `O`: await it with [`WorkflowContext::child_result`] or [`ChildHandle::result`].
+/// `O`: await it with [`WorkflowContext::child_result`] or [`ChildHandle::result`], once
+/// (either takes the handle: the child's end is one message, which one await consumes).
 pub struct ChildHandle<O> {
     child_id: Uuid,
     kind: String,
@@ -163,18 +164,8 @@ impl<O: DeserializeOwned> ChildHandle<O> {
     ///
     /// # Errors
     /// As [`WorkflowContext::child_result`].
-    pub async fn result(&self, ctx: &WorkflowContext) -> Result<O> {
+    pub async fn result(self, ctx: &WorkflowContext) -> Result<O> {
         ctx.child_result(self).await
-    }
-}
-
-impl<O> Clone for ChildHandle<O> {
-    fn clone(&self) -> Self {
-        Self {
-            child_id: self.child_id,
-            kind: self.kind.clone(),
-            output: PhantomData,
-        }
     }
 }
 
@@ -298,13 +289,15 @@ impl WorkflowContext {
     /// [`Error::ChildFailed`] when the child failed, [`Error::ChildCancelled`] when it was
     /// cancelled (both recorded, so they replay); [`Error::OutputType`] when its output does
     /// not decode as `O`; then [`Error::Cancelled`] and the journal's step errors.
-    pub async fn child_result<O: DeserializeOwned>(&self, handle: &ChildHandle<O>) -> Result<O> {
+    pub async fn child_result<O: DeserializeOwned>(&self, handle: ChildHandle<O>) -> Result<O> {
         let child_id = handle.child_id;
         let topic = child_topic(child_id);
         let forever = DateTime::<Utc>::from_timestamp(AWAIT_FOREVER_UNIX_SECONDS, 0)
             .ok_or_else(|| Error::InvalidOption("the last storable instant".to_owned()))?;
         let deadline = self.recv_deadline(&topic, forever).await?;
-        let received = self.receive::<ChildEnded>(&topic, deadline).await?;
+        let received = self
+            .receive::<ChildEnded>(&topic, deadline, Timing::Deferred)
+            .await?;
         if received.message_id.is_none() {
             return Err(Error::Journal(durably_journal::Error::Inconsistent(
                 format!(
@@ -356,7 +349,7 @@ impl WorkflowContext {
         let handle = self
             .start_child::<I, O>(kind, input, ChildOptions::default())
             .await?;
-        self.child_result(&handle).await
+        self.child_result(handle).await
     }
 
     /// The result step: records the ended child's output, or its end as the step's failure.

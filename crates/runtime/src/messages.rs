@@ -215,7 +215,7 @@ impl WorkflowContext {
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let deadline = waiting::instant_after(now, timeout, "a receive's timeout")?;
         let deadline = self.recv_deadline(topic, deadline).await?;
-        let received = self.receive::<T>(topic, deadline).await?;
+        let received = self.receive::<T>(topic, deadline, Timing::Now).await?;
         if received.message_id.is_none() {
             return Ok(None);
         }
@@ -283,11 +283,15 @@ impl WorkflowContext {
     }
 
     /// The recv step: replays what it recorded, or waits for a message on `topic` until
-    /// `deadline` and records it, consumed, or the timeout.
+    /// `deadline` and records it, consumed, or the timeout. A message consumed is written as
+    /// `consumed` says: at once (`recv`), or behind, with the run's next write, where nobody
+    /// else waits for the consumption and no other receive of the run takes the topic (a
+    /// child's end, awaited once).
     pub(crate) async fn receive<T: DeserializeOwned>(
         &self,
         topic: &str,
         deadline: DateTime<Utc>,
+        consumed: Timing,
     ) -> Result<Received> {
         let step = format!("durably:recv/{topic}");
         let mut slot = self.slot.lock().await;
@@ -342,16 +346,17 @@ impl WorkflowContext {
             .step_with(
                 &step,
                 Effect::Pure,
-                Timing::Now,
+                consumed,
                 consume_closure::<T>(&message, topic),
                 consume_hook(message.message_id),
             )
             .await;
-        let consumed = matches!(
-            &outcome,
-            Ok(_) | Err(durably_journal::Error::StepFailed { .. })
-        );
-        if consumed {
+        let committed = consumed == Timing::Now
+            && matches!(
+                &outcome,
+                Ok(_) | Err(durably_journal::Error::StepFailed { .. })
+            );
+        if committed {
             fail::fail_point!("runtime::after-consume-commit", |_| std::process::abort());
         }
         slot.remember(outcome)

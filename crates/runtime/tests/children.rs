@@ -43,7 +43,7 @@ async fn fan_out(ctx: WorkflowContext, inputs: Vec<u32>) -> Result<Vec<String>, 
         handles.push(ctx.start_child::<u32, u32>("leaf", &n, options).await?);
     }
     let mut results = Vec::new();
-    for handle in &handles {
+    for handle in handles {
         results.push(match handle.result(&ctx).await {
             Ok(value) => value.to_string(),
             Err(Error::ChildFailed { error, .. }) => format!("failed: {error}"),

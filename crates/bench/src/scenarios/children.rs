@@ -48,7 +48,7 @@ async fn parent(context: WorkflowContext, children: u32) -> Result<u32, Workflow
         );
     }
     let mut steps = 0;
-    for handle in &handles {
+    for handle in handles {
         steps += handle.result(&context).await?;
     }
     Ok(steps)
