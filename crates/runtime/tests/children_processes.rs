@@ -16,7 +16,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use durably_journal::{Journal, Status};
@@ -24,7 +24,7 @@ use durably_runtime::{
     ChildOptions, QueueConfig, Runtime, RuntimeBuilder, StartOptions, WorkflowContext,
     WorkflowError, child_execution_id, child_topic,
 };
-use support::{wait_for_status, wait_for_steps, wait_until};
+use support::{kill, wait_for_status, wait_for_steps, wait_until};
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`.
@@ -103,14 +103,8 @@ fn builder(journal: &Journal, kinds: &[&str], park_after: Duration) -> RuntimeBu
     builder
 }
 
-fn child_command(role: &str, db: &Path, id: Uuid) -> Command {
-    support::child_command(CHILD_ENV, &format!("{role} {} {id}", db.display()))
-}
-
-/// Kills `child` with SIGKILL and reaps it.
-fn kill(mut child: Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
+fn child_command(role: &str, db: &std::path::Path, id: Uuid) -> Command {
+    support::role_command(CHILD_ENV, role, db, id)
 }
 
 /// The child's side; does nothing when run as an ordinary test.
