@@ -67,21 +67,27 @@ pub const CHILD_ERROR_BYTES_MAX: usize = 4096;
 /// ```text
 /// msg = parent (16 bytes, as the UUID's bytes) ‖ u32_le(seq)
 /// key = blake3::derive_key("durably child execution v1", msg)    // 32 bytes
-/// b   = key[0..16]
+/// b[0..6]  = parent[0..6]                                        // the parent's prefix
+/// b[6..16] = key[0..10]
 /// b[6] = (b[6] & 0x0f) | 0x80                                    // version 8 (custom)
 /// b[8] = (b[8] & 0x3f) | 0x80                                    // RFC 9562 variant
 /// id  = b as a UUID
 /// ```
 ///
-/// The same bytes as the scheduler's fire ids and the journal's idempotency keys are made
-/// into UUIDs. The test vectors are in docs/design.md.
+/// A child keeps its parent's first 48 bits: with the journal's time-ordered ids (UUIDv7,
+/// whose first 48 bits are the start's millisecond), a parent's children sort next to it,
+/// so their rows and steps go to the same few B-tree pages instead of pages all over the
+/// file; the other 74 bits are the hash's. The version and variant bits are set as for the
+/// scheduler's fire ids and the journal's idempotency keys. The test vectors are in
+/// docs/design.md.
 pub fn child_execution_id(parent: Uuid, seq: u32) -> Uuid {
     let mut message = [0_u8; 20];
     message[..16].copy_from_slice(parent.as_bytes());
     message[16..].copy_from_slice(&seq.to_le_bytes());
     let key = blake3::derive_key(CHILD_ID_CONTEXT, &message);
     let mut bytes = [0_u8; 16];
-    bytes.copy_from_slice(&key[..16]);
+    bytes[..6].copy_from_slice(&parent.as_bytes()[..6]);
+    bytes[6..].copy_from_slice(&key[..10]);
     uuid::Builder::from_custom_bytes(bytes).into_uuid()
 }
 
@@ -295,6 +301,7 @@ impl WorkflowContext {
         let forever = DateTime::<Utc>::from_timestamp(AWAIT_FOREVER_UNIX_SECONDS, 0)
             .ok_or_else(|| Error::InvalidOption("the last storable instant".to_owned()))?;
         let deadline = self.recv_deadline(&topic, forever).await?;
+        self.wait_briefly(&topic).await?;
         let received = self
             .receive::<ChildEnded>(&topic, deadline, Timing::Deferred)
             .await?;
@@ -350,6 +357,39 @@ impl WorkflowContext {
             .start_child::<I, O>(kind, input, ChildOptions::default())
             .await?;
         self.child_result(handle).await
+    }
+
+    /// Before an await that does not replay waits for a child that has not ended: writes what
+    /// the run keeps pending (the starts of its children, written behind, among it: without
+    /// this the child would not exist), then waits in memory up to the runtime's `park_after`
+    /// for the child's message, as a short `recv` would. The receive after it then finds the
+    /// message at once, or parks: a child that ends soon costs its parent no park and no
+    /// replay.
+    async fn wait_briefly(&self, topic: &str) -> Result<()> {
+        let (client, id) = (self.waits.client.clone(), self.id);
+        let look = || -> Result<Option<()>> {
+            let found = client
+                .journal()
+                .read(|conn| store::first_pending_message(conn, id, topic))?;
+            Ok(found.map(|_| ()))
+        };
+        let park_after = self.waits.park_after;
+        {
+            let mut slot = self.slot.lock().await;
+            let execution = running(&mut slot, id)?;
+            if park_after.is_zero() || replays(execution) || look()?.is_some() {
+                return Ok(());
+            }
+            let flushed = execution.flush().await;
+            slot.remember(flushed)?;
+        }
+        let clock = self.waits.clock.as_ref();
+        let until = chrono::TimeDelta::from_std(park_after)
+            .ok()
+            .and_then(|after| durably_lock::Clock::now(clock).checked_add_signed(after));
+        let signal = self.cancellation();
+        crate::waiting::wait_for(&client, clock, until, Some(&signal), look).await?;
+        Ok(())
     }
 
     /// The result step: records the ended child's output, or its end as the step's failure.
