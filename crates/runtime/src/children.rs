@@ -413,6 +413,9 @@ impl WorkflowContext {
     }
 }
 
+/// The hook of a start step: the child's rows, with the step's transaction.
+type StartHook = Box<dyn FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send>;
+
 /// The start request of a child, checked and encoded before anything is written.
 fn child_request<I, O>(
     client: &crate::Client,
@@ -488,10 +491,7 @@ where
 /// deferred). The start's checks passed before the step ran, and kinds and queues are never
 /// removed, so a refusal here means the file changed under the runtime: an error that halts
 /// the run, which is resumed under the failure accounting.
-fn start_hook(
-    request: StartRequest,
-    parent: Uuid,
-) -> Box<dyn FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send> {
+fn start_hook(request: StartRequest, parent: Uuid) -> StartHook {
     Box::new(move |conn, step| {
         let child = child_execution_id(parent, step.seq);
         if step.state != StepState::Completed || child != request.id() {
@@ -520,8 +520,7 @@ fn start_hook(
 }
 
 /// The hook of a replayed start step, which never runs.
-fn start_hook_replayed()
--> Box<dyn FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send> {
+fn start_hook_replayed() -> StartHook {
     Box::new(|_, _| Ok(()))
 }
 

@@ -60,7 +60,7 @@ async fn waits_on_child(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowErr
 
 async fn idle(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
     let got = ctx
-        .recv::<u32>("never", Duration::from_secs(7 * 24 * 3600))
+        .recv::<u32>("never", Duration::from_hours(7 * 24))
         .await?;
     Ok(got.unwrap_or(0))
 }

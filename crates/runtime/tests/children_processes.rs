@@ -32,8 +32,7 @@ const CHILD_ENV: &str = "DURABLY_RUNTIME_CHILDREN_TEST_CHILD";
 
 /// Waits for a message on `go`, then returns its input plus one.
 async fn gated(ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
-    ctx.recv::<()>("go", Duration::from_secs(7 * 24 * 3600))
-        .await?;
+    ctx.recv::<()>("go", Duration::from_hours(7 * 24)).await?;
     Ok(n + 1)
 }
 
