@@ -262,16 +262,9 @@ impl WorkflowContext {
                 hook,
             )
             .await;
+        // A fork copies its original's start steps: the child they name is the original's.
         let started: ChildStarted = slot.remember(outcome)?;
-        if started.child_id != child_id {
-            return Err(Error::Journal(durably_journal::Error::Inconsistent(
-                format!(
-                    "step {seq} ({step:?}) of execution {} records child {}, but its id derives \
-                 child {child_id}",
-                    self.id, started.child_id
-                ),
-            )));
-        }
+        let child_id = started.child_id;
         if fresh {
             // The step and the child's rows wait for the run's next write: a crash here loses
             // both, and the resumed parent starts the same child again.
@@ -446,7 +439,7 @@ where
             } else if local.is_none()
                 && !client
                     .journal()
-                    .read(|conn| store::kind_version_registered(conn, kind, version))?
+                    .read(|conn| store::kind_version_known(conn, kind, version))?
             {
                 return Err(Error::UnknownKind {
                     kind: format!("{kind} (version {version})"),

@@ -36,7 +36,10 @@ async fn clients_migrate_once_under_the_runtime_owner() {
             )?)
         })
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(
+        version, 3,
+        "migrations 0001, 0002 (children) and 0003 (patches and forks)"
+    );
     let schema = schema_text(&journal);
     for name in [
         "runtime_executions",
@@ -45,8 +48,13 @@ async fn clients_migrate_once_under_the_runtime_owner() {
         "dedup_keys",
         "messages",
         "workflow_events",
+        "runtime_patches",
         "runtime_messages",
         "runtime_events",
+        "patch_answers",
+        "forks",
+        "runtime_children",
+        "runtime_children_by_parent",
     ] {
         assert!(
             schema.iter().any(|(found, _)| found == name),

@@ -11,7 +11,8 @@
 //! 3. a parent of kind [`PARENT_KIND`] starts two children of kind [`CHILD_KIND`] (one in the
 //!    queue, one in none) and awaits both: each start step has exactly one child, with the
 //!    derived id, and the parent gets both results;
-//! 4. covering executions started through them, in the queue and with no queue: every step
+//! 4. an execution that answers a patch, and its fork ([`super::matrix_versions`]);
+//! 5. covering executions started through them, in the queue and with no queue: every step
 //!    kind and policy once, a short and a parked timer, a message sent to itself and received,
 //!    a receive of the driver's message (sent right after the start), a receive that times out
 //!    while parked, a published event; awaited to their end while the harness plays the
@@ -33,6 +34,7 @@ use uuid::Uuid;
 
 use super::BoxError;
 use super::matrix::{open_journal, run_orphan_maker};
+use super::matrix_versions::{patch_and_fork, serving_patched};
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::runtime_roles::{
     QUEUE, RUNTIME_INDEX_BASE, ack_result, cancel_acked, drain, runtime_builder, send_acked,
@@ -105,6 +107,7 @@ pub async fn run(
     past_deadline(workload, &runtimes[0], seed).await?;
     cancel_running(workload, &runtimes, &gate, seed).await?;
     family(&runtimes[0], seed).await?;
+    patch_and_fork(&runtimes[1], seed).await?;
     for number in 0..RUNTIME_COVERING_EXECUTIONS {
         let input = covering(seed, number);
         let mut options = StartOptions::default();
@@ -219,7 +222,7 @@ async fn family(client: &Client, seed: u64) -> Result<(), BoxError> {
 /// and [`PARENT_KIND`] and [`CHILD_KIND`].
 async fn serving_victims(workload: &Arc<Workload>, gate: &Arc<Gate>) -> Result<Runtime, BoxError> {
     let gate = Arc::clone(gate);
-    let runtime = runtime_builder(workload)
+    let runtime = serving_patched(runtime_builder(workload))
         .register(PARENT_KIND, 1, parent)
         .register(CHILD_KIND, 1, child)
         .register(VICTIM_KIND, 1, move |context: WorkflowContext, (): ()| {

@@ -30,15 +30,6 @@ pub(crate) fn latest_kind_version(conn: &Connection, kind: &str) -> Result<Optio
         .query_row(params![kind], |row| row.get(0))?)
 }
 
-/// Whether some runtime has registered `kind` at `version`. One primary-key seek.
-pub(crate) fn kind_version_registered(conn: &Connection, kind: &str, version: u32) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM workflow_kinds WHERE kind = ?1 AND version = ?2")?
-        .query_row(params![kind, version], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
-
 /// A row of `queues`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StoredQueue {
@@ -76,4 +67,13 @@ pub(crate) fn stored_queue(conn: &Connection, queue: &str) -> Result<Option<Stor
             })
         })
         .optional()?)
+}
+
+/// Whether some runtime has registered `kind` at `version`. One primary-key seek.
+pub(crate) fn kind_version_known(conn: &Connection, kind: &str, version: u32) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM workflow_kinds WHERE kind = ?1 AND version = ?2")?
+        .query_row(params![kind, version], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
