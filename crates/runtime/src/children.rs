@@ -628,6 +628,61 @@ fn tell_parent(
     let Some((parent, _)) = store::parent_of(conn, child)? else {
         return Ok(());
     };
+    tell(conn, parent, child, status, now)
+}
+
+/// The first child that `original`'s steps below `before_seq` started and that has not ended,
+/// as (the start step's seq, the child): a fork copying that start would await an end only
+/// `original` is told of.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn unended_child_below(
+    conn: &Connection,
+    original: Uuid,
+    before_seq: u32,
+) -> durably_journal::Result<Option<(u32, Uuid)>> {
+    for (seq, child) in store::children_below(conn, original, before_seq)? {
+        if execution_status(conn, child)?.is_some_and(|status| !status.is_final()) {
+            return Ok(Some((seq, child)));
+        }
+    }
+    Ok(None)
+}
+
+/// Tells fork `fork` of `original`, copied below `before_seq`, of the end of each child whose
+/// start step it copied and whose end `original` did not consume below `before_seq`: the
+/// fork's await of it comes at or after `before_seq`. Every such child has ended
+/// ([`unended_child_below`] refused the fork otherwise); one removed by retention is left to
+/// the await, which records it as a failure.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn tell_fork(
+    conn: &Connection,
+    (original, fork): (Uuid, Uuid),
+    before_seq: u32,
+    now: DateTime<Utc>,
+) -> durably_journal::Result<()> {
+    for (_, child) in store::children_below(conn, original, before_seq)? {
+        if store::end_consumed_below(conn, original, child, before_seq)? {
+            continue;
+        }
+        if let Some(status) = execution_status(conn, child)? {
+            tell(conn, fork, child, status, now)?;
+        }
+    }
+    Ok(())
+}
+
+/// Delivers `parent` the end of `child` (`status`) on the child's topic, keyed by its id.
+fn tell(
+    conn: &Connection,
+    parent: Uuid,
+    child: Uuid,
+    status: Status,
+    now: DateTime<Utc>,
+) -> durably_journal::Result<()> {
     let message = json!(ChildEnded {
         status: status.as_str().to_owned()
     })

@@ -47,6 +47,48 @@ pub(crate) fn children_of(conn: &Connection, parent: Uuid) -> Result<Vec<Uuid>> 
     rows.map(|text| parsed(&text?)).collect()
 }
 
+/// The children of execution `parent` started by its steps below `before_seq`, as (the start
+/// step's seq, the child), in seq order. A range read of `runtime_children_by_parent`.
+pub(crate) fn children_below(
+    conn: &Connection,
+    parent: Uuid,
+    before_seq: u32,
+) -> Result<Vec<(u32, Uuid)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT parent_seq, execution_id FROM runtime_executions
+         WHERE parent_execution_id = ?1 AND parent_seq < ?2 ORDER BY parent_seq",
+    )?;
+    let rows = statement.query_map(params![parent.to_string(), before_seq], |row| {
+        Ok((row.get::<_, u32>(0)?, row.get::<_, String>(1)?))
+    })?;
+    rows.map(|row| {
+        let (seq, child) = row?;
+        Ok((seq, parsed(&child)?))
+    })
+    .collect()
+}
+
+/// Whether a step of `parent` below `before_seq` consumed the end message of `child` (the
+/// message keyed by the child's id). One seek of `messages_by_key`.
+pub(crate) fn end_consumed_below(
+    conn: &Connection,
+    parent: Uuid,
+    child: Uuid,
+    before_seq: u32,
+) -> Result<bool> {
+    let found = conn
+        .prepare_cached(
+            "SELECT 1 FROM messages
+             WHERE execution_id = ?1 AND idempotency_key = ?2 AND consumed_seq < ?3",
+        )?
+        .query_row(
+            params![parent.to_string(), child.to_string(), before_seq],
+            |_| Ok(()),
+        )
+        .optional()?;
+    Ok(found.is_some())
+}
+
 fn parsed(text: &str) -> Result<Uuid> {
     Uuid::parse_str(text).map_err(|error| {
         durably_journal::Error::Inconsistent(format!(

@@ -24,7 +24,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
-pub(crate) use children::{children_of, parent_of, set_parent};
+pub(crate) use children::{children_below, children_of, end_consumed_below, parent_of, set_parent};
 pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
