@@ -11,7 +11,8 @@
 //! missing, a consumed message its receive does not hold, a receive that returned another
 //! message than the journal holds, a step written before its timer woke, an effect after its
 //! run saw it was asked to stop, a step row newer than a cancel request, a timeout cancel of
-//! an execution started without a deadline, a flipped patch answer, a run told another patch answer than the journal holds, a parallel step's effect
+//! an execution started without a deadline, two children of one start step, a flipped patch
+//! answer, a run told another patch answer than the journal holds, a parallel step's effect
 //! appended twice or missing, an effect of a fork's copied step — and check that the matching
 //! figure, and a failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
@@ -388,6 +389,40 @@ fn a_timeout_of_an_execution_started_without_a_deadline_is_a_wrong_end() {
         .unwrap();
     });
     assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+/// A child of a start step, and the start step of a sibling, as `(child, parent, seq)`.
+fn two_children(conn: &Connection) -> [(String, String, i64); 2] {
+    let mut statement = conn
+        .prepare(
+            "SELECT execution_id, parent_execution_id, parent_seq FROM runtime_executions
+             WHERE parent_execution_id IN (SELECT parent_execution_id FROM runtime_executions
+                                           GROUP BY parent_execution_id HAVING count(*) >= 2)
+             ORDER BY parent_execution_id, parent_seq LIMIT 2",
+        )
+        .unwrap();
+    let rows: Vec<(String, String, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    [rows[0].clone(), rows[1].clone()]
+}
+
+#[test]
+fn two_children_of_one_start_step_are_child_dups() {
+    let report = damaged(|_, conn| {
+        let [(_, parent, seq), (second, ..)] = two_children(conn);
+        // The second child now claims the first one's start step, which has two.
+        change_one(
+            conn,
+            &format!(
+                "UPDATE runtime_executions SET parent_seq = {seq}
+                 WHERE execution_id = '{second}' AND parent_execution_id = '{parent}'"
+            ),
+        );
+    });
+    assert!(report.child_dups >= 2, "{report:?}");
 }
 
 #[test]

@@ -28,7 +28,8 @@
 //!   Each reopen used to write another `ambiguity_failed`.
 //! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
 //!   runtime's rules, see [`super::runtime_checks`].
-//! - **patch_flips**, **fork_reruns**: the rules of patches and forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
+//! - **child_dups**, **patch_flips**, **fork_reruns**: the rules of children, patches and
+//!   forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
 //!   keys: the rules above hold the original's row to its key's effects.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
@@ -87,10 +88,14 @@ pub struct Report {
     pub after_cancel: u64,
     /// Timers that ended, or let a later step run, before their wake time.
     pub early_wakes: u64,
+    /// Parent start steps with another number of children than one, or another child.
+    pub child_dups: u64,
     /// Executions whose patch answer, marker step and branch disagree.
     pub patch_flips: u64,
     /// Copied steps of forks that were run again or differ from the original's.
     pub fork_reruns: u64,
+    /// Child executions (not a violation).
+    pub children: u64,
     /// Executions that answered `true` to the patch (not a violation).
     pub patched: u64,
     /// Executions that answered `false` to the patch (not a violation).
@@ -132,6 +137,7 @@ impl Report {
             && self.bad_messages == 0
             && self.after_cancel == 0
             && self.early_wakes == 0
+            && self.child_dups == 0
             && self.patch_flips == 0
             && self.fork_reruns == 0
             && self.integrity_ok
@@ -143,7 +149,7 @@ impl Report {
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
              duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} \
              over_limit={} wrong_end={} bad_messages={} after_cancel={} early_wakes={} \
-             patch_flips={} fork_reruns={} integrity={} seed={seed}",
+             child_dups={} patch_flips={} fork_reruns={} integrity={} seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -158,6 +164,7 @@ impl Report {
             self.bad_messages,
             self.after_cancel,
             self.early_wakes,
+            self.child_dups,
             self.patch_flips,
             self.fork_reruns,
             if self.integrity_ok { "ok" } else { "FAIL" },

@@ -1,7 +1,11 @@
-//! The checker's rules for composition and change: patches and forks. (Parallel
+//! The checker's rules for composition and change: children, patches and forks. (Parallel
 //! steps need no rule of their own: each member has its own key, so the key-based accounting
 //! of [`super::checker`] counts its effects duplicated or lost like any other step's.)
 //!
+//! - **child_dups**: each parent's start step (`durably:child/<kind>`, completed, not copied
+//!   by a fork) has exactly one child row (`runtime_executions.parent_execution_id`,
+//!   `parent_seq`), whose id is the one the step recorded and the one derived from the parent
+//!   and the seq; no (parent, seq) has two children.
 //! - **patch_flips**: for every runtime execution whose plan has a patch point at journal seq
 //!   S: its recorded answer (`runtime_patches`), its marker step (`durably:patch/<id>`) and its
 //!   branch agree. Answered `true`: the marker is at S (the answer's seq) and the new branch's
@@ -190,7 +194,7 @@ fn answers(conn: &Connection) -> Result<HashMap<String, (bool, i64)>, BoxError> 
     Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
 }
 
-/// Runs the rules of patches and forks.
+/// Runs the rules of children, patches and forks.
 ///
 /// # Errors
 /// The journal cannot be read, or a record is malformed.
@@ -201,6 +205,7 @@ pub(super) fn check(
     effects: &HashMap<String, Vec<EffectRecord>>,
     report: &mut Report,
 ) -> Result<(), BoxError> {
+    check_children(conn, composition, report)?;
     check_patches(conn, composition, acks, effects, report)?;
     check_forks(conn, composition, effects, report)
 }
@@ -215,6 +220,76 @@ fn step_names(conn: &Connection) -> Result<HashMap<(String, i64), String>, BoxEr
         ))
     })?;
     Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
+}
+
+fn check_children(
+    conn: &Connection,
+    composition: &Composition,
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    if !has_column(conn, "runtime_executions", "parent_execution_id")? {
+        return Ok(());
+    }
+    let mut statement = conn.prepare(
+        "SELECT execution_id, parent_execution_id, parent_seq FROM runtime_executions
+         WHERE parent_execution_id IS NOT NULL",
+    )?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                (row.get::<_, String>(1)?, row.get::<_, i64>(2)?),
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    report.children = rows.len() as u64;
+    let mut children: HashMap<(String, i64), Vec<String>> = HashMap::new();
+    for (child, place) in rows {
+        children.entry(place).or_default().push(child);
+    }
+    for ((parent, seq), ids) in &children {
+        if ids.len() > 1 {
+            report.child_dups += ids.len() as u64 - 1;
+            report.violation(format!(
+                "child_dups: step {seq} of {parent} has {} children: {ids:?}",
+                ids.len()
+            ));
+        }
+    }
+    let mut statement = conn.prepare(
+        "SELECT execution_id, seq, result ->> '$.child_id' FROM steps
+         WHERE name LIKE 'durably:child/%' AND state = 'completed'",
+    )?;
+    let starts = statement
+        .query_map([], |row| {
+            Ok((
+                (row.get::<_, String>(0)?, row.get::<_, i64>(1)?),
+                row.get::<_, Option<String>>(2)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (place, recorded) in starts {
+        if composition.copied.contains(&place) {
+            continue;
+        }
+        let derived = derived_child(&place.0, place.1)?;
+        let found = children.get(&place).map(Vec::as_slice).unwrap_or_default();
+        if found != [derived.clone()] || recorded.as_deref() != Some(derived.as_str()) {
+            report.child_dups += 1;
+            report.violation(format!(
+                "child_dups: start step {} of {} recorded child {recorded:?} and derives \
+                 {derived}, but its children are {found:?}",
+                place.1, place.0
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The id of the child that step `seq` of execution `parent` starts.
+fn derived_child(parent: &str, seq: i64) -> Result<String, BoxError> {
+    let parent: Uuid = parent.parse()?;
+    Ok(durably_runtime::child_execution_id(parent, u32::try_from(seq)?).to_string())
 }
 
 fn check_patches(

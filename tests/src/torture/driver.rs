@@ -288,8 +288,8 @@ pub fn print(outcome: &Outcome, options: &Options) {
     let report = &outcome.report;
     println!(
         "torture: detail reran={} abandoned={} skipped={} resolved={} runtime_executions={} \
-         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} patched={} \
-         unpatched={} forks={} worker_errors={} finished={} dir={}",
+         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} children={} \
+         patched={} unpatched={} forks={} worker_errors={} finished={} dir={}",
         report.reran,
         report.abandoned,
         report.skipped,
@@ -301,6 +301,7 @@ pub fn print(outcome: &Outcome, options: &Options) {
         report.received,
         report.timed_out,
         report.cancelled,
+        report.children,
         report.patched,
         report.unpatched,
         report.forks,

@@ -13,7 +13,7 @@
 //!   ([`runs`]: its executions run through `Runtime::run`; [`matrix_runtime`]: its runtime
 //!   part).
 //! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's; [`composition_checks`]:
-//!   patches and forks).
+//!   children, patches and forks).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
 pub mod checker;

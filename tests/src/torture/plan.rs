@@ -129,6 +129,14 @@ pub enum RuntimeStep {
         /// The index in `PolicyKind::ALL` of the first guarded member's policy.
         first: u8,
     },
+    /// `count` child executions (runtime plans of their own, see [`child_input`]), started one
+    /// after the other (`durably:child/<kind>`, one journal step each; the first in
+    /// [`CHILD_QUEUE`]) and then awaited in order (three journal steps each). Only top-level
+    /// plans have children.
+    Children {
+        /// How many (2 or 3).
+        count: u8,
+    },
     /// A patch point ([`PATCH_ID`]): code without the patch runs the idempotent step
     /// [`patch_step_name`]`(seq, false)`; patched code asks `patched` and runs
     /// [`patch_step_name`]`(seq, true)` on `true` (after the marker step, so it records two
@@ -154,6 +162,23 @@ pub fn patched_value(index: u64, seq: usize) -> String {
 /// returns.
 pub fn member_value(index: u64, seq: usize, member: usize) -> String {
     format!("v{index}-{seq}.{member}")
+}
+
+/// The queue of the first child of a [`RuntimeStep::Children`] step.
+pub const CHILD_QUEUE: &str = "children";
+
+/// Child executions' indexes start here: child `number` of the execution of index `parent`
+/// has index `CHILD_INDEX_BASE + parent * 4 + number`.
+pub const CHILD_INDEX_BASE: u64 = 1 << 60;
+
+/// The plan input of child `number` of the execution `parent` describes: a random runtime
+/// plan (with no children of its own).
+pub fn child_input(parent: PlanInput, number: usize) -> PlanInput {
+    PlanInput {
+        index: CHILD_INDEX_BASE + (parent.index << 2) + number as u64,
+        shape: Shape::Runtime,
+        ..parent
+    }
 }
 
 /// The topic of a receive.
@@ -189,6 +214,7 @@ impl RuntimeStep {
             | Self::Slow { .. }
             | Self::Patch => 1,
             Self::Parallel { guarded, .. } => u32::from(guarded) + 1,
+            Self::Children { count } => 4 * u32::from(count),
         }
     }
 }
@@ -299,7 +325,7 @@ impl ExecutionPlan {
         let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
         let kinds = match input.shape {
             Shape::Random => random_kinds(&mut rng),
-            Shape::Runtime => runtime_kinds(&mut rng),
+            Shape::Runtime => runtime_kinds(&mut rng, input.index < CHILD_INDEX_BASE),
             Shape::Covering => covering_kinds(),
             Shape::RuntimeCovering => runtime_covering_kinds(),
             Shape::RuntimeRun => covering_kinds()
@@ -386,8 +412,9 @@ fn random_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
 }
 
 /// The steps of a runtime plan: the hand-driven kinds, with timers, receives, self-sends and
-/// published events among them, and some of the time parallel steps and a patch point.
-fn runtime_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
+/// published events among them, and some of the time parallel steps, a patch point and (in a
+/// top-level plan) children.
+fn runtime_kinds(rng: &mut SeededRng, top_level: bool) -> Vec<StepKind> {
     let mut kinds = sequential_kinds(rng);
     let mut insert = |rng: &mut SeededRng, kind| {
         let at = rng.between(0, kinds.len() as u64) as usize;
@@ -409,13 +436,21 @@ fn runtime_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
     if rng.percent(PATCH_PERCENT) {
         insert(rng, RuntimeStep::Patch);
     }
+    if top_level && rng.percent(CHILDREN_PERCENT) {
+        let kind = RuntimeStep::Children {
+            count: rng.between(2, 3) as u8,
+        };
+        insert(rng, kind);
+    }
     renumber_own_receives(&mut kinds);
     kinds
 }
 
-/// In percent: runtime plans with parallel steps, and with a patch point.
+/// In percent: runtime plans with parallel steps, with a patch point, and (top-level ones)
+/// with children.
 const PARALLEL_PERCENT: u64 = 25;
 const PATCH_PERCENT: u64 = 30;
+const CHILDREN_PERCENT: u64 = 20;
 
 /// Points each receive of an own message at the self-send right before it, after steps were
 /// inserted.
@@ -493,7 +528,7 @@ pub const COVERING_RECV_TIMEOUT_MS: u64 = 60_000;
 /// Every kind of [`covering_kinds`] and every runtime step: a short and a parked timer, a
 /// self-send and its receive, a receive of the driver's message, a receive that times out
 /// while parked, a published event, a slow idempotent and a slow guarded (Retry) step,
-/// parallel steps under every policy, and the patch point.
+/// parallel steps under every policy, the patch point and two children.
 fn runtime_covering_kinds() -> Vec<StepKind> {
     let mut kinds = covering_kinds();
     let first = kinds.len();
@@ -526,6 +561,7 @@ fn runtime_covering_kinds() -> Vec<StepKind> {
                 first: 0,
             },
             RuntimeStep::Patch,
+            RuntimeStep::Children { count: 2 },
         ]
         .map(StepKind::Runtime),
     );
@@ -558,6 +594,7 @@ fn kind_word(kind: StepKind) -> &'static str {
         StepKind::Runtime(RuntimeStep::SetEvent) => "event",
         StepKind::Runtime(RuntimeStep::Slow { .. }) => "slow",
         StepKind::Runtime(RuntimeStep::Parallel { .. }) => "parallel",
+        StepKind::Runtime(RuntimeStep::Children { .. }) => "children",
         StepKind::Runtime(RuntimeStep::Patch) => "patch",
     }
 }

@@ -15,7 +15,8 @@
 //!   fatal step (not at a receive that got what its plan rules out), or by a step timeout only
 //!   when a cancel was asked of it (otherwise the operator resumes it); cancelled only after a
 //!   canceller asked (`c` record), or with reason `timeout` when it was started with a deadline
-//!   (`D` record); and
+//!   (`D` record), or at all when a cancel of an ancestor was asked or an ancestor had a
+//!   deadline (the cancel of a parent cascades to its children); and
 //!   one cancelled at once (`C … cancelled`) ends cancelled. (Unfinished ones count as
 //!   `stuck`.)
 //! - **bad_messages**: every acknowledged send (`S`) is in `messages` exactly once for its
@@ -41,7 +42,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
-use super::composition_checks::Composition;
+use super::composition_checks::{Composition, has_column};
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
 };
@@ -226,6 +227,36 @@ struct Cancels<'a> {
     cancelled: HashSet<&'a str>,
     requested: HashSet<&'a str>,
     deadlines: HashSet<&'a str>,
+    /// Each child execution's parent.
+    parents: HashMap<String, String>,
+}
+
+impl Cancels<'_> {
+    /// Whether a cancel of an ancestor of `id` was asked, or an ancestor had a deadline: the
+    /// cancel of a parent cascades to its unfinished children.
+    fn cascades_to(&self, id: &str) -> bool {
+        let mut id = id;
+        while let Some(parent) = self.parents.get(id) {
+            if self.asked.contains(parent.as_str()) || self.deadlines.contains(parent.as_str()) {
+                return true;
+            }
+            id = parent;
+        }
+        false
+    }
+}
+
+/// Each child execution's parent (none before the runtime had children).
+fn parents(conn: &Connection) -> Result<HashMap<String, String>, BoxError> {
+    if !has_column(conn, "runtime_executions", "parent_execution_id")? {
+        return Ok(HashMap::new());
+    }
+    let mut statement = conn.prepare(
+        "SELECT execution_id, parent_execution_id FROM runtime_executions
+         WHERE parent_execution_id IS NOT NULL",
+    )?;
+    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
 }
 
 fn cancels(acks: &[Vec<String>]) -> Cancels<'_> {
@@ -308,8 +339,9 @@ fn check_ends(
     acks: &[Vec<String>],
     report: &mut Report,
 ) -> Result<(), BoxError> {
-    let cancels = cancels(acks);
+    let mut cancels = cancels(acks);
     report.cancelled = (cancels.cancelled.len() + cancels.requested.len()) as u64;
+    cancels.parents = parents(conn)?;
     // Every runtime execution of a plan.
     for end in ends(conn)? {
         let input: PlanInput = serde_json::from_str(&end.input)?;
@@ -369,6 +401,7 @@ fn wrong_end(
         "failed" if !timed_out && (!fatal || end.message.as_deref() != Some(FATAL_MESSAGE)) => {
             Some("it did not fail at its planned fatal step")
         }
+        "cancelled" if cancels.cascades_to(id) => None,
         "cancelled" if end.cancel_reason.as_deref() == Some(DEADLINE_REASON) => {
             (!cancels.deadlines.contains(id)).then_some("it was started with no deadline")
         }

@@ -32,8 +32,8 @@ use uuid::Uuid;
 use super::BoxError;
 use super::forks::fork_one;
 use super::plan::{
-    ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep, SeededRng, Shape, StepKind,
-    topic,
+    CHILD_INDEX_BASE, CHILD_QUEUE, ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep,
+    SeededRng, Shape, StepKind, topic,
 };
 use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, ack_end, workflow};
 use super::workload::{OperatorLock, Workload};
@@ -44,6 +44,8 @@ pub const QUEUE: &str = "q";
 pub const QUEUE_LIMIT: u32 = 3;
 /// The most executions of [`QUEUE`] one process runs at once.
 pub const QUEUE_PROCESS_LIMIT: u32 = 2;
+/// The most executions of [`CHILD_QUEUE`] running at once across every process.
+pub const CHILD_QUEUE_LIMIT: u32 = 2;
 /// The most executions one runtime process runs at once, over all queues.
 pub const RUNTIME_CONCURRENCY_MAX: u32 = 4;
 /// Runtime executions' indexes start here, apart from the hand-driven ones (ids are derived
@@ -171,6 +173,13 @@ pub fn runtime_builder(workload: &Arc<Workload>) -> RuntimeBuilder {
                 process_concurrency_max: Some(QUEUE_PROCESS_LIMIT),
             },
         )
+        .queue(
+            CHILD_QUEUE,
+            QueueConfig {
+                concurrency_max: Some(CHILD_QUEUE_LIMIT),
+                process_concurrency_max: None,
+            },
+        )
         .concurrency_max(RUNTIME_CONCURRENCY_MAX)
         .sweep_interval(SWEEP_INTERVAL)
         .park_after(Duration::from_millis(PARK_AFTER_MS))
@@ -232,8 +241,8 @@ fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErr
         Ok(conn.query_row(
             "SELECT max(json_extract(input, '$.index')) FROM executions
              WHERE kind = ?1 AND json_extract(input, '$.shape') = 'runtime'
-               AND json_extract(input, '$.slot') = ?2",
-            rusqlite::params![RUNTIME_KIND, slot as i64],
+               AND json_extract(input, '$.slot') = ?2 AND json_extract(input, '$.index') < ?3",
+            rusqlite::params![RUNTIME_KIND, slot as i64, CHILD_INDEX_BASE as i64],
             |row| row.get(0),
         )?)
     })?;

@@ -21,7 +21,7 @@
 //! stop (a cancel request, a deadline), appended at once, since it says when the stop was seen
 //! rather than that anything is durable.
 //!
-//! Parallel steps and the patch point are run by [`composition`]; a patch answer is
+//! Parallel steps, children and the patch point are run by [`composition`]; a patch answer is
 //! acknowledged at once as `P <execution> true|false`, since `patched` returns it durable.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -168,7 +168,8 @@ async fn run_plan(
         return Err(WorkflowError::new("not a runtime plan"));
     }
     let mut plan = ExecutionPlan::from_input(input);
-    // A fork's id is new: the plan's is its original's.
+    // A child's id derives from its parent's, a fork's is new: the plan's is the top-level
+    // execution's.
     plan.id = context.id();
     let mut run = Run {
         code: Code::of_process(),
@@ -329,6 +330,7 @@ impl Run {
             RuntimeStep::Parallel { guarded, first } => {
                 self.parallel_step(seq, guarded, first).await
             }
+            RuntimeStep::Children { count } => self.children_step(count).await,
             RuntimeStep::Patch => self.patch_step(seq).await,
             RuntimeStep::Sleep { ms } => {
                 self.context.sleep(&name, Duration::from_millis(ms)).await?;

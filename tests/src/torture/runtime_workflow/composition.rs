@@ -1,17 +1,20 @@
-//! The composition and change steps of a runtime plan: parallel steps joined, and the patch
-//! point, whose branch depends on the code this process runs ([`Code`]).
+//! The composition and change steps of a runtime plan: parallel steps joined, children started
+//! and awaited, and the patch point, whose branch depends on the code this process runs
+//! ([`Code`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
 use durably_journal::Guarded;
-use durably_runtime::WorkflowError;
+use durably_runtime::{ChildOptions, Error, WorkflowError};
 
-use super::{Run, Stopped, keyed_effect};
+use super::{Run, RuntimeOutput, Stopped, ack_end, keyed_effect};
 use crate::torture::plan::{
-    PATCH_ID, PolicyKind, effect_value, member_value, patch_step_name, patched_value,
+    CHILD_QUEUE, PATCH_ID, PlanInput, PolicyKind, child_input, effect_value, member_value,
+    patch_step_name, patched_value,
 };
+use crate::torture::runtime_workflow::RUNTIME_KIND;
 use crate::torture::workload::Effect;
 
 /// The environment variable that makes a runtime worker run the code without the patch: set
@@ -163,6 +166,40 @@ impl Run {
         for record in records {
             let fields: Vec<&str> = record.iter().map(String::as_str).collect();
             self.acks.push(&fields);
+        }
+        Ok(())
+    }
+
+    /// A children step: starts `count` children (the first in [`CHILD_QUEUE`]), then awaits
+    /// each. A completed child's outcomes and end, or a cancelled child's end, are
+    /// acknowledged: the child has ended when its result returns. A failed child is not (a
+    /// step timeout's failure is resumed by the operator).
+    pub(super) async fn children_step(&self, count: u8) -> Result<(), Stopped> {
+        let mut children = Vec::new();
+        for number in 0..usize::from(count) {
+            let input = child_input(self.plan.input, number);
+            let options = if number == 0 {
+                ChildOptions::default().queue(CHILD_QUEUE)
+            } else {
+                ChildOptions::default()
+            };
+            let child = self
+                .context
+                .start_child::<PlanInput, RuntimeOutput>(RUNTIME_KIND, &input, options)
+                .await?;
+            children.push(child);
+        }
+        for child in children {
+            let id = child.id();
+            let (status, acks) = match self.context.child_result(child).await {
+                Ok(output) => ("completed", output.acks),
+                Err(Error::ChildCancelled { .. }) => ("cancelled", Vec::new()),
+                Err(Error::ChildFailed { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            };
+            ack_end(&self.workload, id, status, &acks).map_err(|error| {
+                Stopped::Workflow(WorkflowError::new(format!("ack write failed: {error}")))
+            })?;
         }
         Ok(())
     }
