@@ -262,6 +262,7 @@ mod tests {
                 execution_id: id,
                 pid: 7,
                 since: text("then"),
+                in_this_process: false,
             },
             Error::LeaseExpiredHolderAlive {
                 execution_id: id,

@@ -11,8 +11,9 @@ use crate::step::StepError;
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A live process holds the execution.
-    #[error("execution {execution_id} is held by live process pid {pid} since {since}")]
+    /// A live process holds the execution: another one, or this very process (a handle of it
+    /// is open here, and a second open is refused: an execution has one driver).
+    #[error("{}", locked_message(execution_id, *pid, since, *in_this_process))]
     Locked {
         /// The execution.
         execution_id: Uuid,
@@ -20,6 +21,9 @@ pub enum Error {
         pid: i64,
         /// When the holder took it (RFC 3339 UTC).
         since: String,
+        /// Whether the holder is the process that asked (the same pid, start time, boot and
+        /// pid namespace).
+        in_this_process: bool,
     },
     /// A step cannot be looked at yet: a process that held the execution lost its lock only
     /// because its lease expired, and it may still be running, so it may still perform the
@@ -599,3 +603,16 @@ pub(crate) fn replicate(error: &Error) -> Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of [`Error::Locked`]: a holder in this very process is named as such, since
+/// waiting for "that process" to stop would wait for the caller itself.
+fn locked_message(execution_id: &Uuid, pid: i64, since: &str, in_this_process: bool) -> String {
+    if in_this_process {
+        format!(
+            "execution {execution_id} is already open in this process (pid {pid}) since \
+             {since}; use the handle this process holds, or drop it before opening again"
+        )
+    } else {
+        format!("execution {execution_id} is held by live process pid {pid} since {since}")
+    }
+}

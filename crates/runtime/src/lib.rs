@@ -97,6 +97,6 @@ pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, ResumeOptions, StartOptions};
 pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
-pub use start::StartOutcome;
+pub use start::{PreparedStart, StartOutcome};
 pub use steps::StepBuilder;
 pub use waiting::PARK_AFTER_DEFAULT;

@@ -18,6 +18,7 @@ use crate::payload;
 use crate::store::{self, Started};
 
 /// Everything a start transaction needs, checked and encoded before it runs.
+#[derive(Debug)]
 struct StartRequest {
     id: Uuid,
     kind: String,
@@ -104,12 +105,42 @@ impl Client {
         I: Serialize + 'static,
         O: DeserializeOwned + 'static,
     {
+        if let Some((_, workflow)) = self.registry().latest(kind) {
+            workflow.check_types::<I, O>(kind)?;
+        }
+        let prepared = self.prepare_start(kind, id, input, options)?;
+        let starting = self
+            .journal()
+            .write(move |conn| prepared.start_in(conn))
+            .await?;
+        let (id, outcome) = starting?;
+        Ok((self.handle(id), outcome))
+    }
+
+    /// Checks and encodes a start as [`Client::start`] does, without writing anything, for a
+    /// caller that commits it inside its own writer transaction ([`PreparedStart::start_in`])
+    /// together with rows of its own, so both commit or neither does. Only the input type is
+    /// checked against a kind registered in this process; the caller reads no output.
+    ///
+    /// # Errors
+    /// As [`Client::start`], except the errors its transaction decides (an unknown kind or
+    /// queue, an id conflict, a duplicate), which [`PreparedStart::start_in`] returns.
+    pub fn prepare_start<I>(
+        &self,
+        kind: &str,
+        id: Uuid,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<PreparedStart>
+    where
+        I: Serialize + 'static,
+    {
         names::check(NameKind::Kind, kind)?;
         let now = self.now();
         let deadline_at = options.checked(now)?;
         let local_version = match self.registry().latest(kind) {
             Some((version, workflow)) => {
-                workflow.check_types::<I, O>(kind)?;
+                workflow.check_input_type::<I>(kind)?;
                 Some(version)
             }
             None => None,
@@ -119,27 +150,56 @@ impl Client {
             &format!("the input of execution {id}"),
             self.journal(),
         )?;
-        let request = StartRequest {
-            id,
-            kind: kind.to_owned(),
-            name: options.name.unwrap_or_else(|| kind.to_owned()),
-            input,
-            queue: options.queue,
-            priority: options.priority,
-            not_before: options.not_before,
-            deadline_at,
-            dedup: options.dedup,
-            local_version,
-            allow_unregistered_kind: options.allow_unregistered_kind,
-        };
-        let starting = self
-            .journal()
-            .write(move |conn| start_in(conn, &request, now))
-            .await?;
-        match starting {
-            Starting::Execution(id, outcome) => Ok((self.handle(id), outcome)),
+        Ok(PreparedStart {
+            request: StartRequest {
+                id,
+                kind: kind.to_owned(),
+                name: options.name.unwrap_or_else(|| kind.to_owned()),
+                input,
+                queue: options.queue,
+                priority: options.priority,
+                not_before: options.not_before,
+                deadline_at,
+                dedup: options.dedup,
+                local_version,
+                allow_unregistered_kind: options.allow_unregistered_kind,
+            },
+            now,
+        })
+    }
+}
+
+/// A start checked and encoded by [`Client::prepare_start`], to commit in a writer
+/// transaction of the caller's.
+#[derive(Debug)]
+pub struct PreparedStart {
+    request: StartRequest,
+    /// The instant the start was prepared at: its rows are stamped with it.
+    now: DateTime<Utc>,
+}
+
+impl PreparedStart {
+    /// The execution id this start names.
+    pub fn id(&self) -> Uuid {
+        self.request.id
+    }
+
+    /// Runs the start on `conn`, inside the caller's transaction (a connection
+    /// `Journal::write` hands out): creates the execution, or finds the one with this id.
+    /// A refusal (the inner error) has written nothing, and the caller decides whether to
+    /// commit its own writes.
+    ///
+    /// # Errors
+    /// The outer error is a storage error, for the caller's transaction to fail with; the
+    /// inner one a refusal, as [`Client::start`] documents.
+    pub fn start_in(
+        &self,
+        conn: &Connection,
+    ) -> durably_journal::Result<Result<(Uuid, StartOutcome)>> {
+        Ok(match start_in(conn, &self.request, self.now)? {
+            Starting::Execution(id, outcome) => Ok((id, outcome)),
             Starting::Refused(error) => Err(error),
-        }
+        })
     }
 }
 
