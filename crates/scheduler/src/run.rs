@@ -139,7 +139,11 @@ impl Scheduler {
             .into_iter()
             .map(|ms| Ok(self.ready(job, Fire::new(&job.id, Slot::from_millis(ms)?))?))
             .collect::<Result<Vec<ReadyFire>>>()?;
-        if ready.is_empty() && pending.is_empty() && due.skipped.is_none() {
+        if ready.is_empty()
+            && pending.is_empty()
+            && due.skipped.is_none()
+            && due.handled_through == mark
+        {
             return Ok(Planned {
                 next: due.next,
                 ..Planned::default()
