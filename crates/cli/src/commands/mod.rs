@@ -9,6 +9,7 @@ pub mod locks;
 pub mod ls;
 pub mod resolve;
 pub mod resume;
+pub mod schedules;
 pub mod send;
 pub mod show;
 mod show_runtime;
