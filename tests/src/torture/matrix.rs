@@ -127,12 +127,13 @@ pub async fn run(
     let runtime = runs::runtime(workload.journal(), dir).await?;
     runs::run_all(&runtime, &workload, seed).await?;
     drop(runtime);
-    let scheduler = fires::scheduler(&workload).await?;
+    let engines = fires::scheduler(&workload).await?;
     for number in 0..FIRE_SLOTS {
-        for job in scheduler.job_ids() {
-            fires::fire_one(&workload, &scheduler, &job, fires::slot(number)?).await?;
+        for job in engines.scheduler.job_ids() {
+            fires::fire_one(&workload, &engines, &job, fires::slot(number)?).await?;
         }
     }
+    drop(engines);
     collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
     fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
