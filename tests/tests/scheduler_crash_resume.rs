@@ -25,7 +25,7 @@ fn killed_mid_body(policy: &str) -> (Scratch, i64) {
     let restarted = scratch.worker(200, policy, false, "skip");
     let state_of_blocked = |scratch: &Scratch| -> String {
         scratch.query(
-            "SELECT state FROM fire_ledger JOIN fires USING (execution_id) WHERE slot_ms = ?1",
+            "SELECT fire_ledger.state FROM fire_ledger JOIN fires USING (execution_id) WHERE slot_ms = ?1",
             [blocked],
         )
     };

@@ -32,7 +32,9 @@ fn three_processes_fire_every_slot_exactly_once() {
 
     let conn = rusqlite::Connection::open(&scratch.database).unwrap();
     let mut statement = conn
-        .prepare("SELECT fire_ledger.slot, state, reason FROM fire_ledger WHERE state <> 'completed'")
+        .prepare(
+            "SELECT fire_ledger.slot, state, reason FROM fire_ledger WHERE state <> 'completed'",
+        )
         .unwrap();
     let odd: Vec<(String, String, Option<String>)> = statement
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
@@ -69,9 +71,14 @@ fn three_processes_fire_every_slot_exactly_once() {
     let pids: BTreeSet<u32> = by_slot.values().map(|calls| calls[0].pid).collect();
     assert!(pids.len() >= 2, "only {pids:?} ran bodies");
 
-    let completed: i64 = scratch.query("SELECT count(*) FROM fire_ledger WHERE state = 'completed'", []);
-    let unfinished: i64 =
-        scratch.query("SELECT count(*) FROM fire_ledger WHERE state <> 'completed'", []);
+    let completed: i64 = scratch.query(
+        "SELECT count(*) FROM fire_ledger WHERE state = 'completed'",
+        [],
+    );
+    let unfinished: i64 = scratch.query(
+        "SELECT count(*) FROM fire_ledger WHERE state <> 'completed'",
+        [],
+    );
     assert_eq!(completed, slots.len() as i64);
     assert_eq!(unfinished, 0);
     let first: i64 = scratch.query("SELECT min(slot_ms) FROM fires", []);

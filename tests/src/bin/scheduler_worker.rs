@@ -77,7 +77,13 @@ fn main() -> Outcome {
         .build()?;
     runtime.block_on(async move {
         let workflow = move |ctx: WorkflowContext, fire: Fire| {
-            tick(ctx, fire, policy.clone(), ledger.clone(), Arc::clone(&block))
+            tick(
+                ctx,
+                fire,
+                policy.clone(),
+                ledger.clone(),
+                Arc::clone(&block),
+            )
         };
         let runtime = Runtime::builder(journal)
             .register("tick", 1, workflow)

@@ -107,7 +107,9 @@ fn list(scheduler: &Scheduler, json: bool) -> Result<()> {
                 .collect(),
         })
         .collect();
-    let header = ["JOB", "WORKFLOW", "SCHEDULE", "NEXT", "LAST", "PAUSED", "FIRES"];
+    let header = [
+        "JOB", "WORKFLOW", "SCHEDULE", "NEXT", "LAST", "PAUSED", "FIRES",
+    ];
     print_rows(&rows, json, "no scheduled jobs", &header, |row| {
         let fires: Vec<String> = row
             .fires
