@@ -182,14 +182,15 @@ impl Scheduler {
             });
         }
         let mut slots = Vec::new();
-        let after = match Slot::from_millis(from.as_millis() - 1) {
-            Ok(before) => before,
-            Err(_) => {
-                if job.schedule.latest_at_or_before(from)? == Some(from) {
-                    slots.push(from);
-                }
-                from
+        // The range includes `from`: slots after the instant before it, or, at the first
+        // representable instant, `from` itself if it is a slot.
+        let after = if let Ok(before) = Slot::from_millis(from.as_millis() - 1) {
+            before
+        } else {
+            if job.schedule.latest_at_or_before(from)? == Some(from) {
+                slots.push(from);
             }
+            from
         };
         slots.extend(
             job.schedule

@@ -137,7 +137,7 @@ impl Scheduler {
             .collect::<Result<Vec<ReadyFire>>>()?;
         let pending = pending
             .into_iter()
-            .map(|ms| Ok(self.ready(job, Fire::new(&job.id, Slot::from_millis(ms)?))?))
+            .map(|ms| self.ready(job, Fire::new(&job.id, Slot::from_millis(ms)?)))
             .collect::<Result<Vec<ReadyFire>>>()?;
         if ready.is_empty()
             && pending.is_empty()
