@@ -15,6 +15,7 @@
 
 mod support;
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use durably_runtime::Client;
@@ -47,7 +48,7 @@ fn snapshot(scratch: &Scratch) -> String {
         while let Some(row) = rows.next().unwrap() {
             for column in 0..columns {
                 let value: rusqlite::types::Value = row.get(column).unwrap();
-                text.push_str(&format!("{value:?}|"));
+                write!(text, "{value:?}|").unwrap();
             }
             text.push('\n');
         }
