@@ -17,18 +17,16 @@ mod support;
 use durably_scheduler::{
     CatchUp, Error, Fire, FireOutcome, FireState, JobId, Overlap, Registration, fire_id,
 };
-use support::{Calls, GATED_KIND, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
+use support::{GATED_KIND, MINUTE_MS, T0_MS, World, counting_job, slot, world};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fire_starts_once_then_is_found_everywhere() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
-        .register(counting_job("report").build().unwrap())
-        .await
-        .unwrap();
+    let World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    } = world(T0_MS, counting_job("report").build().unwrap()).await;
     let job = JobId::new("report").unwrap();
 
     let first = harness.fire(&job, slot(T0_MS)).await.unwrap();
@@ -78,19 +76,27 @@ async fn a_fire_starts_once_then_is_found_everywhere() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_row_and_the_start_commit_in_one_transaction() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
+    let World {
+        scratch,
+        clock,
+        calls: _,
+        harness,
+    } = world(T0_MS, counting_job("report").build().unwrap()).await;
+    let job = JobId::new("report").unwrap();
+    // A scheduler on a journal handle of its own, so its writer counts only its own requests
+    // (the harness's runtime writes on the other handle).
+    let client = durably_runtime::Client::new(scratch.journal(&clock))
+        .await
+        .unwrap();
+    let own = durably_scheduler::Scheduler::new(client).await.unwrap();
+    let _ = own
         .register(counting_job("report").build().unwrap())
         .await
         .unwrap();
-    let job = JobId::new("report").unwrap();
-    let before = harness.journal().writer_stats().requests;
-    let started = harness.scheduler.fire(&job, slot(T0_MS)).await.unwrap();
+    let before = own.journal().writer_stats().requests;
+    let started = own.fire(&job, slot(T0_MS)).await.unwrap();
     assert!(started.started_here());
-    assert_eq!(harness.journal().writer_stats().requests, before + 1);
+    assert_eq!(own.journal().writer_stats().requests, before + 1);
     assert_eq!(
         scratch.count("SELECT count(*) FROM fires WHERE state = 'running' AND attempts = 1"),
         1
@@ -100,16 +106,17 @@ async fn the_row_and_the_start_commit_in_one_transaction() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_start_writes_nothing() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
     let job = counting_job("report")
         .workflow("nobody-serves-this")
         .catch_up(CatchUp::Latest)
         .build()
         .unwrap();
-    let _ = harness.register(job).await.unwrap();
+    let World {
+        scratch,
+        clock,
+        calls: _,
+        harness,
+    } = world(T0_MS, job).await;
     let id = JobId::new("report").unwrap();
     let refused = harness.fire(&id, slot(T0_MS)).await.unwrap_err();
     assert!(
@@ -139,14 +146,12 @@ async fn a_refused_start_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
-        .register(counting_job("report").build().unwrap())
-        .await
-        .unwrap();
+    let World {
+        scratch,
+        clock: _,
+        calls,
+        harness,
+    } = world(T0_MS, counting_job("report").build().unwrap()).await;
     let job = JobId::new("report").unwrap();
     let _ = harness.fire(&job, slot(T0_MS)).await.unwrap();
 
@@ -178,12 +183,13 @@ async fn a_changed_definition_is_detected_and_keeps_the_high_water_mark() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_fire_is_skipped_and_its_state_follows_its_execution() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
     let job = counting_job("long").workflow(GATED_KIND).build().unwrap();
-    let _ = harness.register(job).await.unwrap();
+    let World {
+        scratch,
+        clock,
+        calls: _,
+        harness,
+    } = world(T0_MS, job).await;
     let id = JobId::new("long").unwrap();
     let started = harness.scheduler.fire(&id, slot(T0_MS)).await.unwrap();
     assert_eq!(

@@ -22,7 +22,7 @@ use durably_runtime::Client;
 use durably_scheduler::{
     BACKFILL_SLOTS_MAX, CatchUp, Error, FireOutcome, FireState, JobId, SLOT_MILLIS_MAX, Scheduler,
 };
-use support::{Calls, Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, counting_job, slot};
+use support::{Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, World, counting_job, slot, world};
 
 /// A scheduler that only manages: a plain client, no workflow registered, no job registered.
 async fn manager(scratch: &Scratch, clock: &Arc<ManualClock>) -> Scheduler {
@@ -64,15 +64,16 @@ async fn settle_all(harness: &Harness, outcomes: &[(durably_scheduler::Slot, Fir
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_stops_every_scheduler_and_resume_applies_catch_up() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS + 500);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
     let job = counting_job("report")
         .catch_up(CatchUp::Latest)
         .build()
         .unwrap();
-    let _ = harness.register(job).await.unwrap();
+    let World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    } = world(T0_MS + 500, job).await;
     let id = JobId::new("report").unwrap();
     assert_eq!(harness.run_once().await.started().len(), 1);
 
@@ -115,14 +116,12 @@ async fn pause_stops_every_scheduler_and_resume_applies_catch_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn trigger_starts_the_upcoming_slot_once() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS + 10_000);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
-        .register(counting_job("report").build().unwrap())
-        .await
-        .unwrap();
+    let World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    } = world(T0_MS + 10_000, counting_job("report").build().unwrap()).await;
     let _ = harness.run_once().await;
     let id = JobId::new("report").unwrap();
     let manager = manager(&scratch, &clock).await;
@@ -148,14 +147,12 @@ async fn trigger_starts_the_upcoming_slot_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn backfill_starts_each_missing_slot_once() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS + 500);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
-        .register(counting_job("report").build().unwrap())
-        .await
-        .unwrap();
+    let World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    } = world(T0_MS + 500, counting_job("report").build().unwrap()).await;
     let _ = harness.run_once().await;
     // Down for ten minutes: under catch-up Skip the missed slots are recorded skipped.
     clock.set_millis(T0_MS + 10 * MINUTE_MS + 30_000);
@@ -199,14 +196,16 @@ async fn backfill_starts_each_missing_slot_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_management_input_is_typed_and_changes_nothing() {
-    let scratch = Scratch::new();
-    let clock = ManualClock::at_millis(T0_MS + 10 * MINUTE_MS + 500);
-    let calls = Calls::default();
-    let harness = scratch.scheduler(&clock, &calls).await;
-    let _ = harness
-        .register(counting_job("report").build().unwrap())
-        .await
-        .unwrap();
+    let World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    } = world(
+        T0_MS + 10 * MINUTE_MS + 500,
+        counting_job("report").build().unwrap(),
+    )
+    .await;
     let daily = counting_job("daily")
         .interval(std::time::Duration::from_hours(24), 0)
         .build()

@@ -128,6 +128,29 @@ impl Scratch {
     }
 }
 
+/// One test's world: a scratch file, a clock, the workflow runs counted, and a harness.
+pub struct World {
+    pub scratch: Scratch,
+    pub clock: Arc<ManualClock>,
+    pub calls: Calls,
+    pub harness: Harness,
+}
+
+/// A world whose clock reads `at_ms`, with `job` registered.
+pub async fn world(at_ms: i64, job: durably_scheduler::Job) -> World {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(at_ms);
+    let calls = Calls::default();
+    let harness = scratch.scheduler(&clock, &calls).await;
+    let _ = harness.register(job).await.unwrap();
+    World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    }
+}
+
 /// A runtime and a scheduler over it. Derefs to the scheduler; `run_once` and `fire` wait
 /// for the executions they started to end, so the test reads settled counts.
 pub struct Harness {
