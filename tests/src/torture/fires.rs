@@ -12,7 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably::runtime::{Runtime, WorkflowContext, WorkflowError};
+use durably::runtime::{
+    Error as RuntimeError, ResumeOptions, Runtime, WorkflowContext, WorkflowError,
+};
 use durably_journal::{Guarded, StepError, StepKey};
 use durably_scheduler::{Fire, Job, JobId, Overlap, Scheduler, Slot};
 
@@ -104,7 +106,7 @@ async fn fire_workflow(
     let id = context.id();
     let guarded = context
         .guarded("fire", workload.policy(step_policy), move |key| {
-            let done = effect(&ledger, id, &fire, &key, policy);
+            let done = effect(&ledger, id, &fire, &key, step_policy);
             async move { done }
         })
         .await?;
@@ -205,12 +207,26 @@ pub fn unfinished(workload: &Workload) -> Result<Vec<(JobId, Slot)>, BoxError> {
         .collect()
 }
 
-/// Waits for every unfinished fire once.
+/// Plays the operator for fires, as for the runtime's own executions: a fire whose process was
+/// killed before its first step too many times in a row is parked `stuck`, and is resumed here.
+/// Then waits for every unfinished fire once.
 ///
 /// # Errors
 /// As [`fire_one`].
 pub async fn resume(workload: &Workload, engines: &Engines) -> Result<(), BoxError> {
     for (job, slot) in unfinished(workload)? {
+        let id = durably_scheduler::fire_id(&job, slot);
+        let stuck = workload
+            .journal()
+            .get(id)?
+            .is_some_and(|record| record.status == durably_journal::Status::Stuck);
+        if stuck {
+            match engines.runtime.resume(id, ResumeOptions::default()).await {
+                Ok(()) | Err(RuntimeError::NotResumable { .. }) => {}
+                Err(error) if error.is_retryable() => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
         fire_one(workload, engines, &job, slot).await?;
     }
     Ok(())
