@@ -350,7 +350,7 @@ impl Scheduler {
             })
             .await
             .map_err(|error| rolled_back.explain(error))??;
-        fail::fail_point!("scheduler::after-explicit-fire-commit");
+        fail::fail_point!("scheduler::after-fire-registered");
         Ok(decided)
     }
 }

@@ -82,9 +82,24 @@ pub async fn scheduler(workload: &Workload) -> Result<Engines, BoxError> {
             .overlap(Overlap::Allow)
             .workflow(FIRE_KIND)
             .build()?;
+        let id = job.id().clone();
         let _ = scheduler.register(job).await?;
+        // A process killed between a pause and its resume (the matrix's
+        // `scheduler::after-pause-commit`) leaves the job paused; the torture's jobs always run.
+        let _ = scheduler.resume(&id).await?;
     }
     Ok(Engines { runtime, scheduler })
+}
+
+/// Pauses the first job and resumes it: the management writes of the matrix.
+///
+/// # Errors
+/// A storage error.
+pub async fn pause_and_resume(engines: &Engines) -> Result<(), BoxError> {
+    let job = JobId::new(&job_id(PolicyKind::Skip))?;
+    let _ = engines.scheduler.pause(&job).await?;
+    let _ = engines.scheduler.resume(&job).await?;
+    Ok(())
 }
 
 /// The fires' workflow: one guarded step under the job's policy. Its value, or `None` when the
