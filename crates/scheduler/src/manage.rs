@@ -112,7 +112,7 @@ impl Scheduler {
                 Ok(before)
             })
             .await?;
-        fail::fail_point!("scheduler::after-pause-commit");
+        fail::fail_point!("scheduler::after-pause-commit", |_| std::process::abort());
         match changed {
             None => Err(Error::UnknownJob {
                 job: job.to_string(),

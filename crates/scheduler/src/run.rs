@@ -190,7 +190,8 @@ impl Scheduler {
             })
             .await
             .map_err(|error| rolled_back.explain(error))?;
-        fail::fail_point!("scheduler::after-fire-registered");
+        fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
+        ));
         Ok(match decided {
             Decided::Planned(planned) => planned,
             Decided::Stale => Planned::default(),

@@ -350,7 +350,8 @@ impl Scheduler {
             })
             .await
             .map_err(|error| rolled_back.explain(error))??;
-        fail::fail_point!("scheduler::after-fire-registered");
+        fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
+        ));
         Ok(decided)
     }
 }
