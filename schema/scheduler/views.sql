@@ -4,7 +4,8 @@
 -- Not a numbered migration: building a `Scheduler` recreates these views after the
 -- scheduler's migrations, unless the file already holds exactly these definitions (see
 -- schema/views.sql for the journal's own). They read the journal's `executions` table for the
--- status of each fire's execution; the scheduler's code never does.
+-- status of each fire's execution; the scheduler's code reads it only through this view (its
+-- counts per state) and the journal's `execution_status`, never with SQL of its own.
 
 -- The scheduler's slot ledger: one row per (job, slot) fire, newest slot first, with the
 -- state of the execution that ran it and how long the fire took. `state` is the fire's state

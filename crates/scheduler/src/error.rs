@@ -84,8 +84,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// A job definition was incomplete or out of bounds (no schedule, no body, a retry bound
-    /// of zero or above the maximum).
+    /// A job definition was incomplete or out of bounds (no schedule, no workflow, a workflow
+    /// kind or queue name that is empty, too long or holds a control character).
     #[error("invalid job {job:?}: {reason}")]
     InvalidJob {
         /// The job id as given.
@@ -193,7 +193,7 @@ pub enum Error {
     },
 
     /// An explicit fire named a slot after the job's upcoming slot (the first slot after the
-    /// scheduler's clock). Firing it early would run the body before its time while the slots
+    /// scheduler's clock). Firing it early would start its workflow before its time while the slots
     /// before it are still to come; an explicit fire names a slot already due, or the upcoming
     /// one.
     #[error(

@@ -11,7 +11,10 @@
 
 use std::future::Future;
 
-use crate::catch_up::{CatchUp, Overlap, SkippedSlots, due_slots};
+use durably_journal::Result as JournalResult;
+use rusqlite::Connection;
+
+use crate::catch_up::{CatchUp, DueSlots, Overlap, SkippedSlots, due_slots};
 use crate::drive::{ReadyFire, Refusal, decide_in};
 use crate::error::Result;
 use crate::fire_id::Fire;
@@ -149,45 +152,19 @@ impl Scheduler {
                 ..Planned::default()
             });
         }
-        let (job_owned, now_text, refusal) = (job.clone(), self.now_text(), Refusal::default());
+        let plan = DuePlan {
+            job: job.clone(),
+            mark,
+            due,
+            pending,
+            ready,
+        };
+        let (now_text, refusal) = (self.now_text(), Refusal::default());
         let rolled_back = refusal.clone();
         let decided = self
             .inner
             .journal
-            .write(move |conn| {
-                let job = &job_owned;
-                let id = job.id.as_str();
-                let mark_now = ledger::high_water_mark(conn, id)?;
-                if ledger::paused(conn, id)? != Some(false) || mark_now != mark.map(Slot::as_millis)
-                {
-                    return Ok(Decided::Stale);
-                }
-                let mut planned = Planned {
-                    next: due.next,
-                    ..Planned::default()
-                };
-                for old in &pending {
-                    let outcome = decide_in(conn, old, None, &now_text, &refusal)?;
-                    planned.fires.push((old.fire.slot, outcome));
-                }
-                if let Some(run) = &due.skipped
-                    && ledger::record_skipped(conn, id, run, skip_reason(&job.catch_up), &now_text)?
-                {
-                    planned.skipped = Some(*run);
-                }
-                // The overlap check looks at fires started before this pass (and copies the
-                // ends of those that ended): the slots of one catch-up are decided together.
-                let running = ledger::copy_ends(conn, id, None, &now_text)?;
-                let skip = (job.overlap == Overlap::Skip && running).then_some(REASON_OVERLAP);
-                for fire in &ready {
-                    let outcome = decide_in(conn, fire, skip, &now_text, &refusal)?;
-                    planned.fires.push((fire.fire.slot, outcome));
-                }
-                if let Some(handled) = due.handled_through {
-                    ledger::raise_mark(conn, id, handled)?;
-                }
-                Ok(Decided::Planned(planned))
-            })
+            .write(move |conn| plan.decide_in(conn, &now_text, &refusal))
             .await
             .map_err(|error| rolled_back.explain(error))?;
         fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
@@ -196,6 +173,61 @@ impl Scheduler {
             Decided::Planned(planned) => planned,
             Decided::Stale => Planned::default(),
         })
+    }
+}
+
+/// What a pass read and prepared for one job, to decide in its writer transaction.
+struct DuePlan {
+    job: Job,
+    /// The high-water mark the due slots were computed from.
+    mark: Option<Slot>,
+    due: DueSlots,
+    /// Old `pending` fires, ready to start.
+    pending: Vec<ReadyFire>,
+    /// The due slots' fires, ready to start.
+    ready: Vec<ReadyFire>,
+}
+
+impl DuePlan {
+    /// The starting transaction: nothing is written if the mark moved or the job was paused
+    /// since the read.
+    fn decide_in(
+        &self,
+        conn: &Connection,
+        now_text: &str,
+        refusal: &Refusal,
+    ) -> JournalResult<Decided> {
+        let (job, due) = (&self.job, &self.due);
+        let id = job.id.as_str();
+        let mark_now = ledger::high_water_mark(conn, id)?;
+        if ledger::paused(conn, id)? != Some(false) || mark_now != self.mark.map(Slot::as_millis) {
+            return Ok(Decided::Stale);
+        }
+        let mut planned = Planned {
+            next: due.next,
+            ..Planned::default()
+        };
+        for old in &self.pending {
+            let outcome = decide_in(conn, old, None, now_text, refusal)?;
+            planned.fires.push((old.fire.slot, outcome));
+        }
+        if let Some(run) = &due.skipped
+            && ledger::record_skipped(conn, id, run, skip_reason(&job.catch_up), now_text)?
+        {
+            planned.skipped = Some(*run);
+        }
+        // The overlap check looks at fires started before the due slots (and copies the ends
+        // of those that ended): the slots of one catch-up are decided together.
+        let running = ledger::copy_ends(conn, id, None, now_text)?;
+        let skip = (job.overlap == Overlap::Skip && running).then_some(REASON_OVERLAP);
+        for fire in &self.ready {
+            let outcome = decide_in(conn, fire, skip, now_text, refusal)?;
+            planned.fires.push((fire.fire.slot, outcome));
+        }
+        if let Some(handled) = due.handled_through {
+            ledger::raise_mark(conn, id, handled)?;
+        }
+        Ok(Decided::Planned(planned))
     }
 }
 
