@@ -4,7 +4,8 @@
 //! and starts nothing; the fire's state follows its execution (running, then completed, or
 //! skipped when an operator cancels it); the ledger row and the execution's start commit in
 //! one writer transaction; a start the runtime refuses (an unknown kind) writes nothing; a
-//! changed job definition is detected from its stored hash and keeps the high-water mark.
+//! changed job definition is detected from its stored hash and keeps the high-water mark; an
+//! old `pending` row (from before fires were workflows) is started once by the next pass.
 //!
 //! Method: real journals on a scratch file, a hand-moved clock and a runtime serving the
 //! test workflows; results are awaited through workflow handles, and the `fires`,
@@ -221,5 +222,44 @@ async fn a_cancelled_fire_is_skipped_and_its_state_follows_its_execution() {
                AND reason = 'its execution was cancelled' AND finished_at IS NOT NULL"
         ),
         1
+    );
+}
+
+/// A file from before fires were workflows may hold a `pending` row: registered by the old
+/// scheduler, never opened, no execution. The next pass starts it as a workflow, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_old_pending_fire_is_started_once_by_the_next_pass() {
+    let job = counting_job("report")
+        .catch_up(CatchUp::Latest)
+        .build()
+        .unwrap();
+    let World {
+        scratch,
+        clock: _,
+        calls,
+        harness,
+    } = world(T0_MS + 500, job).await;
+    assert_eq!(harness.run_once().await.started().len(), 1);
+    let old = slot(T0_MS - MINUTE_MS);
+    let id = JobId::new("report").unwrap();
+    rusqlite::Connection::open(scratch.path())
+        .unwrap()
+        .execute(
+            "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
+             VALUES ('report', ?1, ?2, ?3, 'pending', '2025-12-31T23:59:00.000Z')",
+            rusqlite::params![
+                old.to_rfc3339(),
+                old.as_millis(),
+                fire_id(&id, old).to_string()
+            ],
+        )
+        .unwrap();
+    let pass = harness.run_once().await;
+    assert_eq!(pass.started(), [(id.clone(), old)]);
+    assert!(harness.run_once().await.fires.is_empty());
+    assert_eq!(calls.per_slot().get(&old.as_millis()), Some(&1));
+    assert_eq!(
+        harness.fire_state(&id, old).unwrap(),
+        Some((FireState::Completed, 1))
     );
 }
