@@ -12,6 +12,7 @@
 mod deferred;
 mod fence;
 mod hooks;
+mod peek;
 mod protocol;
 mod release;
 mod step_rows;
