@@ -57,6 +57,12 @@ fn refused(journal: &RuntimeJournal, args: &[&str], needle: &str) {
     assert!(journal.dump() == before, "{args:?} changed the journal");
 }
 
+/// `schedules backfill JOB --from FROM --to TO`, refused as [`refused`] checks.
+fn refused_backfill(journal: &RuntimeJournal, from: &str, to: &str, needle: &str) {
+    let args = ["schedules", "backfill", JOB, "--from", from, "--to", to];
+    refused(journal, &args, needle);
+}
+
 /// An RFC 3339 time `minutes` whole minutes before the start of this minute.
 fn minutes_ago(minutes: i64) -> String {
     rfc3339((now_ms() / 60_000 - minutes) * 60_000)
@@ -154,48 +160,12 @@ fn bad_schedule_input_is_refused_and_changes_nothing() {
         &["schedules", "trigger", "nobody"],
         "not registered",
     );
-    refused(
-        &journal,
-        &[
-            "schedules",
-            "backfill",
-            JOB,
-            "--from",
-            &later,
-            "--to",
-            &earlier,
-        ],
-        "after its end",
-    );
+    refused_backfill(&journal, &later, &earlier, "after its end");
     let inside = rfc3339(now_ms() / 60_000 * 60_000 - 50_000);
     let inside_end = rfc3339(now_ms() / 60_000 * 60_000 - 40_000);
-    refused(
-        &journal,
-        &[
-            "schedules",
-            "backfill",
-            JOB,
-            "--from",
-            &inside,
-            "--to",
-            &inside_end,
-        ],
-        "holds no slot",
-    );
+    refused_backfill(&journal, &inside, &inside_end, "holds no slot");
     let future = rfc3339(now_ms() + 3_600_000);
-    refused(
-        &journal,
-        &[
-            "schedules",
-            "backfill",
-            JOB,
-            "--from",
-            &earlier,
-            "--to",
-            &future,
-        ],
-        "after now",
-    );
+    refused_backfill(&journal, &earlier, &future, "after now");
     let output = journal.durably(&[
         "schedules",
         "backfill",
