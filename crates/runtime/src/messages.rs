@@ -44,17 +44,17 @@ use crate::{payload, waiting};
 pub const MESSAGE_ENVELOPE_BYTES: usize = 64;
 
 /// What a send transaction decided; a refusal writes nothing.
-enum Sending {
+pub(crate) enum Sending {
     Done(SendOutcome),
     Refused(Error),
 }
 
 /// The recorded result of a recv step.
 #[derive(Debug, Serialize, Deserialize)]
-struct Received {
+pub(crate) struct Received {
     /// The consumed message's id; `None` when the receive timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    message_id: Option<i64>,
+    pub(crate) message_id: Option<i64>,
     /// The message (JSON null for a null message, which decodes to `None` here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<serde_json::Value>,
@@ -103,7 +103,7 @@ impl Client {
         let now = self.now();
         let sending = self
             .journal()
-            .write(move |conn| deliver(conn, to, &topic, &message, key.as_deref(), now))
+            .write(move |conn| deliver(conn, to, &topic, message.as_json(), key.as_deref(), now))
             .await?;
         match sending {
             Sending::Done(outcome) => {
@@ -157,11 +157,11 @@ fn receiver_refusal(conn: &Connection, to: Uuid) -> durably_journal::Result<Opti
 /// The send transaction, shared by [`Client::send`] and [`WorkflowContext::send`]: stores the
 /// message unless refused or already sent with `key`, and wakes the receiver if it is parked
 /// on `topic`. Every refusal returns before the first write.
-fn deliver(
+pub(crate) fn deliver(
     conn: &Connection,
     to: Uuid,
     topic: &str,
-    message: &Payload,
+    message: &str,
     key: Option<&str>,
     now: DateTime<Utc>,
 ) -> durably_journal::Result<Sending> {
@@ -171,7 +171,7 @@ fn deliver(
     if let Some(key) = key
         && let Some(earlier) = store::message_by_key(conn, to, key)?
     {
-        return Ok(if payload::same_json(&earlier.payload, message.as_json()) {
+        return Ok(if payload::same_json(&earlier.payload, message) {
             Sending::Done(SendOutcome::AlreadySent {
                 message_id: earlier.message_id,
             })
@@ -184,7 +184,7 @@ fn deliver(
         });
     }
     let sent_at = format_timestamp(now);
-    let message_id = store::insert_message(conn, to, topic, message.as_json(), key, &sent_at)?;
+    let message_id = store::insert_message(conn, to, topic, message, key, &sent_at)?;
     wake_parked(conn, to, now, Wake::Topic(topic))?;
     Ok(Sending::Done(SendOutcome::Sent { message_id }))
 }
@@ -215,7 +215,7 @@ impl WorkflowContext {
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let deadline = waiting::instant_after(now, timeout, "a receive's timeout")?;
         let deadline = self.recv_deadline(topic, deadline).await?;
-        let received = self.receive::<T>(topic, deadline).await?;
+        let received = self.receive::<T>(topic, deadline, Timing::Now).await?;
         if received.message_id.is_none() {
             return Ok(None);
         }
@@ -232,7 +232,11 @@ impl WorkflowContext {
     }
 
     /// The recv-deadline step: records `deadline`, or replays the one recorded.
-    async fn recv_deadline(&self, topic: &str, deadline: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    pub(crate) async fn recv_deadline(
+        &self,
+        topic: &str,
+        deadline: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>> {
         let step = format!("durably:recv-deadline/{topic}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let mut slot = self.slot.lock().await;
@@ -279,11 +283,15 @@ impl WorkflowContext {
     }
 
     /// The recv step: replays what it recorded, or waits for a message on `topic` until
-    /// `deadline` and records it, consumed, or the timeout.
-    async fn receive<T: DeserializeOwned>(
+    /// `deadline` and records it, consumed, or the timeout. A message consumed is written as
+    /// `consumed` says: at once (`recv`), or behind, with the run's next write, where nobody
+    /// else waits for the consumption and no other receive of the run takes the topic (a
+    /// child's end, awaited once).
+    pub(crate) async fn receive<T: DeserializeOwned>(
         &self,
         topic: &str,
         deadline: DateTime<Utc>,
+        consumed: Timing,
     ) -> Result<Received> {
         let step = format!("durably:recv/{topic}");
         let mut slot = self.slot.lock().await;
@@ -338,16 +346,17 @@ impl WorkflowContext {
             .step_with(
                 &step,
                 Effect::Pure,
-                Timing::Now,
+                consumed,
                 consume_closure::<T>(&message, topic),
                 consume_hook(message.message_id),
             )
             .await;
-        let consumed = matches!(
-            &outcome,
-            Ok(_) | Err(durably_journal::Error::StepFailed { .. })
-        );
-        if consumed {
+        let committed = consumed == Timing::Now
+            && matches!(
+                &outcome,
+                Ok(_) | Err(durably_journal::Error::StepFailed { .. })
+            );
+        if committed {
             fail::fail_point!("runtime::after-consume-commit", |_| std::process::abort());
         }
         slot.remember(outcome)
@@ -394,7 +403,14 @@ impl WorkflowContext {
             let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
             // A receiver that ended since the closure looked is sent nothing: nobody could
             // consume the message.
-            deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
+            deliver(
+                conn,
+                to,
+                &topic,
+                message.as_json(),
+                Some(&key.to_string()),
+                step.now,
+            )?;
             Ok(())
         };
         if self.publishing_step(&step, check, deliver).await? {

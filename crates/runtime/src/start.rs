@@ -18,8 +18,7 @@ use crate::payload;
 use crate::store::{self, Started};
 
 /// Everything a start transaction needs, checked and encoded before it runs.
-#[derive(Debug)]
-struct StartRequest {
+pub(crate) struct StartRequest {
     id: Uuid,
     kind: String,
     name: String,
@@ -35,7 +34,7 @@ struct StartRequest {
 }
 
 /// What a start transaction decided. A refusal has written nothing.
-enum Starting {
+pub(crate) enum Starting {
     /// The execution the start names: the new one, or the one that already existed.
     Execution(Uuid, StartOutcome),
     Refused(Error),
@@ -151,19 +150,7 @@ impl Client {
             self.journal(),
         )?;
         Ok(PreparedStart {
-            request: StartRequest {
-                id,
-                kind: kind.to_owned(),
-                name: options.name.unwrap_or_else(|| kind.to_owned()),
-                input,
-                queue: options.queue,
-                priority: options.priority,
-                not_before: options.not_before,
-                deadline_at,
-                dedup: options.dedup,
-                local_version,
-                allow_unregistered_kind: options.allow_unregistered_kind,
-            },
+            request: StartRequest::new(kind, id, input, options, deadline_at, local_version),
             now,
         })
     }
@@ -171,17 +158,24 @@ impl Client {
 
 /// A start checked and encoded by [`Client::prepare_start`], to commit in a writer
 /// transaction of the caller's.
-#[derive(Debug)]
 pub struct PreparedStart {
     request: StartRequest,
     /// The instant the start was prepared at: its rows are stamped with it.
     now: DateTime<Utc>,
 }
 
+impl std::fmt::Debug for PreparedStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedStart")
+            .field("id", &self.request.id())
+            .finish_non_exhaustive()
+    }
+}
+
 impl PreparedStart {
     /// The execution id this start names.
     pub fn id(&self) -> Uuid {
-        self.request.id
+        self.request.id()
     }
 
     /// Runs the start on `conn`, inside the caller's transaction (a connection
@@ -203,8 +197,41 @@ impl PreparedStart {
     }
 }
 
+impl StartRequest {
+    /// The request to start execution `id` of `kind` with `input` as `options` say, its
+    /// deadline at `deadline_at`, at version `local_version` (else the latest any runtime
+    /// registered).
+    pub(crate) fn new(
+        kind: &str,
+        id: Uuid,
+        input: Payload,
+        options: StartOptions,
+        deadline_at: Option<DateTime<Utc>>,
+        local_version: Option<u32>,
+    ) -> Self {
+        Self {
+            id,
+            kind: kind.to_owned(),
+            name: options.name.unwrap_or_else(|| kind.to_owned()),
+            input,
+            queue: options.queue,
+            priority: options.priority,
+            not_before: options.not_before,
+            deadline_at,
+            dedup: options.dedup,
+            local_version,
+            allow_unregistered_kind: options.allow_unregistered_kind,
+        }
+    }
+
+    /// The execution it starts.
+    pub(crate) fn id(&self) -> Uuid {
+        self.id
+    }
+}
+
 /// The start transaction. Every refusal returns before the first write.
-fn start_in(
+pub(crate) fn start_in(
     conn: &Connection,
     request: &StartRequest,
     now: DateTime<Utc>,

@@ -14,6 +14,7 @@ pub mod resume;
 pub mod schedules;
 pub mod send;
 pub mod show;
+mod show_children;
 mod show_runtime;
 pub mod start;
 pub mod sweep;
