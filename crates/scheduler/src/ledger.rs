@@ -46,10 +46,10 @@ pub(crate) static LEDGER_SCHEMA: ExtensionSchema = ExtensionSchema {
     views: include_str!("../../../schema/scheduler/views.sql"),
 };
 
-/// The most unfinished fires of one job one transaction looks at: to copy the ends of their
-/// executions in ([`copy_ends`]) and to tell whether an earlier fire still runs
-/// ([`unfinished_exists`]). Rows whose executions ended are copied and leave the unfinished
-/// set, so later calls see the rest.
+/// The most unfinished fires of one job one page of [`copy_ends`] looks at, to copy the ends
+/// of their executions in and to tell whether an earlier fire still runs. Rows whose
+/// executions ended are copied and leave the unfinished set; rows that stay (parked
+/// executions) are paged past with a cursor, so later calls see the rest.
 pub(crate) const UNFINISHED_FIRES_SCANNED_MAX: u32 = 100;
 
 /// The reason recorded for a fire whose execution an operator cancelled.
@@ -300,27 +300,65 @@ fn ended_state(status: Status) -> Option<(FireState, Option<&'static str>)> {
     }
 }
 
-/// Copies the end of every ended execution among (a page of) the job's unfinished fires
+/// Copies the end of every ended execution among a page or two of the job's unfinished fires
 /// into their rows, other than the fire at `except`; returns whether one of those it looked
-/// at has not ended. A row with no execution (an old `pending` one) counts as unfinished.
+/// at has not ended, and the cursor to pass to the next call. A row with no execution (an
+/// old `pending` one) counts as unfinished.
+///
+/// The first page is always the oldest unfinished fires (so an earlier fire that still runs
+/// is seen). When it is full, a second page follows from `cursor` (a slot in epoch ms, or
+/// `i64::MIN`), and the cursor returned moves on past it, back to the start once a page comes
+/// up short: fires parked for good at the head (waiting, awaiting an operator) never hide
+/// the ends of the fires after them.
 pub(crate) fn copy_ends(
     conn: &Connection,
     job: &str,
     except: Option<Slot>,
     now: &str,
-) -> JournalResult<bool> {
+    cursor: i64,
+) -> JournalResult<(bool, i64)> {
+    let head = copy_page(conn, job, except, now, i64::MIN)?;
+    let Some(head_last) = head.full_through else {
+        return Ok((head.running, i64::MIN));
+    };
+    let more = copy_page(conn, job, except, now, cursor.max(head_last))?;
+    Ok((
+        head.running || more.running,
+        more.full_through.unwrap_or(i64::MIN),
+    ))
+}
+
+/// What [`copy_page`] saw.
+struct Page {
+    /// Whether a fire it looked at has not ended.
+    running: bool,
+    /// The last slot (epoch ms) of a full page; `None` when the page came up short.
+    full_through: Option<i64>,
+}
+
+/// [`copy_ends`] over one page: the oldest unfinished fires after the slot `after` (ms).
+fn copy_page(
+    conn: &Connection,
+    job: &str,
+    except: Option<Slot>,
+    now: &str,
+    after: i64,
+) -> JournalResult<Page> {
     let mut statement = conn.prepare_cached(
         "SELECT slot_ms, execution_id FROM fires
-         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2
+         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2 AND slot_ms > ?4
          ORDER BY slot_ms LIMIT ?3",
     )?;
     let except_ms = except.map_or(i64::MIN, Slot::as_millis);
     let unfinished = statement
         .query_map(
-            params![job, except_ms, UNFINISHED_FIRES_SCANNED_MAX],
+            params![job, except_ms, UNFINISHED_FIRES_SCANNED_MAX, after],
             |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let full_through = (unfinished.len() >= UNFINISHED_FIRES_SCANNED_MAX as usize)
+        .then(|| unfinished.last().map(|(slot_ms, _)| *slot_ms))
+        .flatten();
     let mut running = false;
     for (slot_ms, execution_id) in unfinished {
         let id = Uuid::parse_str(&execution_id).map_err(|error| {
@@ -337,7 +375,10 @@ pub(crate) fn copy_ends(
         )?
         .execute(params![job, slot_ms, state.as_str(), reason, now])?;
     }
-    Ok(running)
+    Ok(Page {
+        running,
+        full_through,
+    })
 }
 
 /// Records a run of missed slots, unless another process recorded it or handled past it.

@@ -10,6 +10,9 @@
 //! run, resumed after a crash and retried by whatever runtime process serves its kind.
 
 use std::future::Future;
+use std::ops::DerefMut;
+use std::pin::Pin;
+use std::task::{Context, Waker};
 
 use durably_journal::Result as JournalResult;
 use rusqlite::Connection;
@@ -21,7 +24,7 @@ use crate::fire_id::Fire;
 use crate::job::Job;
 use crate::ledger::{self, REASON_OVERLAP};
 use crate::outcome::{FireOutcome, FireReport, PassReport};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, lock};
 use crate::slot::Slot;
 
 /// The most old `pending` fires (registered by a scheduler from before fires were workflows,
@@ -34,6 +37,8 @@ struct Planned {
     fires: Vec<(Slot, FireOutcome)>,
     skipped: Option<SkippedSlots>,
     next: Option<Slot>,
+    /// Where the next copy of ended fires pages on, when this transaction copied.
+    copy_cursor: Option<i64>,
 }
 
 /// What the starting transaction found.
@@ -50,7 +55,7 @@ impl Scheduler {
     /// drive their own timing. The fires' workflows run in the runtime, not in this call.
     pub async fn run_once(&self) -> PassReport {
         let mut report = PassReport::default();
-        self.pass(&mut report).await;
+        self.pass(&mut report, || false).await;
         report
     }
 
@@ -59,16 +64,27 @@ impl Scheduler {
     /// wall-clock jump (or a resumed job) is noticed quickly. A pass that fails for one job
     /// (the database busy, say) is logged and retried on the next pass. Fires already started
     /// keep running in the runtime after shutdown.
+    ///
+    /// Once `shutdown` has completed the loop starts no fire: a pass looks at it before each
+    /// job's starting transaction and stops there, leaving the remaining slots to the next
+    /// scheduler pass; a `shutdown` complete before the call starts nothing at all.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
-        loop {
+        let mut shutdown = Shutdown {
+            future: shutdown,
+            done: false,
+        };
+        while !shutdown.poll_now() {
             let mut report = PassReport::default();
-            let next = self.pass(&mut report).await;
+            let next = self.pass(&mut report, || shutdown.poll_now()).await;
             log_pass(&report);
+            if shutdown.done {
+                break;
+            }
             let wait = self.wait_until(next);
             tokio::select! {
                 biased;
-                () = &mut shutdown => break,
+                () = shutdown.wait() => break,
                 () = tokio::time::sleep(wait) => {}
             }
         }
@@ -85,10 +101,14 @@ impl Scheduler {
         std::time::Duration::from_millis(until_ms.max(1)).min(tick_max)
     }
 
-    /// Plans every job; returns the earliest next slot.
-    async fn pass(&self, report: &mut PassReport) -> Option<Slot> {
+    /// Plans every job, stopping before the next one once `stop` says so; returns the earliest
+    /// next slot.
+    async fn pass(&self, report: &mut PassReport, mut stop: impl FnMut() -> bool) -> Option<Slot> {
         let mut next: Option<Slot> = None;
         for job in self.jobs() {
+            if stop() {
+                break;
+            }
             match self.start_due(&job).await {
                 Ok(planned) => {
                     if let Some(skipped) = planned.skipped {
@@ -152,9 +172,14 @@ impl Scheduler {
                 ..Planned::default()
             });
         }
+        let copy_cursor = lock(&self.inner.copy_cursors)
+            .get(&job.id)
+            .copied()
+            .unwrap_or(i64::MIN);
         let plan = DuePlan {
             job: job.clone(),
             mark,
+            copy_cursor,
             due,
             pending,
             ready,
@@ -170,9 +195,40 @@ impl Scheduler {
         fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
         ));
         Ok(match decided {
-            Decided::Planned(planned) => planned,
+            Decided::Planned(planned) => {
+                if let Some(cursor) = planned.copy_cursor {
+                    lock(&self.inner.copy_cursors).insert(job.id.clone(), cursor);
+                }
+                planned
+            }
             Decided::Stale => Planned::default(),
         })
+    }
+}
+
+/// The loop's shutdown future, and whether it has completed (it is never polled again then).
+struct Shutdown<F> {
+    future: Pin<F>,
+    done: bool,
+}
+
+impl<F: DerefMut<Target: Future<Output = ()>>> Shutdown<F> {
+    /// Whether the future has completed, polling it once without registering for a wake-up
+    /// if it had not yet.
+    fn poll_now(&mut self) -> bool {
+        if !self.done {
+            let mut context = Context::from_waker(Waker::noop());
+            self.done = self.future.as_mut().poll(&mut context).is_ready();
+        }
+        self.done
+    }
+
+    /// Completes when the future does.
+    async fn wait(&mut self) {
+        if !self.done {
+            self.future.as_mut().await;
+            self.done = true;
+        }
     }
 }
 
@@ -181,6 +237,8 @@ struct DuePlan {
     job: Job,
     /// The high-water mark the due slots were computed from.
     mark: Option<Slot>,
+    /// Where the copy of ended fires pages on.
+    copy_cursor: i64,
     due: DueSlots,
     /// Old `pending` fires, ready to start.
     pending: Vec<ReadyFire>,
@@ -218,7 +276,8 @@ impl DuePlan {
         }
         // The overlap check looks at fires started before the due slots (and copies the ends
         // of those that ended): the slots of one catch-up are decided together.
-        let running = ledger::copy_ends(conn, id, None, now_text)?;
+        let (running, copy_cursor) = ledger::copy_ends(conn, id, None, now_text, self.copy_cursor)?;
+        planned.copy_cursor = Some(copy_cursor);
         let skip = (job.overlap == Overlap::Skip && running).then_some(REASON_OVERLAP);
         for fire in &self.ready {
             let outcome = decide_in(conn, fire, skip, now_text, refusal)?;

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) journal: Journal,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jobs: Mutex<BTreeMap<JobId, Job>>,
+    /// Per job, where the next pass's copy of ended fires pages on (see `ledger::copy_ends`).
+    pub(crate) copy_cursors: Mutex<BTreeMap<JobId, i64>>,
     pub(crate) tick_max: Duration,
 }
 
@@ -91,6 +93,7 @@ impl SchedulerBuilder {
                 journal,
                 clock,
                 jobs: Mutex::new(BTreeMap::new()),
+                copy_cursors: Mutex::new(BTreeMap::new()),
                 tick_max: self.tick_max,
             }),
         })
