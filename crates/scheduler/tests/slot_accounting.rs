@@ -283,7 +283,7 @@ async fn recovery_is_not_starved_by_parked_fires() {
     let pass = scheduler.run_once().await;
     let parked = PARKED_THROUGH_MINUTE as usize + 1;
     assert_eq!(pass.started().len(), parked, "{:?}", pass.errors);
-    let waiting = (PARKED_THROUGH_MINUTE / 2 + 1) as i64;
+    let waiting = PARKED_THROUGH_MINUTE / 2 + 1;
     let awaiting = PARKED_THROUGH_MINUTE + 1 - waiting;
     wait_for("every fire to park", || {
         scratch.count("SELECT count(*) FROM executions WHERE status = 'waiting'") == waiting
