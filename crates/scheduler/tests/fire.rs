@@ -242,18 +242,7 @@ async fn an_old_pending_fire_is_started_once_by_the_next_pass() {
     assert_eq!(harness.run_once().await.started().len(), 1);
     let old = slot(T0_MS - MINUTE_MS);
     let id = JobId::new("report").unwrap();
-    rusqlite::Connection::open(scratch.path())
-        .unwrap()
-        .execute(
-            "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
-             VALUES ('report', ?1, ?2, ?3, 'pending', '2025-12-31T23:59:00.000Z')",
-            rusqlite::params![
-                old.to_rfc3339(),
-                old.as_millis(),
-                fire_id(&id, old).to_string()
-            ],
-        )
-        .unwrap();
+    scratch.insert_pending_fire("report", old);
     let pass = harness.run_once().await;
     assert_eq!(pass.started(), [(id.clone(), old)]);
     assert!(harness.run_once().await.fires.is_empty());

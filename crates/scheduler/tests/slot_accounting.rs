@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use durably_journal::{Guarded, Policy, StepError};
 use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
-use durably_scheduler::{
-    CatchUp, Error, Fire, FireOutcome, FireState, Job, JobId, Overlap, Scheduler, fire_id,
+use durably_scheduler::{CatchUp, Error, Fire, FireOutcome, FireState, Job, JobId, Overlap};
+use support::{
+    Calls, Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, World, counting_job, slot, world,
 };
-use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, World, counting_job, slot, world};
 
 /// The bound of every wait on the runtime.
 const WAIT_MAX: Duration = Duration::from_secs(30);
@@ -255,11 +255,7 @@ async fn recovery_is_not_starved_by_parked_fires() {
         .start()
         .await
         .unwrap();
-    let scheduler = Scheduler::builder((*runtime).clone())
-        .tick_max(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
+    let Harness { runtime, scheduler } = Harness::over(runtime).await;
     let job = Job::builder("p")
         .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
         .catch_up(all_window())
@@ -295,18 +291,7 @@ async fn recovery_is_not_starved_by_parked_fires() {
     // A scheduler from before fires were workflows registered +101m and died before opening
     // it: a `pending` row, the mark raised past it.
     let old = slot(T0_MS + (PARKED_THROUGH_MINUTE + 1) * MINUTE_MS);
-    rusqlite::Connection::open(scratch.path())
-        .unwrap()
-        .execute(
-            "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
-             VALUES ('p', ?1, ?2, ?3, 'pending', '2026-01-01T01:41:00.000Z')",
-            rusqlite::params![
-                old.to_rfc3339(),
-                old.as_millis(),
-                fire_id(&id, old).to_string()
-            ],
-        )
-        .unwrap();
+    scratch.insert_pending_fire("p", old);
     set_mark(old.as_millis());
 
     // Later slots come due: the pass starts them and the old pending fire alongside.

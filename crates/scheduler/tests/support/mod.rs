@@ -113,12 +113,26 @@ impl Scratch {
             .start()
             .await
             .unwrap();
-        let scheduler = Scheduler::builder((*runtime).clone())
-            .tick_max(Duration::from_millis(20))
-            .build()
-            .await
+        Harness::over(runtime).await
+    }
+
+    /// Inserts the `pending` row a scheduler from before fires were workflows left for `job`
+    /// at `slot`: registered, never opened, no execution.
+    pub fn insert_pending_fire(&self, job: &str, slot: Slot) {
+        let id = durably_scheduler::JobId::new(job).unwrap();
+        rusqlite::Connection::open(self.path())
+            .unwrap()
+            .execute(
+                "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', '2025-12-31T23:59:00.000Z')",
+                rusqlite::params![
+                    job,
+                    slot.to_rfc3339(),
+                    slot.as_millis(),
+                    durably_scheduler::fire_id(&id, slot).to_string()
+                ],
+            )
             .unwrap();
-        Harness { runtime, scheduler }
     }
 
     /// Reads one integer with plain SQL.
@@ -167,6 +181,16 @@ impl std::ops::Deref for Harness {
 }
 
 impl Harness {
+    /// A scheduler over `runtime`, whose loop wakes at least every 20 ms.
+    pub async fn over(runtime: Runtime) -> Self {
+        let scheduler = Scheduler::builder((*runtime).clone())
+            .tick_max(Duration::from_millis(20))
+            .build()
+            .await
+            .unwrap();
+        Self { runtime, scheduler }
+    }
+
     pub async fn run_once(&self) -> PassReport {
         let report = self.scheduler.run_once().await;
         for fire in &report.fires {
