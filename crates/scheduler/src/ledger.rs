@@ -301,7 +301,7 @@ fn ended_state(status: Status) -> Option<(FireState, Option<&'static str>)> {
 }
 
 /// Copies the end of every ended execution among a page or two of the job's unfinished fires
-/// into their rows, other than the fire at `except`; returns whether one of those it looked
+/// into their rows; returns whether one of those it looked
 /// at has not ended, and the cursor to pass to the next call. A row with no execution (an
 /// old `pending` one) counts as unfinished.
 ///
@@ -313,15 +313,14 @@ fn ended_state(status: Status) -> Option<(FireState, Option<&'static str>)> {
 pub(crate) fn copy_ends(
     conn: &Connection,
     job: &str,
-    except: Option<Slot>,
     now: &str,
     cursor: i64,
 ) -> JournalResult<(bool, i64)> {
-    let head = copy_page(conn, job, except, now, i64::MIN)?;
+    let head = copy_page(conn, job, now, i64::MIN)?;
     let Some(head_last) = head.full_through else {
         return Ok((head.running, i64::MIN));
     };
-    let more = copy_page(conn, job, except, now, cursor.max(head_last))?;
+    let more = copy_page(conn, job, now, cursor.max(head_last))?;
     Ok((
         head.running || more.running,
         more.full_through.unwrap_or(i64::MIN),
@@ -337,24 +336,16 @@ struct Page {
 }
 
 /// [`copy_ends`] over one page: the oldest unfinished fires after the slot `after` (ms).
-fn copy_page(
-    conn: &Connection,
-    job: &str,
-    except: Option<Slot>,
-    now: &str,
-    after: i64,
-) -> JournalResult<Page> {
+fn copy_page(conn: &Connection, job: &str, now: &str, after: i64) -> JournalResult<Page> {
     let mut statement = conn.prepare_cached(
         "SELECT slot_ms, execution_id FROM fires
-         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2 AND slot_ms > ?4
-         ORDER BY slot_ms LIMIT ?3",
+         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms > ?3
+         ORDER BY slot_ms LIMIT ?2",
     )?;
-    let except_ms = except.map_or(i64::MIN, Slot::as_millis);
     let unfinished = statement
-        .query_map(
-            params![job, except_ms, UNFINISHED_FIRES_SCANNED_MAX, after],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
-        )?
+        .query_map(params![job, UNFINISHED_FIRES_SCANNED_MAX, after], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let full_through = (unfinished.len() >= UNFINISHED_FIRES_SCANNED_MAX as usize)
         .then(|| unfinished.last().map(|(slot_ms, _)| *slot_ms))

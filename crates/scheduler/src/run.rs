@@ -276,7 +276,7 @@ impl DuePlan {
         }
         // The overlap check looks at fires started before the due slots (and copies the ends
         // of those that ended): the slots of one catch-up are decided together.
-        let (running, copy_cursor) = ledger::copy_ends(conn, id, None, now_text, self.copy_cursor)?;
+        let (running, copy_cursor) = ledger::copy_ends(conn, id, now_text, self.copy_cursor)?;
         planned.copy_cursor = Some(copy_cursor);
         let skip = (job.overlap == Overlap::Skip && running).then_some(REASON_OVERLAP);
         for fire in &self.ready {
