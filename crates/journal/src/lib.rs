@@ -82,8 +82,8 @@ pub use config::{
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::{
-    DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, STATUS_DETAIL_BYTES_MAX, StepRef,
-    Timing,
+    DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, Reservation,
+    STATUS_DETAIL_BYTES_MAX, StepRef, Timing,
 };
 pub use execution_id::new_execution_id;
 pub use extension::{
