@@ -251,7 +251,7 @@ mod tests {
     use super::{
         RECORDED_STEPS, REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS,
     };
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::inspect::query_plan;
     use crate::journal::Journal;
 

@@ -178,7 +178,7 @@ impl StepTimeout {
 
     /// Puts `execution` back in its queue with the guarded step's intent left to its policy,
     /// as after a crash: the release carries what the run kept pending.
-    async fn requeue(self, mut execution: Execution) -> Result<Ran> {
+    async fn requeue(self, execution: Execution) -> Result<Ran> {
         let to = Release::Queued { due_at: None };
         execution.release_to(to, self.detail(), |_| Ok(())).await?;
         Ok(Ran::Requeued)

@@ -133,7 +133,7 @@ pub(crate) fn clear_deadline(
 /// before it stopped stays recorded, so the failure accounting sees its progress; a flush that
 /// fails (the lock is lost, the open raced, a cancel request) loses only steps that run again.
 /// Dropping the handle then releases the lock and leaves the execution to be resumed.
-async fn halt(mut execution: Execution, reason: String) -> Ran {
+async fn halt(execution: Execution, reason: String) -> Ran {
     if let Err(error) = execution.flush().await {
         tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
     }
