@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::context::{WorkflowContext, replays, running};
+use crate::context::WorkflowContext;
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::{payload, store, waiting};
@@ -31,7 +31,27 @@ impl WorkflowContext {
     /// Nothing is written on the first two: [`Error::InvalidName`] for a bad `key`;
     /// [`Error::PayloadTooLarge`] or [`Error::Json`] for the value. Then the journal's step
     /// errors, as [`Error::Journal`].
-    pub async fn set_event<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+    pub fn set_event<'a, T: Serialize>(
+        &'a self,
+        key: &str,
+        value: &T,
+    ) -> impl Future<Output = Result<()>> + use<'a, T> {
+        let started = self.begin_set_event(key, value);
+        async move {
+            if started?.await? {
+                fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
+            }
+            Ok(())
+        }
+    }
+
+    /// Checks and encodes an event and reserves its step now; its run answers whether this
+    /// run wrote it.
+    fn begin_set_event<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<impl Future<Output = Result<bool>> + use<'_, T>> {
         names::check(NameKind::EventKey, key)?;
         let journal = self.waits.client.journal();
         let value = payload::encode(value, &format!("event {key:?}"), journal)?;
@@ -51,43 +71,41 @@ impl WorkflowContext {
                 &at,
             )
         };
-        if self
-            .publishing_step(&step, |_| async { Ok(()) }, publish)
-            .await?
-        {
-            fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
-        }
-        Ok(())
+        self.publishing_step(&step, |_| async { Ok(()) }, publish)
     }
 
-    /// Runs the idempotent step `step`, written at once with `publish`'s rows (a message, an
-    /// event: what others wait for), then tells this process's waiters at once. Returns
-    /// whether this run wrote it; a replayed step writes and tells nothing.
+    /// Reserves the idempotent step `step` now and returns its run: written at once with
+    /// `publish`'s rows (a message, an event: what others wait for), then this process's
+    /// waiters are told at once. The run answers whether it wrote the step; a replayed step
+    /// writes and tells nothing.
     ///
     /// # Errors
-    /// The journal's step errors, as [`Error::Journal`].
-    pub(crate) async fn publishing_step<F, Fut, P>(
+    /// As [`WorkflowContext::begin_step`]; the run, the journal's step errors, as
+    /// [`Error::Journal`].
+    pub(crate) fn publishing_step<F, Fut, P>(
         &self,
         step: &str,
         f: F,
         publish: P,
-    ) -> Result<bool>
+    ) -> Result<impl Future<Output = Result<bool>> + use<'_, F, Fut, P>>
     where
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<(), StepError>>,
         P: FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send + 'static,
     {
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let fresh = !replays(execution);
-        let outcome = execution
-            .step_with(step, Effect::Idempotent, Timing::Now, f, publish)
-            .await;
-        slot.remember(outcome)?;
-        if fresh {
-            self.waits.client.announce_change();
-        }
-        Ok(fresh)
+        let (lease, reserved) = self.begin_step_unchecked(step)?;
+        Ok(async move {
+            let fresh = !reserved.replays();
+            let outcome = reserved
+                .step_with(Effect::Idempotent, Timing::Now, f, publish)
+                .await;
+            drop(lease);
+            self.slot.remember(outcome)?;
+            if fresh {
+                self.waits.client.announce_change();
+            }
+            Ok(fresh)
+        })
     }
 }
 

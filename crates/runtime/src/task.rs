@@ -69,21 +69,23 @@ pub(crate) async fn run(
         },
         Err(_) => None,
     };
-    let mut slot = slot.lock().await;
-    let execution = slot.execution.take().ok_or_else(|| {
+    // Exclusive: waits for every step still holding a lease (one the workflow spawned and
+    // left running); a step called after this is refused.
+    let execution = slot.execution.write().await.take().ok_or_else(|| {
         Error::Journal(durably_journal::Error::Inconsistent(
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
     // A cancel wins over every other ending: the operator or the deadline said to stop.
-    let stopped = slot.stopped.take();
+    let ending = slot.take_ending();
+    let stopped = ending.stopped;
     if let Some(reason) = watch.signal().reason() {
         return watch.finish_cancelled(execution, &reason).await;
     }
     match stopped {
         Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
         Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
-        Some(Stop::Halted(_)) if slot.raced => {
+        Some(Stop::Halted(_)) if ending.raced => {
             drop(execution);
             return Ok(Ran::Raced);
         }
