@@ -1,6 +1,8 @@
 //! What this proves: every SQL block of docs/inspecting.md runs against a database the demo
 //! wrote (the blocks of the runtime's section, against a journal a runtime wrote), and returns
-//! rows unless the block says `-- may be empty`; so the page cannot rot as the schema changes.
+//! rows unless the block ends with `-- may be empty`; and that no block starts with a comment,
+//! which sqlite3 would take for an option when the block is passed as an argument. So the page
+//! cannot rot as the schema changes.
 //! Method: run `durably demo --db <scratch>`; build a journal with runtime executions in each
 //! parked state, messages and a workflow event (see `runtime_support`: a runtime sweeps the
 //! demo's deliberately unswept execution, so it gets a file of its own); extract each ```sql
@@ -98,6 +100,13 @@ fn every_sql_block_of_the_inspecting_page_runs_on_a_demo_database() {
         } else {
             (&demo, "the demo database")
         };
+        // A block is pasted as `sqlite3 FILE "BLOCK"` too, where a first line starting with
+        // `--` would be read as an option.
+        assert!(
+            !block.trim_start().starts_with("--"),
+            "this block starts with a comment, which sqlite3 takes for an option when the \
+             block is passed as an argument:\n{block}"
+        );
         let rows = run_block(conn, block);
         if !block.contains("-- may be empty") {
             assert!(rows > 0, "this block returned no rows on {which}:\n{block}");

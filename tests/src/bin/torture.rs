@@ -83,6 +83,14 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         Some(worker) => worker,
         None => std::env::current_exe()?.with_file_name("torture_worker"),
     };
+    if !worker.is_file() {
+        return Err(format!(
+            "the worker binary {} does not exist; build every binary of the package first \
+             (cargo build --release -p durably-tests --bins) or name it with --worker",
+            worker.display()
+        )
+        .into());
+    }
     let temporary = match &cli.dir {
         Some(_) => None,
         None => Some(
