@@ -263,9 +263,8 @@ async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
     let journal = scratch.open();
     let id = Uuid::new_v4();
     let execution = start(&journal, id).await;
-    let decline = |_: &durably_journal::rusqlite::Connection, _| {
-        Err(Error::Aborted("declined by the test"))
-    };
+    let decline =
+        |_: &durably_journal::rusqlite::Connection, _| Err(Error::Aborted("declined by the test"));
 
     // Alone: the seq is given back and the same step runs again at it.
     let alone = execution
@@ -291,13 +290,13 @@ async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
     let later = execution.pure("later", || async { Ok(2_u32) });
     let (hooked, later) = tokio::join!(hooked, later);
     assert!(
-        matches!(
-            hooked,
-            Err(Error::AbortedBehindLaterSteps { seq: 0, .. })
-        ),
+        matches!(hooked, Err(Error::AbortedBehindLaterSteps { seq: 0, .. })),
         "{hooked:?}"
     );
     assert_eq!(later.unwrap(), 2);
     let next = execution.pure("next", || async { Ok(3_u32) }).await;
-    assert!(matches!(next, Err(Error::Halted { seq: 0, .. })), "{next:?}");
+    assert!(
+        matches!(next, Err(Error::Halted { seq: 0, .. })),
+        "{next:?}"
+    );
 }

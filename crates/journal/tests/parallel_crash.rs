@@ -22,7 +22,8 @@ use durably_journal::{Error, Guarded, Journal, Opened, Policy, Status, StepError
 use uuid::Uuid;
 
 const CHILD: &str = "PARALLEL_CRASH_CHILD";
-const TEST_NAME: &str = "three_parallel_guarded_steps_killed_in_their_windows_follow_their_policies";
+const TEST_NAME: &str =
+    "three_parallel_guarded_steps_killed_in_their_windows_follow_their_policies";
 /// How long the parent waits for the child's three effects before it gives up.
 const EFFECTS_WAIT_MAX: Duration = Duration::from_secs(60);
 
@@ -143,7 +144,11 @@ async fn three_parallel_guarded_steps_killed_in_their_windows_follow_their_polic
         .collect();
     assert_eq!(
         states,
-        [(0, "retry", "intent"), (1, "skip", "intent"), (2, "fail", "intent")]
+        [
+            (0, "retry", "intent"),
+            (1, "skip", "intent"),
+            (2, "fail", "intent")
+        ]
     );
 
     let execution = open(&journal, id).await;

@@ -334,12 +334,13 @@ impl WorkflowContext {
             detail: json!({ "recv": topic, "deadline": format_timestamp(deadline) }),
             own_steps: 1,
         };
-        let found = parking::wait_or_park((&self.slot, lease), &self.waits, &self.parked, wait, || {
-            Ok(client
-                .journal()
-                .read(|conn| store::first_pending_message(conn, id, topic))?)
-        })
-        .await?;
+        let found =
+            parking::wait_or_park((&self.slot, lease), &self.waits, &self.parked, wait, || {
+                Ok(client
+                    .journal()
+                    .read(|conn| store::first_pending_message(conn, id, topic))?)
+            })
+            .await?;
         let Some(message) = found else {
             let outcome = reserved
                 .step_with(

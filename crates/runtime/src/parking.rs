@@ -25,9 +25,9 @@
 use std::convert::Infallible;
 
 use chrono::{DateTime, Utc};
-use durably_journal::{Execution, Release};
 use durably_journal::lifecycle::{Wake, record_execution_event, wake};
 use durably_journal::rusqlite::Connection;
+use durably_journal::{Execution, Release};
 use serde_json::json;
 use tokio::sync::Notify;
 use uuid::Uuid;

@@ -16,7 +16,9 @@
 
 use std::time::Duration;
 
-use durably_journal::{Effect, Execution, Guarded, Policy, Release, Reservation, StepError, StepKey};
+use durably_journal::{
+    Effect, Execution, Guarded, Policy, Release, Reservation, StepError, StepKey,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;

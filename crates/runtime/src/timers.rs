@@ -128,9 +128,13 @@ impl WorkflowContext {
             detail: json!({ "timer": name, "wake_at": timer.wake_at }),
             own_steps: 0,
         };
-        parking::wait_or_park((&self.slot, &lease), &self.waits, &self.parked, wait, || {
-            Ok(None::<Infallible>)
-        })
+        parking::wait_or_park(
+            (&self.slot, &lease),
+            &self.waits,
+            &self.parked,
+            wait,
+            || Ok(None::<Infallible>),
+        )
         .await?;
         Ok(())
     }

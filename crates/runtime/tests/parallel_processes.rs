@@ -18,7 +18,7 @@ mod support;
 
 use std::time::Duration;
 
-use durably_journal::{Journal, Policy, StepError, Status};
+use durably_journal::{Journal, Policy, Status, StepError};
 use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
 use support::{child_command, consumption, start_queued, wait_until};
 
@@ -102,13 +102,17 @@ async fn a_joined_workflow_killed_mid_step_finishes_in_another_process_with_the_
         .env(HANG_ENV, "1")
         .spawn()
         .unwrap();
-    wait_until(&journal, "the charge's effect and the recv step", |journal| {
-        let recorded = journal.steps(id).unwrap();
-        ledger_lines(&ledger).len() == 1
-            && recorded
-                .iter()
-                .any(|step| step.name == "durably:recv/approval")
-    })
+    wait_until(
+        &journal,
+        "the charge's effect and the recv step",
+        |journal| {
+            let recorded = journal.steps(id).unwrap();
+            ledger_lines(&ledger).len() == 1
+                && recorded
+                    .iter()
+                    .any(|step| step.name == "durably:recv/approval")
+        },
+    )
     .await;
     child.kill().unwrap();
     child.wait().unwrap();

@@ -34,8 +34,8 @@ use rusqlite::Connection;
 use uuid::Uuid;
 
 use super::Execution;
-use super::reservation::Shared;
 use super::hooks::{ResultHook, StepRef, Timing};
+use super::reservation::Shared;
 use super::step_rows::ResultRow;
 use crate::error::{Error, Result};
 use crate::ownership::{OwnLocks, acquire_or_locked};
@@ -274,7 +274,6 @@ impl Execution {
 }
 
 impl Shared {
-
     /// W1 and W3's guarded rule: what must be durable before a closure of `effect` runs.
     pub(super) async fn before_closure(&self, effect: Effect) -> Result<()> {
         if !self.state().deferring {

@@ -403,7 +403,8 @@ impl Fence {
             }
         }
         if let Ok(Fenced::Done(_)) = &written {
-            let taken = std::mem::take(&mut *taken_seqs.lock().unwrap_or_else(PoisonError::into_inner));
+            let taken =
+                std::mem::take(&mut *taken_seqs.lock().unwrap_or_else(PoisonError::into_inner));
             let mut unconfirmed = self.unconfirmed_seqs();
             for seq in taken {
                 unconfirmed.remove(&seq);

@@ -80,12 +80,7 @@ pub(crate) struct Opening {
 impl Execution {
     pub(crate) fn new(opening: Opening) -> Self {
         let heartbeat = spawn_heartbeat(&opening.fence, opening.settings.lease_ms);
-        let shared = Shared::new(
-            opening.fence,
-            opening.settings,
-            opening.id,
-            opening.replay,
-        );
+        let shared = Shared::new(opening.fence, opening.settings, opening.id, opening.replay);
         Self {
             shared: Arc::new(shared),
             is_resume: opening.is_resume,

@@ -10,9 +10,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::reservation::Shared;
 use super::fence::CancelRequests;
 use super::hooks::{Hook, IntentHook, ResultHook, Timing};
+use super::reservation::Shared;
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;

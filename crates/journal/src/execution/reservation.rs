@@ -103,9 +103,7 @@ impl Shared {
     /// seq still in flight (a step future kept alive past the handle's end).
     pub(super) fn stopped_at(&self) -> Option<u32> {
         let state = self.state();
-        state
-            .halted_at
-            .or_else(|| state.in_flight.first().copied())
+        state.halted_at.or_else(|| state.in_flight.first().copied())
     }
 
     /// [`Error::Refused`] once the handle was released: the execution is parked, and only a
@@ -380,7 +378,9 @@ impl Reservation {
             this.settled = true;
             // Nothing ran: the seq is given back when it is the last one reserved (else the
             // handle halts there), as for a declined hook.
-            let _ = this.shared.settle::<()>(this.seq, Err(Error::Aborted("guarded")));
+            let _ = this
+                .shared
+                .settle::<()>(this.seq, Err(Error::Aborted("guarded")));
             return Err(Error::Refused(format!(
                 "step {:?} of execution {id} is guarded; step_with records pure and \
                  idempotent steps, and a guarded step's rows go with its intent (guarded_with)",
@@ -424,7 +424,12 @@ impl Reservation {
                     .instrument(span.clone())
                     .await
             }
-            None => shared.run_fresh(&call, hook, f).instrument(span.clone()).await,
+            None => {
+                shared
+                    .run_fresh(&call, hook, f)
+                    .instrument(span.clone())
+                    .await
+            }
         };
         span.record("outcome", outcome_word(&result));
         self.settled = true;
