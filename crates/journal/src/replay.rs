@@ -201,7 +201,7 @@ fn read_window(
         }
         // A gap: the steps in it had no outcome yet. The window ends where its bound does, and
         // the next one is read from there.
-        let steps_max = REPLAY_WINDOW_STEPS_MAX as i64;
+        let steps_max = i64::from(REPLAY_WINDOW_STEPS_MAX);
         let gap = seq - expected;
         if window.len() as i64 + gap >= steps_max {
             let filled = usize::try_from(steps_max).unwrap_or(usize::MAX);

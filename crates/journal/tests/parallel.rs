@@ -222,7 +222,7 @@ async fn a_step_left_without_an_outcome_below_a_recorded_sibling_runs_again() {
     let journal = scratch.open();
     let id = Uuid::new_v4();
     let execution = start(&journal, id).await;
-    let first = execution.pure("first", || std::future::pending::<Result<u32, StepError>>());
+    let first = execution.pure("first", std::future::pending::<Result<u32, StepError>>);
     let second = execution.guarded("second", Policy::Fail, |_| async { Ok(2_u32) });
     let second_done = Notify::new();
     // The first step is dropped, unfinished, once the second has its outcome.

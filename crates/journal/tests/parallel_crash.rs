@@ -25,9 +25,12 @@ const CHILD: &str = "PARALLEL_CRASH_CHILD";
 const TEST_NAME: &str =
     "three_parallel_guarded_steps_killed_in_their_windows_follow_their_policies";
 /// How long the parent waits for the child's three effects before it gives up.
-const EFFECTS_WAIT_MAX: Duration = Duration::from_secs(60);
+const EFFECTS_WAIT_MAX: Duration = Duration::from_mins(1);
 
-const STEPS: [(&str, fn() -> Policy); 3] = [
+/// A step's name and how to make its policy.
+type Step = (&'static str, fn() -> Policy);
+
+const STEPS: [Step; 3] = [
     ("retry", || Policy::Retry),
     ("skip", || Policy::Skip),
     ("fail", || Policy::Fail),

@@ -393,55 +393,45 @@ impl WorkflowContext {
         topic: &'a str,
         message: &T,
     ) -> impl Future<Output = Result<()>> + use<'a, T> {
+        let step = format!("durably:send/{topic}");
         let started = names::check(NameKind::Topic, topic)
             .and_then(|()| encode_message(&self.waits.client, topic, message))
-            .and_then(|message| self.begin_send(to, topic, message));
+            .and_then(|message| Ok((self.begin_step_unchecked(&step)?, message)));
         async move {
-            if started?.await? {
+            let (leased, message) = started?;
+            let (client, hook_step, topic) = (self.waits.client.clone(), step, topic.to_owned());
+            let sender = self.id;
+            let check = move |_| {
+                // A run's execution sends to itself before its deferred open has written its
+                // row: it exists, and has not ended, since it is running this step.
+                let refusal = if to == sender {
+                    Ok(None)
+                } else {
+                    client.journal().read(|conn| receiver_refusal(conn, to))
+                };
+                async move {
+                    match refusal {
+                        Ok(None) => Ok(()),
+                        Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
+                        Err(error) => Err(StepError::retryable(error.to_string())),
+                    }
+                }
+            };
+            let deliver = move |conn: &Connection, step: StepRef| {
+                if step.state != StepState::Completed {
+                    return Ok(());
+                }
+                let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
+                // A receiver that ended since the closure looked is sent nothing: nobody could
+                // consume the message.
+                deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
+                Ok(())
+            };
+            if self.publishing_step(leased, check, deliver).await? {
                 fail::fail_point!("runtime::after-send-commit", |_| std::process::abort());
             }
             Ok(())
         }
-    }
-
-    /// Reserves the send step now; its run answers whether this run wrote it.
-    fn begin_send(
-        &self,
-        to: Uuid,
-        topic: &str,
-        message: Payload,
-    ) -> Result<impl Future<Output = Result<bool>> + use<'_>> {
-        let step = format!("durably:send/{topic}");
-        let (client, hook_step, topic) =
-            (self.waits.client.clone(), step.clone(), topic.to_owned());
-        let sender = self.id;
-        let check = move |_| {
-            // A run's execution sends to itself before its deferred open has written its row:
-            // it exists, and has not ended, since it is running this step.
-            let refusal = if to == sender {
-                Ok(None)
-            } else {
-                client.journal().read(|conn| receiver_refusal(conn, to))
-            };
-            async move {
-                match refusal {
-                    Ok(None) => Ok(()),
-                    Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
-                    Err(error) => Err(StepError::retryable(error.to_string())),
-                }
-            }
-        };
-        let deliver = move |conn: &Connection, step: StepRef| {
-            if step.state != StepState::Completed {
-                return Ok(());
-            }
-            let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
-            // A receiver that ended since the closure looked is sent nothing: nobody could
-            // consume the message.
-            deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
-            Ok(())
-        };
-        self.publishing_step(&step, check, deliver)
     }
 }
 

@@ -120,14 +120,13 @@ impl<'a> StepBuilder<'a> {
         Step: Future<Output = durably_journal::Result<T>>,
         Call: FnOnce(Reservation) -> Step,
     {
-        let started = self
-            .context
-            .begin_step(self.name)
-            .map(|(lease, reserved)| (lease, reserved.seq(), call(reserved)));
+        let started = self.context.begin_step(self.name);
         async move {
-            let (lease, seq, step) = started?;
-            let context = self.context;
-            let outcome = timed(step, context.timer(self.timeout)).await;
+            // The step's future is made here, not in `started`: held in both, it would be
+            // stored twice in this future.
+            let (lease, reserved) = started?;
+            let (context, seq) = (self.context, reserved.seq());
+            let outcome = timed(call(reserved), context.timer(self.timeout)).await;
             drop(lease);
             context
                 .slot

@@ -43,7 +43,7 @@ async fn fanout(context: WorkflowContext, ledger: String) -> Result<Output, Work
         }
     });
     let compute = context.pure("compute", || async { Ok(2_u32) });
-    let answer = context.recv::<bool>("approval", Duration::from_secs(600));
+    let answer = context.recv::<bool>("approval", Duration::from_mins(10));
     let pause = context.sleep("pause", Duration::from_millis(1));
     let (charged, computed, answer, paused) = tokio::join!(charge, compute, answer, pause);
     paused?;
