@@ -16,7 +16,7 @@ mod support;
 
 use std::sync::Arc;
 
-use durably_journal::{Effect, Error, Journal, Opened, Policy, StepError, Timing};
+use durably_journal::{Effect, Error, Journal, Policy, StepError, Timing};
 use support::{Scratch, start};
 use tokio::sync::{Notify, oneshot};
 use uuid::Uuid;
@@ -36,17 +36,6 @@ fn rows(journal: &Journal, id: Uuid) -> Vec<(u32, String, String)> {
             Ok(rows)
         })
         .unwrap()
-}
-
-async fn reopen(journal: &Journal, id: Uuid) -> durably_journal::Execution {
-    match journal
-        .open_execution(id, "test", "a test", &"input")
-        .await
-        .unwrap()
-    {
-        Opened::Running(execution) => execution,
-        Opened::Finished(finished) => panic!("{id} is unexpectedly finished: {finished:?}"),
-    }
 }
 
 /// A closure that must not run: the step is recorded and replays.
@@ -110,7 +99,7 @@ async fn steps_finishing_in_reverse_call_order_get_call_order_seqs_and_replay_so
     drop(execution);
 
     // Resumed: the same calls replay, in call order, with the same results.
-    let execution = reopen(&journal, id).await;
+    let execution = start(&journal, id).await;
     let (c, a, b) = {
         let a = execution.pure("a", never::<String>);
         let b = execution.idempotent("b", |_| never::<String>());
@@ -133,7 +122,7 @@ async fn a_recorded_step_replays_while_its_sibling_is_still_running() {
     assert_eq!(first, 7);
     drop(execution);
 
-    let execution = reopen(&journal, id).await;
+    let execution = start(&journal, id).await;
     let sibling_started = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
     let recorded = execution.pure("first", never::<u32>);
@@ -204,7 +193,7 @@ async fn a_dropped_step_halts_the_handle_and_its_siblings_results_stay() {
     );
 
     // The next run replays the sibling and runs the dropped step again.
-    let execution = reopen(&journal, id).await;
+    let execution = start(&journal, id).await;
     let done: u32 = execution.pure("done", never::<u32>).await.unwrap();
     let again: u32 = execution
         .pure("hanging", || async { Ok(3_u32) })
@@ -246,7 +235,7 @@ async fn a_step_left_without_an_outcome_below_a_recorded_sibling_runs_again() {
         [(1, "second".to_owned(), "completed".to_owned())]
     );
 
-    let execution = reopen(&journal, id).await;
+    let execution = start(&journal, id).await;
     let first = execution.pure("first", || async { Ok(1_u32) });
     let second = execution.guarded("second", Policy::Fail, |_| never::<u32>());
     let (first, second) = tokio::join!(first, second);
@@ -256,7 +245,8 @@ async fn a_step_left_without_an_outcome_below_a_recorded_sibling_runs_again() {
 }
 
 /// A declining hook gives its seq back only while it is the last one reserved; with a later
-/// step already called, the handle halts at it with `AbortedBehindLaterSteps`.
+/// step already called, the handle halts at it with `AbortedBehindLaterSteps`, and nothing of
+/// the declined step is written, not even by its sibling's write.
 #[tokio::test]
 async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
     let scratch = Scratch::new();
@@ -279,21 +269,41 @@ async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
     assert!(matches!(alone, Err(Error::Aborted(_))), "{alone:?}");
     assert_eq!(execution.next_seq(), 0);
 
-    // Behind a later step: halted at it.
+    // Behind a later step: halted at it. The hooked step's closure waits until the later
+    // step's closure runs, so the later step has started when the handle halts.
+    let later_started = Arc::new(Notify::new());
+    let wait = Arc::clone(&later_started);
     let hooked = execution.step_with(
         "hooked",
         Effect::Pure,
         Timing::Now,
-        |_| async { Ok(1_u32) },
+        move |_| {
+            let wait = Arc::clone(&wait);
+            async move {
+                wait.notified().await;
+                Ok(1_u32)
+            }
+        },
         decline,
     );
-    let later = execution.pure("later", || async { Ok(2_u32) });
+    let later = execution.pure("later", move || {
+        let started = Arc::clone(&later_started);
+        async move {
+            started.notify_one();
+            Ok(2_u32)
+        }
+    });
     let (hooked, later) = tokio::join!(hooked, later);
     assert!(
         matches!(hooked, Err(Error::AbortedBehindLaterSteps { seq: 0, .. })),
         "{hooked:?}"
     );
     assert_eq!(later.unwrap(), 2);
+    // The declined step's row never rode on its sibling's write without its hook.
+    assert_eq!(
+        rows(&journal, id),
+        [(1, "later".to_owned(), "completed".to_owned())]
+    );
     let next = execution.pure("next", || async { Ok(3_u32) }).await;
     assert!(
         matches!(next, Err(Error::Halted { seq: 0, .. })),

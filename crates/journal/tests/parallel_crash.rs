@@ -14,11 +14,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use durably_journal::{Error, Guarded, Journal, Opened, Policy, Status, StepError, StepKey};
+use durably_journal::{Error, Guarded, Journal, Policy, Status, StepError, StepKey};
+use support::start;
 use uuid::Uuid;
 
 const CHILD: &str = "PARALLEL_CRASH_CHILD";
@@ -54,17 +57,6 @@ fn ledger_lines(ledger: &Path) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
-}
-
-async fn open(journal: &Journal, id: Uuid) -> durably_journal::Execution {
-    match journal
-        .open_execution(id, "parallel", "crash", &"input")
-        .await
-        .unwrap()
-    {
-        Opened::Running(execution) => execution,
-        Opened::Finished(finished) => panic!("{id} is unexpectedly finished: {finished:?}"),
-    }
 }
 
 /// Runs the three guarded steps joined; `hang` makes each closure never return after its
@@ -109,7 +101,7 @@ async fn child(spec: &str) {
     let ledger = PathBuf::from(parts.next().unwrap());
     let id: Uuid = parts.next().unwrap().parse().unwrap();
     let journal = Journal::open(&database).unwrap();
-    let execution = open(&journal, id).await;
+    let execution = start(&journal, id).await;
     three_steps(&execution, &ledger, true).await;
     unreachable!("the hanging steps returned");
 }
@@ -154,7 +146,7 @@ async fn three_parallel_guarded_steps_killed_in_their_windows_follow_their_polic
         ]
     );
 
-    let execution = open(&journal, id).await;
+    let execution = start(&journal, id).await;
     let outcomes = three_steps(&execution, &ledger, false).await;
     let mut outcomes = outcomes.into_iter();
     let retried = outcomes.next().unwrap();

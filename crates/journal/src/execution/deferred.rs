@@ -317,34 +317,37 @@ impl Shared {
             }
             return Ok(false);
         }
-        let execution_id = self.id;
-        let (seq, state) = (row.seq, row.state);
-        let first = hook.map(|hook| {
-            let step = StepRef {
-                execution_id,
-                seq,
-                state,
-                now: at,
-            };
-            Box::new(move |conn: &Connection| hook(conn, step)) as super::fence::FirstHook
+        let Some(hook) = hook else {
+            let seq = row.seq;
+            self.fence.push(Pending {
+                row,
+                hook: None,
+                at,
+            });
+            let written = self.fence.flush(None).await;
+            if written.is_err() {
+                // A write that never ran (a busy database) left the row pending: it must not
+                // ride on a later write after its step was told it failed.
+                self.fence.drop_pending(seq);
+            }
+            return written;
+        };
+        // Before this step's row is written: its hook writes rows that name the execution.
+        self.fence.open_before_hook().await?;
+        // The row goes with its hook, first in the write, never into what is pending: a
+        // sibling step's write (steps in parallel) could otherwise carry it without its hook.
+        let step = StepRef {
+            execution_id: self.id,
+            seq: row.seq,
+            state: row.state,
+            now: at,
+        };
+        let (resource, now) = (self.id.to_string(), format_timestamp(at));
+        let first: super::fence::FirstHook = Box::new(move |conn: &Connection| {
+            hook(conn, step)?;
+            row.record(conn, &resource, &now)
         });
-        if first.is_some() {
-            // Before this step's row joins what is pending: the open must not carry it
-            // without its hook.
-            self.fence.open_before_hook().await?;
-        }
-        self.fence.push(Pending {
-            row,
-            hook: None,
-            at,
-        });
-        let written = self.fence.flush(first).await;
-        if written.is_err() {
-            // When the hook, which runs first, declined or failed, nothing was taken: this
-            // step's own row must not ride on a later write without it. (After a failure that
-            // took what was pending, there is nothing left to drop.)
-            self.fence.drop_pending(seq);
-        }
+        let written = self.fence.flush(Some(first)).await;
         written
     }
 }

@@ -256,8 +256,8 @@ impl Fence {
         .await
     }
 
-    /// Writes what is pending, after `first` when there is one; nothing when nothing is
-    /// pending. A busy database is tried again, as long as the request that met it never ran
+    /// Writes what is pending, after `first` when there is one (which may write a row of its
+    /// own); nothing when neither is there. A busy database is tried again, as long as the request that met it never ran
     /// (so what it carried is still pending). Returns whether it wrote.
     ///
     /// # Errors
@@ -270,7 +270,7 @@ impl Fence {
         for try_number in 1..=CARRY_WRITE_TRIES_MAX {
             let undo = {
                 let carry = self.carry();
-                if carry.is_empty() {
+                if carry.is_empty() && !hooked {
                     return Ok(false);
                 }
                 // One row with no hook is one statement after the fence check.
@@ -294,10 +294,15 @@ impl Fence {
                 .submit(undo, true, slot, CancelRequests::Carried, last)
                 .await
             {
+                // Tried again only when the request never ran: the hook is still in its
+                // slot, or (with none) what it was to carry is still pending.
                 Err(Error::Busy { .. })
                     if try_number < CARRY_WRITE_TRIES_MAX
-                        && !self.carry().is_empty()
-                        && (!hooked || is_kept(&first)) => {}
+                        && if hooked {
+                            is_kept(&first)
+                        } else {
+                            !self.carry().is_empty()
+                        } => {}
                 Err(error) => return Err(error),
                 Ok(()) => return Ok(true),
             }

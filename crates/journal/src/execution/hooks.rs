@@ -95,14 +95,18 @@ impl Execution {
         A: FnOnce(&Connection, StepRef) -> Result<()> + Send + 'static,
     {
         let reserved = if effect == Effect::Guarded {
-            Err(Error::Refused(format!(
-                "step {name:?} of execution {} is guarded; step_with records pure and idempotent \
-                 steps, and a guarded step's rows go with its intent (guarded_with)",
-                self.id()
-            )))
+            Err(guarded_step_with(name, self.id()))
         } else {
             self.reserve(name)
         };
         async move { reserved?.step_with(effect, timing, f, also).await }
     }
+}
+
+/// The refusal of a guarded step given to `step_with`.
+pub(super) fn guarded_step_with(name: &str, execution_id: Uuid) -> Error {
+    Error::Refused(format!(
+        "step {name:?} of execution {execution_id} is guarded; step_with records pure and \
+         idempotent steps, and a guarded step's rows go with its intent (guarded_with)"
+    ))
 }

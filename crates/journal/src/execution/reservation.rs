@@ -70,6 +70,13 @@ pub(super) struct State {
     pub(super) finalized: bool,
 }
 
+impl State {
+    /// Halts the handle at `seq`, keeping the lowest seq it was halted at.
+    fn halt_at(&mut self, seq: u32) {
+        self.halted_at = Some(self.halted_at.map_or(seq, |halted| halted.min(seq)));
+    }
+}
+
 impl Shared {
     pub(super) fn new(fence: Arc<Fence>, settings: StepSettings, id: Uuid, replay: Replay) -> Self {
         Self {
@@ -95,8 +102,7 @@ impl Shared {
 
     /// Halts the handle at `seq`, keeping the lowest seq it was halted at.
     pub(super) fn halt_at(&self, seq: u32) {
-        let mut state = self.state();
-        state.halted_at = Some(state.halted_at.map_or(seq, |halted| halted.min(seq)));
+        self.state().halt_at(seq);
     }
 
     /// Where the handle cannot go on from, if anywhere: the seq it halted at, else the lowest
@@ -188,7 +194,7 @@ impl Shared {
                 Err(Error::Aborted(reason))
             }
             Err(Error::Aborted(reason)) => {
-                state.halted_at = Some(state.halted_at.map_or(seq, |halted| halted.min(seq)));
+                state.halt_at(seq);
                 Err(Error::AbortedBehindLaterSteps {
                     execution_id: self.id,
                     seq,
@@ -196,7 +202,7 @@ impl Shared {
                 })
             }
             Err(error) => {
-                state.halted_at = Some(state.halted_at.map_or(seq, |halted| halted.min(seq)));
+                state.halt_at(seq);
                 Err(error)
             }
         }
@@ -381,11 +387,7 @@ impl Reservation {
             let _ = this
                 .shared
                 .settle::<()>(this.seq, Err(Error::Aborted("guarded")));
-            return Err(Error::Refused(format!(
-                "step {:?} of execution {id} is guarded; step_with records pure and \
-                 idempotent steps, and a guarded step's rows go with its intent (guarded_with)",
-                this.name
-            )));
+            return Err(super::hooks::guarded_step_with(&this.name, id));
         }
         let hook = Some(Hook::Result(Box::new(also), timing));
         let outcome = self.run(effect, None, hook, f).await?;
@@ -442,7 +444,7 @@ impl Drop for Reservation {
         if !self.settled {
             let mut state = self.shared.state();
             state.in_flight.remove(&self.seq);
-            state.halted_at = Some(state.halted_at.map_or(self.seq, |seq| seq.min(self.seq)));
+            state.halt_at(self.seq);
         }
     }
 }
