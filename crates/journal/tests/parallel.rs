@@ -310,3 +310,61 @@ async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
         "{next:?}"
     );
 }
+
+/// W1 with steps in flight, on a write-behind handle: every outcome the caller had when it
+/// called an effect step is durable before that effect runs, even when a sibling's write took
+/// it along. Each effect closure reads the journal itself and finds the earlier steps there.
+/// (Without the lookup of rows a sibling's write took, this fails within a few rounds: the
+/// second effect's flush finds nothing pending and its closure runs while the first effect's
+/// write, carrying the earlier rows, has not committed.)
+#[tokio::test]
+async fn effects_called_in_parallel_see_every_earlier_outcome_durable() {
+    let scratch = Scratch::new();
+    let journal = scratch.open();
+    let id = Uuid::new_v4();
+    let mut execution = start(&journal, id).await;
+    execution.defer_results();
+    for round in 0..100_u32 {
+        let base = round * 5;
+        let first = execution.pure(&format!("pure {base}"), || async { Ok(()) });
+        let second = execution.pure(&format!("pure {}", base + 1), || async { Ok(()) });
+        let (first, second) = tokio::join!(first, second);
+        first.unwrap();
+        second.unwrap();
+        // The outcomes the caller had when it called the three effects: steps below `base + 2`
+        // (a sibling called in the same join is not one of them).
+        let durable_below = |seq: u32| {
+            let journal = journal.clone();
+            move || {
+                let recorded = rows(&journal, id);
+                let missing: Vec<u32> = (0..base + 2)
+                    .filter(|earlier| !recorded.iter().any(|row| row.0 == *earlier))
+                    .collect();
+                assert!(
+                    missing.is_empty(),
+                    "the effect at step {seq} ran before steps {missing:?} were durable"
+                );
+            }
+        };
+        let checks = [base + 2, base + 3, base + 4].map(durable_below);
+        let [one, two, three] = checks;
+        let (a, b, c) = tokio::join!(
+            execution.idempotent(&format!("effect {}", base + 2), move |_| {
+                one();
+                async { Ok(()) }
+            }),
+            execution.guarded(&format!("effect {}", base + 3), Policy::Fail, move |_| {
+                two();
+                async { Ok(()) }
+            }),
+            execution.idempotent(&format!("effect {}", base + 4), move |_| {
+                three();
+                async { Ok(()) }
+            }),
+        );
+        a.unwrap();
+        b.unwrap().into_result().unwrap();
+        c.unwrap();
+    }
+    execution.complete(&"done").await.unwrap();
+}
