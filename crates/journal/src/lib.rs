@@ -25,7 +25,7 @@
 //! // Time-ordered ids keep the journal's writes together; any UUID works.
 //! let id = durably_journal::new_execution_id();
 //!
-//! let Opened::Running(mut execution) =
+//! let Opened::Running(execution) =
 //!     journal.open_execution(id, "refund", "refund order 42", &42).await?
 //! else {
 //!     unreachable!("a new execution is never finished");
