@@ -73,6 +73,11 @@ pub(crate) async fn wait_or_park<T>(
 ) -> Result<Option<T>> {
     let remaining = wait.until - durably_lock::Clock::now(waits.clock.as_ref());
     let alone = execution.steps_in_flight() <= wait.own_steps;
+    if waits.parks(remaining) && !alone {
+        // Long, but kept in memory beside its siblings: its step, kept pending for a park that
+        // will not come, is written now, so a crash during the wait loses no time.
+        slot.remember(execution.flush().await)?;
+    }
     if waits.parks(remaining) && alone {
         if let Some(found) = check()? {
             return Ok(Some(found));
