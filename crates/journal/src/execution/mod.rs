@@ -112,9 +112,13 @@ impl Execution {
         self.shared.fence.journal()
     }
 
-    /// The sequence number the next step call will reserve.
+    /// The sequence number the next step call will reserve; on a halted handle (which
+    /// reserves no more), the seq it halted at.
     pub fn next_seq(&self) -> u32 {
-        self.shared.state().next_seq
+        let state = self.shared.state();
+        state
+            .halted_at
+            .map_or(state.next_seq, |halted| halted.min(state.next_seq))
     }
 
     /// One past the highest seq recorded when this handle opened the execution (0 for a new
