@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use durably_journal::Status;
-use durably_runtime::{StartOptions, WorkflowContext, WorkflowError};
+use durably_runtime::{WorkflowContext, WorkflowError};
 use support::{Clocked, consumption, event_kinds, start_queued, wait_until};
 use tokio::sync::Notify;
 

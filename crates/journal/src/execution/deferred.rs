@@ -347,7 +347,6 @@ impl Shared {
             hook(conn, step)?;
             row.record(conn, &resource, &now)
         });
-        let written = self.fence.flush(Some(first)).await;
-        written
+        self.fence.flush(Some(first)).await
     }
 }
