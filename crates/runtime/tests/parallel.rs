@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use durably_journal::Status;
 use durably_runtime::{WorkflowContext, WorkflowError};
-use support::{Clocked, consumption, event_kinds, start_queued, wait_until};
+use support::{Clocked, assert_steps_in_order, consumption, event_kinds, start_queued, wait_until};
 use tokio::sync::Notify;
 
 /// Two receives at once: seqs 0 and 1 are `a`'s, 2 and 3 are `b`'s.
@@ -51,22 +51,15 @@ async fn two_receives_joined_keep_their_steps_together_in_call_order() {
         .await
         .unwrap();
     assert_eq!(output, (Some("for a".to_owned()), Some("for b".to_owned())));
-    let names: Vec<_> = f
-        .journal
-        .steps(id)
-        .unwrap()
-        .into_iter()
-        .map(|step| (step.seq, step.name))
-        .collect();
-    let expected = [
-        "durably:recv-deadline/a",
-        "durably:recv/a",
-        "durably:recv-deadline/b",
-        "durably:recv/b",
-    ];
-    assert_eq!(
-        names,
-        (0..).zip(expected.map(str::to_owned)).collect::<Vec<_>>()
+    assert_steps_in_order(
+        &f.journal,
+        id,
+        &[
+            "durably:recv-deadline/a",
+            "durably:recv/a",
+            "durably:recv-deadline/b",
+            "durably:recv/b",
+        ],
     );
     assert_eq!(
         consumption(&f.journal, id),

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use durably_journal::{Journal, Policy, Status, StepError};
 use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
-use support::{child_command, consumption, start_queued, wait_until};
+use support::{assert_steps_in_order, child_command, consumption, start_queued, wait_until};
 
 /// Set in the child: `serve <database path> <execution id>`.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_PARALLEL_TEST_CHILD";
@@ -133,21 +133,17 @@ async fn a_joined_workflow_killed_mid_step_finishes_in_another_process_with_the_
     assert_eq!(output, (1, 2, Some(true)));
     assert_eq!(journal.get(id).unwrap().unwrap().status, Status::Completed);
 
-    let steps: Vec<_> = journal
-        .steps(id)
-        .unwrap()
-        .into_iter()
-        .map(|step| (step.seq, step.name))
-        .collect();
-    let names = [
-        "charge",
-        "compute",
-        "durably:recv-deadline/approval",
-        "durably:recv/approval",
-        "durably:sleep/pause",
-    ];
-    let expected: Vec<_> = (0..).zip(names.map(str::to_owned)).collect();
-    assert_eq!(steps, expected, "the steps are not in call order");
+    assert_steps_in_order(
+        &journal,
+        id,
+        &[
+            "charge",
+            "compute",
+            "durably:recv-deadline/approval",
+            "durably:recv/approval",
+            "durably:sleep/pause",
+        ],
+    );
     assert_eq!(
         consumption(&journal, id),
         [("approval".to_owned(), Some(3))],
