@@ -82,3 +82,35 @@ SELECT e.execution_id,
 FROM executions AS e
 WHERE e.status = 'waiting'
 ORDER BY e.due_at, e.execution_id;
+
+-- Every recorded answer of `patched`, with the execution's status now: the unfinished
+-- executions that answered 0 still run a patch's old branch (see `durably patches PATCH`).
+DROP VIEW IF EXISTS patch_answers;
+CREATE VIEW patch_answers AS
+SELECT p.patch_id,
+       p.execution_id,
+       p.answer,
+       p.seq,
+       p.decided_at,
+       e.kind,
+       e.status,
+       e.status NOT IN ('completed', 'failed', 'cancelled') AS unfinished
+FROM runtime_patches AS p
+JOIN executions AS e ON e.execution_id = p.execution_id
+ORDER BY p.patch_id, p.answer, p.execution_id;
+
+-- Every fork, with its original: the seq before which it copied the original's steps, and
+-- both statuses now.
+DROP VIEW IF EXISTS forks;
+CREATE VIEW forks AS
+SELECT r.execution_id,
+       r.forked_from,
+       r.fork_seq,
+       r.version,
+       e.status,
+       o.status AS original_status
+FROM runtime_executions AS r
+JOIN executions AS e ON e.execution_id = r.execution_id
+LEFT JOIN executions AS o ON o.execution_id = r.forked_from
+WHERE r.forked_from IS NOT NULL
+ORDER BY e.created_at DESC;

@@ -23,8 +23,8 @@ Errors print as `durably: error: ...` and `durably: hint: ...` on standard error
 Reading commands (ls, show, locks, fires, sweep --dry-run) only read: they never create, \
 migrate or change a file, and read access to the journal is enough. sweep, cancel and gc first \
 run SQLite's integrity check and refuse a journal that fails it, unless given --force. \
-start, send and resume go through the runtime (durably::runtime) and need a journal that a \
-runtime has used; they refuse what a program's call would refuse, and a refusal writes nothing. \
+start, send, resume, fork and patches go through the runtime (durably::runtime) and need a \
+journal that a runtime has used; they refuse what a program's call would refuse, and a refusal writes nothing. \
 Every reading command takes --json; its fields are listed in docs/cli.md and are stable. \
 Text from the database is printed with control characters escaped (ESC prints as \\e).";
 
@@ -91,6 +91,12 @@ pub enum Command {
     Send(SendArgs),
     /// Put a stuck or cancelled execution back in its queue, to continue from its last step.
     Resume(ResumeArgs),
+    /// Start a new execution that copies an ended one's steps before a seq and runs the rest
+    /// on current code (to recover a stuck or wrongly finished run).
+    Fork(ForkArgs),
+    /// List the unfinished executions that still need a patch's branches (`patched` answered
+    /// false, or its marker recorded), to know when a patch's old branch can go.
+    Patches(PatchesArgs),
     /// List scheduler fires (the slot ledger), newest slot first.
     Fires {
         /// Only this job.
@@ -287,6 +293,29 @@ pub struct ResumeArgs {
     /// (`2h`, `7d`), or at this RFC 3339 time. Without it, the old deadline is cleared.
     #[arg(long, value_name = "DUR", value_parser = parse_deadline)]
     pub deadline: Option<Deadline>,
+}
+
+/// Arguments of `fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The execution to fork (a UUID): completed, failed, cancelled or stuck.
+    #[arg(value_parser = parse_execution_id)]
+    pub id: Uuid,
+    /// Copy the steps with a seq below this (`durably show ID` lists them); the fork runs the
+    /// rest. Steps at or after it run under new idempotency keys, so their effects can happen
+    /// again.
+    #[arg(long, value_name = "N")]
+    pub from_seq: u32,
+    /// Run the fork on this version of the workflow kind instead of the original's.
+    #[arg(long, value_name = "V")]
+    pub version: Option<u32>,
+}
+
+/// Arguments of `patches`.
+#[derive(Debug, Args)]
+pub struct PatchesArgs {
+    /// The patch id, as the workflow code passes it to `patched`.
+    pub patch: String,
 }
 
 /// Arguments of `gc`.

@@ -75,6 +75,8 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Start(args) => commands::start::run(&target()?, args, json)?,
         Command::Send(args) => commands::send::run(&target()?, args, json)?,
         Command::Resume(args) => commands::resume::run(&target()?, args, json)?,
+        Command::Fork(args) => commands::fork::run(&target()?, args, json)?,
+        Command::Patches(args) => commands::patches::run(&target()?, args, json)?,
         Command::Fires { job, limit } => {
             commands::fires::run(&target()?, job.as_deref(), *limit, json)?;
         }

@@ -3,7 +3,7 @@
 //! plan), and what to do about it. The journal's own errors keep the hints of
 //! [`crate::error`].
 
-use durably::runtime::Error;
+use durably::runtime::{Error, ForkRefusal};
 use durably::{Journal, Status};
 use uuid::Uuid;
 
@@ -16,10 +16,24 @@ use crate::error::{CliError, Result};
 /// # Errors
 /// A storage error.
 pub fn not_the_runtimes(journal: &Journal, id: Uuid, unknown: Error) -> Result<CliError> {
+    let hand_driven = Error::NotRuntimeExecution { execution_id: id };
+    refused_without_runtime(journal, id, unknown, hand_driven)
+}
+
+/// As [`not_the_runtimes`], with `hand_driven` as the refusal of an execution that exists.
+///
+/// # Errors
+/// A storage error.
+pub fn refused_without_runtime(
+    journal: &Journal,
+    id: Uuid,
+    unknown: Error,
+    hand_driven: Error,
+) -> Result<CliError> {
     let known = journal.read(|conn| durably::sqlite::execution_status(conn, id))?;
     Ok(match known {
         None => unknown,
-        Some(_) => Error::NotRuntimeExecution { execution_id: id },
+        Some(_) => hand_driven,
     }
     .into())
 }
@@ -87,8 +101,38 @@ fn hint(error: &Error) -> Option<String> {
             status,
         } => not_resumable_hint(*execution_id, *status),
         Error::Watcher(_) => "the system may be out of threads; run this again".to_owned(),
+        Error::ForkRefused {
+            execution_id,
+            refusal,
+        } => fork_refused_hint(*execution_id, refusal),
         _ => return None,
     })
+}
+
+/// What to do about a refused fork of execution `id`.
+fn fork_refused_hint(id: Uuid, refusal: &ForkRefusal) -> String {
+    match refusal {
+        ForkRefusal::Unfinished { .. } => format!(
+            "a process may still run it: wait for it to end, or `durably cancel {id}` it \
+             first, then fork it"
+        ),
+        ForkRefusal::SeqPastEnd { recorded, .. } => format!(
+            "give --from-seq {recorded} or less: `durably show {id}` lists its recorded steps"
+        ),
+        ForkRefusal::Ambiguous { seq, .. } => format!(
+            "its effect may or may not have happened: give --from-seq {seq} or less to run the \
+             step again in the fork, or `durably resolve` it first if it is still awaiting an \
+             operator"
+        ),
+        ForkRefusal::HandDriven => "only executions started through the runtime (`durably \
+                                    start`, or a program's runtime) can be forked"
+            .to_owned(),
+        ForkRefusal::UnknownVersion { kind, .. } => format!(
+            "leave --version out to keep the original's, or give a version of {kind:?} that a \
+             program has registered on this journal"
+        ),
+        _ => format!("`durably show {id}` shows where it is"),
+    }
 }
 
 /// What to do instead of resuming an execution in `status`.
@@ -115,7 +159,7 @@ mod tests {
     //! runtime's message, get exit code 2 for a bad name or option and 1 for the rest, and a
     //! hint naming what to do; no runtime message names a `durably` command itself.
     use durably::Status;
-    use durably::runtime::Error;
+    use durably::runtime::{Error, ForkRefusal};
     use uuid::Uuid;
 
     use crate::error::{CliError, EXIT_FAILURE, EXIT_USAGE};
@@ -191,6 +235,25 @@ mod tests {
                 Error::NotResumable {
                     execution_id: id,
                     status: Status::Running,
+                },
+                EXIT_FAILURE,
+            ),
+            (
+                Error::ForkRefused {
+                    execution_id: id,
+                    refusal: ForkRefusal::SeqPastEnd {
+                        from_seq: 9,
+                        recorded: 3,
+                    },
+                },
+                EXIT_FAILURE,
+            ),
+            (
+                Error::ForkRefused {
+                    execution_id: id,
+                    refusal: ForkRefusal::Unfinished {
+                        status: Status::Running,
+                    },
                 },
                 EXIT_FAILURE,
             ),

@@ -23,7 +23,14 @@ pub struct RuntimeRow {
     pub resume_failures: i64,
     /// Why the last such run ended (JSON: names, seqs, messages).
     pub last_failure: Option<String>,
+    /// The execution it was forked from, and the seq before which it copied its steps.
+    pub forked_from: Option<(String, i64)>,
+    /// Its forks (at most [`FORKS_SHOWN_MAX`]), each with the seq it copied before.
+    pub forks: Vec<(String, i64)>,
 }
+
+/// The most forks of one execution `show` lists.
+pub const FORKS_SHOWN_MAX: u32 = 20;
 
 /// One message sent to an execution.
 #[derive(Debug)]
@@ -154,7 +161,7 @@ pub fn read(inspector: &Inspector, id: Uuid, queued: bool, pages: Pages) -> Resu
 }
 
 fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<RuntimeRow>> {
-    Ok(conn
+    let row = conn
         .prepare_cached(
             "SELECT version, deadline_at, dedup_key, resume_failures, last_failure
              FROM runtime_executions WHERE execution_id = ?1",
@@ -166,9 +173,43 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
                 dedup_key: row.get(2)?,
                 resume_failures: row.get(3)?,
                 last_failure: row.get(4)?,
+                forked_from: None,
+                forks: Vec::new(),
             })
         })
-        .optional()?)
+        .optional()?;
+    let Some(mut row) = row else {
+        return Ok(None);
+    };
+    if forks_present(conn)? {
+        row.forked_from = conn
+            .prepare_cached(
+                "SELECT forked_from, fork_seq FROM runtime_executions
+                 WHERE execution_id = ?1 AND forked_from IS NOT NULL",
+            )?
+            .query_row(params![resource], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT execution_id, fork_seq FROM runtime_executions
+             WHERE forked_from = ?1 ORDER BY execution_id LIMIT ?2",
+        )?;
+        let forks = statement.query_map(params![resource, FORKS_SHOWN_MAX], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+        row.forks = forks.collect::<Result<_, _>>()?;
+    }
+    Ok(Some(row))
+}
+
+/// Whether the runtime's schema has the fork link (runtime migration 3): a journal a runtime
+/// of an older build used has not.
+fn forks_present(conn: &Connection) -> durably::Result<bool> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions')
+                        WHERE name = 'forked_from')",
+        [],
+        |row| row.get(0),
+    )?)
 }
 
 /// SQL reading payload `column` as a preview: its head when it is at most `?2` bytes, and its

@@ -233,7 +233,7 @@ fn show_prints_the_runtime_block_and_pages_of_messages_and_workflow_events() {
         shown["runtime"],
         serde_json::json!({
             "version": 1, "deadline_at": null, "dedup_key": "daily", "resume_failures": 0,
-            "last_failure": null
+            "last_failure": null, "forked_from": null, "forks": []
         })
     );
     let text = stdout(&journal.durably(&["show", &queued.to_string()]));

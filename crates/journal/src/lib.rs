@@ -55,6 +55,7 @@ mod execution;
 mod execution_id;
 mod extension;
 mod files;
+pub mod forks;
 mod handles;
 mod inspect;
 mod inspector;

@@ -109,6 +109,31 @@ impl Replay {
     /// it; [`Error::PayloadTooLarge`] for a recorded payload
     /// over the cap, refused before it is read; a storage error.
     pub(crate) fn take(&mut self, seq: u32) -> Result<Option<RecordedStep>> {
+        let Some(index) = self.index_of(seq)? else {
+            return Ok(None);
+        };
+        Ok(self.window.get_mut(index).and_then(Option::take))
+    }
+
+    /// The name and effect of the recorded step `seq`, if any, leaving it to be taken: reads
+    /// the next window when `seq` is past this one, as [`Replay::take`] does.
+    ///
+    /// # Errors
+    /// As [`Replay::take`].
+    pub(crate) fn peek(&mut self, seq: u32) -> Result<Option<(&str, Effect)>> {
+        let Some(index) = self.index_of(seq)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .window
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|step| (step.name.as_str(), step.effect)))
+    }
+
+    /// Where step `seq` is in the window, reading the window it is in when `seq` is past this
+    /// one; `None` past the last recorded step.
+    fn index_of(&mut self, seq: u32) -> Result<Option<usize>> {
         if self.end.is_some_and(|end| seq >= end) {
             return Ok(None);
         }
@@ -122,7 +147,7 @@ impl Replay {
             self.read_window(seq)?;
             index = 0;
         }
-        Ok(self.window.get_mut(index as usize).and_then(Option::take))
+        Ok(Some(index as usize))
     }
 
     /// Replaces the window with the recorded steps from `from_seq` on.

@@ -17,7 +17,7 @@ use crate::context::WorkflowContext;
 use crate::dispatcher::Capacity;
 use crate::error::{Result, WorkflowError};
 use crate::names::{self, NameKind};
-use crate::recovery::{RESUME_FAILURES_MAX_DEFAULT, recover};
+use crate::recovery::{RESUME_FAILURES_MAX_DEFAULT, count_other_versions, recover};
 use crate::registry::Registry;
 use crate::runtime::{Runtime, Settings};
 use crate::store;
@@ -214,7 +214,8 @@ impl RuntimeBuilder {
                 Ok(())
             })
             .await?;
-        let recovery = recover(&client, self.resume_failures_max).await?;
+        let mut recovery = recover(&client, self.resume_failures_max).await?;
+        count_other_versions(&client, &mut recovery)?;
         Ok(Runtime::spawn(Settings {
             client,
             capacity: Capacity::new(self.concurrency_max, process_limits),

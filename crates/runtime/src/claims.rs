@@ -8,15 +8,17 @@
 //! - This process's limits (over all queues, and per queue) are checked and its place taken
 //!   under [`Capacity`]'s lock at the moment of each claim, in the writer's thread, so a claim
 //!   of a pass, a hand-over and a [`crate::Runtime::run`] can never take the same place.
-//! - Candidates are read among the kinds this process serves, so executions of other kinds
-//!   waiting ahead never hide the ones it can run; FIFO holds among the kinds it serves.
+//! - Routing: candidates are read among the (kind, version) pairs this process serves, in the
+//!   query ([`store::claim_candidates`]), so executions of other kinds, or of versions of its
+//!   kinds that it does not serve, however many wait ahead, never hide the ones it can run;
+//!   FIFO holds among the pairs it serves. An execution runs only on the code of the version
+//!   it was started with: one of a version no process serves stays queued (and the recovery
+//!   report counts it) until a process serving it starts.
 //! - A candidate with a cancel request pending (its holder released it before it saw the
 //!   request) is cancelled instead of claimed.
 
 use chrono::{DateTime, Utc};
-use durably_journal::lifecycle::{
-    claimable, record_execution_event, recorded_steps, running_in_queue,
-};
+use durably_journal::lifecycle::{record_execution_event, recorded_steps, running_in_queue};
 use durably_journal::{Claimer, Status};
 use rusqlite::Connection;
 use uuid::Uuid;
@@ -29,10 +31,11 @@ use crate::store;
 /// The most candidates one claim reads in one queue.
 pub(crate) const CLAIM_SCAN_MAX: u32 = 256;
 
-/// How many candidates one claim reads beyond the places it may fill: those of a version this
-/// process does not serve are passed over among them. A read sized to the places, not to
-/// [`CLAIM_SCAN_MAX`], keeps a hand-over (one place, at every run's end) to a few rows.
-pub(crate) const VERSION_SKIPS_MAX: u32 = 16;
+/// How many candidates one claim reads beyond the places it may fill: a candidate with a
+/// cancel request pending is cancelled instead, and one whose lock a process holds (leaked)
+/// is passed over, among them. A read sized to the places, not to [`CLAIM_SCAN_MAX`], keeps a
+/// hand-over (one place, at every run's end) to a few rows.
+pub(crate) const CANDIDATES_SPARE_MAX: u32 = 16;
 
 /// A claim taken in a transaction: the execution, the version it was started with, and the
 /// queue whose place in this process it holds.
@@ -80,18 +83,13 @@ pub(crate) fn claim_from(
     if room == 0 {
         return Ok(());
     }
-    let kinds = served_kinds(registry);
-    let scan = room.saturating_add(VERSION_SKIPS_MAX).min(CLAIM_SCAN_MAX);
-    for (id, kind) in claimable(conn, queue.as_deref(), &kinds, scan)? {
+    let served: Vec<(&str, u32)> = registry.kinds().collect();
+    let scan = room
+        .saturating_add(CANDIDATES_SPARE_MAX)
+        .min(CLAIM_SCAN_MAX);
+    for (id, _, version) in store::claim_candidates(conn, queue.as_deref(), &served, scan)? {
         if room == 0 {
             break;
-        }
-        // A version this process does not serve is passed over.
-        let Some(version) = store::started_version(conn, id)? else {
-            continue;
-        };
-        if registry.get(&kind, version).is_none() {
-            continue;
         }
         // Its holder released it with a cancel request pending: cancel, not run.
         if cancel_if_requested(conn, id, now)? {
@@ -121,11 +119,4 @@ pub(crate) fn claim_from(
         room -= 1;
     }
     Ok(())
-}
-
-/// The kinds `registry` serves, each once.
-pub(crate) fn served_kinds(registry: &Registry) -> Vec<&str> {
-    let mut kinds: Vec<&str> = registry.kinds().map(|(kind, _)| kind).collect();
-    kinds.dedup();
-    kinds
 }

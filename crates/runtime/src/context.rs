@@ -246,6 +246,10 @@ pub(crate) enum Stop {
     Cancelled(String),
     /// A step ran past its timeout and was dropped.
     TimedOut(StepTimeout),
+    /// Replay met a recorded step other than the one the code calls: the execution is parked
+    /// `stuck` at once with this diff as its status detail, since retrying the same code can
+    /// never heal it (`crate::diverged`).
+    Diverged(serde_json::Value),
 }
 
 impl Slot {
@@ -300,6 +304,10 @@ impl Slot {
                     execution_id,
                     reason,
                 })
+            }
+            Err(error @ durably_journal::Error::NonDeterminism { .. }) => {
+                self.stop(Stop::Diverged(crate::diverged::detail(&error)));
+                Err(error.into())
             }
             Err(error) => {
                 let mut ending = self.ending();

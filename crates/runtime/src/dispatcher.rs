@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::cancel::Runs;
 pub(crate) use crate::capacity::{Capacity, QueueKey};
-use crate::claims::{Picked, Place, claim_from, served_kinds};
+use crate::claims::{Picked, Place, claim_from};
 use crate::client::Client;
 use crate::clock::Clock;
 use crate::deadlines;
@@ -28,7 +28,7 @@ use crate::runs;
 use crate::store;
 use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
-use durably_journal::lifecycle::{Wake, claimable, clear_not_before, due};
+use durably_journal::lifecycle::{Wake, clear_not_before, due};
 use rusqlite::Connection;
 
 /// The most due executions one pass moves; the rest wait for the next pass, which comes at
@@ -111,7 +111,7 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
 async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
     let rooms = dispatch.capacity.rooms();
     let now = dispatch.clock.now();
-    let kinds = served_kinds(dispatch.client.registry());
+    let served: Vec<(&str, u32)> = dispatch.client.registry().kinds().collect();
     deadlines::enforce(&dispatch.client, now).await?;
     let (work, next) = dispatch.client.journal().read(|conn| {
         let next = deadlines::next_wake(conn)?;
@@ -120,7 +120,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
             if work {
                 break;
             }
-            work = !claimable(conn, queue.as_deref(), &kinds, 1)?.is_empty();
+            work = !store::claim_candidates(conn, queue.as_deref(), &served, 1)?.is_empty();
         }
         Ok((work, next))
     })?;

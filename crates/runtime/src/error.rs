@@ -225,6 +225,15 @@ pub enum Error {
         status: Status,
     },
 
+    /// A fork was refused ([`crate::Client::fork`]); nothing was written.
+    #[error("cannot fork execution {execution_id}: {refusal}")]
+    ForkRefused {
+        /// The execution asked to be forked.
+        execution_id: Uuid,
+        /// Why it was refused.
+        refusal: crate::ForkRefusal,
+    },
+
     /// A cancel found the execution already ended; nothing was written.
     #[error("execution {execution_id} has already ended ({status}); nothing was cancelled")]
     AlreadyEnded {

@@ -18,6 +18,12 @@
 //! journal unchanged. Time comes from a [`Clock`]; tests use [`testing::TestClock`] and move
 //! it instead of sleeping.
 //!
+//! Code changes while executions are in flight: each execution runs only on the (kind,
+//! version) it started with, [`WorkflowContext::patched`] branches code within a version
+//! (its answer recorded, never flipping), a replay that meets a code change parks the
+//! execution `stuck` with the diff, and [`Client::fork`] copies an ended execution's steps
+//! before a seq into a new one that runs the rest on current code.
+//!
 //! ```
 //! use durably_journal::Journal;
 //! use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
@@ -114,8 +120,10 @@ mod clock;
 mod context;
 mod deadlines;
 mod dispatcher;
+mod diverged;
 mod error;
 mod events;
+mod fork;
 mod handle;
 mod handover;
 mod join;
@@ -123,6 +131,7 @@ mod messages;
 mod names;
 mod options;
 mod parking;
+mod patches;
 mod payload;
 mod recovery;
 mod registry;
@@ -144,14 +153,17 @@ pub use client::{Client, SendOutcome};
 pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use context::WorkflowContext;
 pub use deadlines::DEADLINE_REASON;
+pub use diverged::NON_DETERMINISM_REASON;
 pub use durably_journal::CancelOutcome;
 pub use error::{Error, Result, WorkflowError};
+pub use fork::{EVENT_FORKED, EVENT_FORKED_FROM, ForkOptions, ForkRefusal};
 pub use handle::WorkflowHandle;
 pub use join::join_all;
 pub use messages::MESSAGE_ENVELOPE_BYTES;
 pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, ResumeOptions, StartOptions};
-pub use recovery::{RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
+pub use patches::{PATCH_HOLDOUTS_MAX, PatchHoldouts, PatchUse};
+pub use recovery::{OTHER_VERSIONS_SCAN_MAX, RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
 pub use start::StartOutcome;
 pub use steps::StepBuilder;

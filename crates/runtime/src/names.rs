@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 /// The longest workflow kind or queue name, in bytes of UTF-8.
 pub const KIND_BYTES_MAX: usize = 128;
 
-/// The longest topic, event key, idempotency key, deduplication key, execution name or timer
-/// name, in bytes of UTF-8.
+/// The longest topic, event key, idempotency key, deduplication key, execution name, timer
+/// name or patch id, in bytes of UTF-8.
 pub const KEY_BYTES_MAX: usize = 256;
 
 /// The prefix of the runtime's own steps (`durably:sleep/<name>`, `durably:recv/<topic>`).
@@ -39,6 +39,7 @@ pub(crate) enum NameKind {
     EventKey,
     IdempotencyKey,
     TimerName,
+    PatchId,
 }
 
 impl NameKind {
@@ -52,6 +53,7 @@ impl NameKind {
             Self::EventKey => "event key",
             Self::IdempotencyKey => "idempotency key",
             Self::TimerName => "timer name",
+            Self::PatchId => "patch id",
         }
     }
 
@@ -63,7 +65,8 @@ impl NameKind {
             | Self::Topic
             | Self::EventKey
             | Self::IdempotencyKey
-            | Self::TimerName => KEY_BYTES_MAX,
+            | Self::TimerName
+            | Self::PatchId => KEY_BYTES_MAX,
         }
     }
 }

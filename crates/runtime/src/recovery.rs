@@ -47,6 +47,32 @@ pub struct RecoveryReport {
     pub stuck: usize,
     /// Interrupted executions of kinds this runtime does not serve, left alone: (kind, count).
     pub unknown_kinds: Vec<(String, usize)>,
+    /// Queued executions of kinds this runtime serves, at versions it does not serve, left
+    /// queued for a process that serves them: (kind, version, count), counted at start among
+    /// the first [`OTHER_VERSIONS_SCAN_MAX`] queued executions of its kinds.
+    pub other_versions: Vec<(String, u32, usize)>,
+}
+
+/// The most queued executions the start of a runtime reads to count
+/// [`RecoveryReport::other_versions`].
+pub const OTHER_VERSIONS_SCAN_MAX: u32 = 10_000;
+
+/// Counts the queued executions of `registry`'s kinds at versions it does not serve (see
+/// [`RecoveryReport::other_versions`]), and warns when there are any: an execution of a
+/// version no process serves waits until one does.
+pub(crate) fn count_other_versions(client: &Client, report: &mut RecoveryReport) -> Result<()> {
+    let served: Vec<(&str, u32)> = client.registry().kinds().collect();
+    report.other_versions = client
+        .journal()
+        .read(|conn| store::queued_other_versions(conn, &served, OTHER_VERSIONS_SCAN_MAX))?;
+    if !report.other_versions.is_empty() {
+        tracing::warn!(
+            other_versions = ?report.other_versions,
+            "queued executions of versions this runtime does not serve wait for a process \
+             that serves them"
+        );
+    }
+    Ok(())
 }
 
 /// One page of interrupted executions, sorted by whom they concern.

@@ -123,14 +123,16 @@ impl Runtime {
                 // The dispatcher resumes it under its failure accounting.
                 record_halt(dispatch, id, reason).await;
             }
-            // Parked: a runtime serving the kind claims it when it is woken.
+            // Parked: a runtime serving the kind claims it when it is woken; stuck (diverged):
+            // an operator resumes it.
             Ran::Failed
             | Ran::BadInput
             | Ran::Raced
             | Ran::Parked
             | Ran::Cancelled
             | Ran::TimedOut
-            | Ran::Requeued => {}
+            | Ran::Requeued
+            | Ran::Diverged => {}
         }
         client.handle(id).result().await
     }

@@ -37,6 +37,9 @@ pub(crate) enum Ran {
     /// to an operator, storage): nothing was finalized and the lock is released, so the
     /// execution is resumed or parked by whoever accounts for failed runs.
     Halted(String),
+    /// Replay met a recorded step other than the one the code calls: the execution is parked
+    /// `stuck` with the diff, until an operator resumes it on fixed code.
+    Diverged,
     /// The run's first write lost a deferred open's race: the execution is another run's, and
     /// this one wrote nothing.
     Raced,
@@ -90,6 +93,7 @@ pub(crate) async fn run(
             return Ok(Ran::Raced);
         }
         Some(Stop::Halted(reason)) => return Ok(halt(execution, reason).await),
+        Some(Stop::Diverged(detail)) => return crate::diverged::park(execution, detail).await,
         None => {}
     }
     let (ended, ran) = match outcome {

@@ -21,7 +21,7 @@ use durably_runtime::{
     CancelOutcome, Client, Deadline, Error, ResumeOptions, Runtime, RuntimeBuilder, StartOptions,
     WorkflowContext, WorkflowError, WorkflowHandle,
 };
-use support::{Clocked, Scratch, cancelled_reason, request_and_newest_row};
+use support::{Clocked, Scratch, cancelled_reason, request_and_newest_row, step_names};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -86,15 +86,6 @@ fn stepper(builder: RuntimeBuilder, probe: &Arc<Probe>) -> RuntimeBuilder {
             Ok::<_, WorkflowError>("done".to_owned())
         }
     })
-}
-
-fn step_names(journal: &Journal, id: Uuid) -> Vec<String> {
-    journal
-        .steps(id)
-        .unwrap()
-        .into_iter()
-        .map(|step| step.name)
-        .collect()
 }
 
 /// A run asked to stop inside step `b` records nothing after the request and never starts

@@ -36,7 +36,7 @@ async fn clients_migrate_once_under_the_runtime_owner() {
             )?)
         })
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, 2, "migrations 0001 and 0003 (patches and forks)");
     let schema = schema_text(&journal);
     for name in [
         "runtime_executions",
@@ -45,8 +45,11 @@ async fn clients_migrate_once_under_the_runtime_owner() {
         "dedup_keys",
         "messages",
         "workflow_events",
+        "runtime_patches",
         "runtime_messages",
         "runtime_events",
+        "patch_answers",
+        "forks",
     ] {
         assert!(
             schema.iter().any(|(found, _)| found == name),

@@ -8,7 +8,8 @@
 //!    is then cancelled while queued; another one's deadline cancels it while it waits; and a
 //!    third, of a kind with one step that waits at a gate, is cancelled while that step runs
 //!    in a live runtime (a request), then ends `cancelled` when the step ends;
-//! 3. covering executions started through them, in the queue and with no queue: every step
+//! 3. an execution that answers a patch, and its fork ([`super::matrix_versions`]);
+//! 4. covering executions started through them, in the queue and with no queue: every step
 //!    kind and policy once, a short and a parked timer, a message sent to itself and received,
 //!    a receive of the driver's message (sent right after the start), a receive that times out
 //!    while parked, a published event; awaited to their end while the harness plays the
@@ -29,6 +30,7 @@ use uuid::Uuid;
 
 use super::BoxError;
 use super::matrix::{open_journal, run_orphan_maker};
+use super::matrix_versions::{patch_and_fork, serving_patched};
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::runtime_roles::{
     QUEUE, RUNTIME_INDEX_BASE, ack_result, cancel_acked, drain, runtime_builder, send_acked,
@@ -94,6 +96,7 @@ pub async fn run(
     held_back(workload, &runtimes[0], seed).await?;
     past_deadline(workload, &runtimes[0], seed).await?;
     cancel_running(workload, &runtimes, &gate, seed).await?;
+    patch_and_fork(&runtimes[1], seed).await?;
     for number in 0..RUNTIME_COVERING_EXECUTIONS {
         let input = covering(seed, number);
         let mut options = StartOptions::default();
@@ -154,7 +157,7 @@ impl Gate {
 /// until its run sees it was asked to stop, so that the run ends by observing the request.
 async fn serving_victims(workload: &Arc<Workload>, gate: &Arc<Gate>) -> Result<Runtime, BoxError> {
     let gate = Arc::clone(gate);
-    let runtime = runtime_builder(workload)
+    let runtime = serving_patched(runtime_builder(workload))
         .register(VICTIM_KIND, 1, move |context: WorkflowContext, (): ()| {
             let gate = Arc::clone(&gate);
             async move {

@@ -20,6 +20,7 @@ pub mod fires;
 pub mod ledger;
 pub mod matrix;
 pub mod matrix_runtime;
+pub mod matrix_versions;
 pub mod plan;
 pub mod runs;
 pub mod runtime_checks;

@@ -3,6 +3,7 @@
 //! and whether a cancel is pending.
 
 use durably::lock::format_timestamp;
+use durably::runtime::NON_DETERMINISM_REASON;
 use durably::{ExecutionRecord, ListFilter, Status};
 use serde::Serialize;
 
@@ -117,8 +118,23 @@ fn detail<P>(record: &ExecutionRecord<P>, position: Option<u64>) -> String {
     cut(&parts.join("; "), DETAIL_CHARS_MAX)
 }
 
-/// `failed N runs in a row: MESSAGE`, from a stuck execution's `{failures, last: {message}}`.
+/// `failed N runs in a row: MESSAGE`, from a stuck execution's `{failures, last: {message}}`;
+/// `non-determinism at step SEQ: recorded R, called C` from a diverged one's
+/// `{reason: "non_determinism", seq, recorded, called}`.
 fn stuck_reason(detail: &serde_json::Value) -> String {
+    if detail.get("reason").and_then(serde_json::Value::as_str) == Some(NON_DETERMINISM_REASON) {
+        let field = |name| {
+            detail.get(name).map(|value| match value.as_str() {
+                Some(text) => escape(text),
+                None => value.to_string(),
+            })
+        };
+        if let (Some(seq), Some(recorded), Some(called)) =
+            (field("seq"), field("recorded"), field("called"))
+        {
+            return format!("non-determinism at step {seq}: recorded {recorded}, called {called}");
+        }
+    }
     let failures = detail.get("failures").and_then(serde_json::Value::as_u64);
     let message = detail
         .get("last")
@@ -228,6 +244,14 @@ mod tests {
     fn details_are_read_from_the_status_detail_and_cut() {
         let stuck = serde_json::json!({ "failures": 3, "last": { "message": "boom\u{1b}[2J" } });
         assert_eq!(stuck_reason(&stuck), "failed 3 runs in a row: boom\\e[2J");
+        let diverged = serde_json::json!({
+            "reason": "non_determinism", "seq": 0, "recorded": "pure step \"a\"",
+            "called": "pure step \"b\""
+        });
+        assert_eq!(
+            stuck_reason(&diverged),
+            "non-determinism at step 0: recorded pure step \"a\", called pure step \"b\""
+        );
         let policy = serde_json::json!({
             "seq": 2, "step": "charge", "policy": "fail", "reason": "policy_fail"
         });

@@ -4,9 +4,11 @@
 pub mod cancel;
 pub mod fire_id;
 pub mod fires;
+pub mod fork;
 pub mod gc;
 pub mod locks;
 pub mod ls;
+pub mod patches;
 pub mod resolve;
 pub mod resume;
 pub mod send;

@@ -36,6 +36,27 @@ struct RuntimeBlock {
     dedup_key: Option<String>,
     resume_failures: i64,
     last_failure: Option<serde_json::Value>,
+    /// The execution this one was forked from; `null` for one that is no fork.
+    forked_from: Option<ForkLink>,
+    /// Its forks, at most 20.
+    forks: Vec<ForkLink>,
+}
+
+/// One end of a fork's link.
+#[derive(Debug, Serialize)]
+struct ForkLink {
+    execution_id: String,
+    /// The fork copied the original's steps before this seq.
+    from_seq: i64,
+}
+
+impl ForkLink {
+    fn new((execution_id, from_seq): &(String, i64)) -> Self {
+        Self {
+            execution_id: escape(execution_id),
+            from_seq: *from_seq,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -84,6 +105,8 @@ impl RuntimeShown {
                         |value| escape_json(&value),
                     )
                 }),
+                forked_from: row.forked_from.as_ref().map(ForkLink::new),
+                forks: row.forks.iter().map(ForkLink::new).collect(),
             }),
             messages: messages.iter().map(Message::from_row).collect(),
             messages_count,
@@ -154,6 +177,22 @@ pub(super) fn render(shown: &RuntimeShown, row: &super::ls::Row) -> String {
         ];
         for (label, value) in fields {
             let _ = writeln!(text, "{label:<12} {value}");
+        }
+        if let Some(original) = &runtime.forked_from {
+            let (id, seq) = (&original.execution_id, original.from_seq);
+            let _ = writeln!(
+                text,
+                "{:<12} {id} (its steps before seq {seq})",
+                "forked from"
+            );
+        }
+        for fork in &runtime.forks {
+            let (id, seq) = (&fork.execution_id, fork.from_seq);
+            let _ = writeln!(
+                text,
+                "{:<12} {id} (copied its steps before seq {seq})",
+                "fork"
+            );
         }
     }
     text.push_str(&render_messages(shown, &row.execution_id));

@@ -14,6 +14,7 @@
 mod deferred;
 mod fence;
 mod hooks;
+mod peek;
 mod protocol;
 mod release;
 mod reservation;

@@ -52,7 +52,7 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(super) struct State {
     // Boxed: the replay window's state is a third of the handle.
-    replay: Box<Replay>,
+    pub(super) replay: Box<Replay>,
     /// The seq the next step call reserves.
     pub(super) next_seq: u32,
     /// Where the handle stopped: the lowest seq of a step that ended in an error that stops

@@ -3,14 +3,17 @@
 //!
 //! Every function runs on a connection the journal hands out, inside its transaction
 //! ([`durably_journal::Journal::write`] for changes, [`durably_journal::Journal::read`] for
-//! queries), so what it writes commits with the rest of its request. None of them touches the
-//! journal's own tables: what the runtime needs of those it asks through the journal's
-//! functions.
+//! queries), so what it writes commits with the rest of its request. None of them writes the
+//! journal's own tables, and only the claim's candidates (`claims`) read one: what else the
+//! runtime needs of those it asks through the journal's functions.
 
 mod changes;
+mod claims;
 mod deadlines;
 mod failures;
+mod forks;
 mod messages;
+mod patches;
 mod registrations;
 mod started;
 mod workflow_events;
@@ -20,12 +23,17 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
+pub(crate) use forks::{copy_fork_rows, insert_fork_row};
 pub(crate) use messages::{
     StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
 };
-pub(crate) use registrations::{latest_kind_version, stored_queue, upsert_kind, upsert_queue};
+pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
+pub(crate) use registrations::{
+    kind_version_known, latest_kind_version, stored_queue, upsert_kind, upsert_queue,
+};
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
 };
@@ -35,10 +43,16 @@ pub(crate) use workflow_events::{upsert_workflow_event, workflow_event};
 /// [`durably_journal::Journal::migrate_extension`] when a client is built.
 pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
     owner: "runtime",
-    migrations: &[Migration {
-        name: "0001_runtime",
-        sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
-    }],
+    migrations: &[
+        Migration {
+            name: "0001_runtime",
+            sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+        },
+        Migration {
+            name: "0003_patches_and_forks",
+            sql: include_str!("../../../../schema/runtime/0003_patches_and_forks.sql"),
+        },
+    ],
     views: include_str!("../../../../schema/runtime/views.sql"),
 };
 

@@ -68,3 +68,12 @@ pub(crate) fn stored_queue(conn: &Connection, queue: &str) -> Result<Option<Stor
         })
         .optional()?)
 }
+
+/// Whether some runtime has registered `kind` at `version`. One primary-key seek.
+pub(crate) fn kind_version_known(conn: &Connection, kind: &str, version: u32) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM workflow_kinds WHERE kind = ?1 AND version = ?2")?
+        .query_row(params![kind, version], |_| Ok(()))
+        .optional()?
+        .is_some())
+}

@@ -214,6 +214,16 @@ pub async fn wait_for_steps(journal: &Journal, id: Uuid, steps: usize) {
     .await;
 }
 
+/// The step names of execution `id`, in seq order.
+pub fn step_names(journal: &Journal, id: Uuid) -> Vec<String> {
+    journal
+        .steps(id)
+        .unwrap()
+        .into_iter()
+        .map(|step| step.name)
+        .collect()
+}
+
 /// The kinds of the audit events of execution `id`, in order.
 pub fn event_kinds(journal: &Journal, id: Uuid) -> Vec<String> {
     journal

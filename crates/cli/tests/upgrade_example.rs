@@ -1,0 +1,93 @@
+//! The `upgrade` example, as a user runs it: a process on the old code starts a run that
+//! parks waiting for an approval and exits; a process on the patched code then finishes it and
+//! a run of its own. The parked run answers `patched` false where it had passed the point on
+//! the old code (no fraud check) and true where it had not (the receipt); the new run answers
+//! true to both. The journal records each answer once, and `durably patches` reads them.
+//!
+//! The example binary is built by `cargo test --workspace` (examples are built with the tests);
+//! run alone, build it first with `cargo build -p durably --example upgrade`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::durably;
+
+/// The example's binary, beside this test's directory in the target tree.
+fn example_binary() -> PathBuf {
+    let test = std::env::current_exe().unwrap();
+    let profile_dir = test.parent().and_then(Path::parent).unwrap();
+    let binary = profile_dir.join("examples").join("upgrade");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build -p durably --example upgrade`",
+        binary.display()
+    );
+    binary
+}
+
+/// Runs the example on `code` and returns what it printed.
+fn run(code: &str, db: &Path) -> String {
+    let output = Command::new(example_binary())
+        .arg(code)
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("upgrade.db");
+
+    let old = run("old", &db);
+    let parked = old.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(old.contains("parked on the old code"), "{old}");
+
+    let new = run("new", &db);
+    let line = |needle: &str| {
+        new.lines()
+            .find(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in {new}"))
+            .to_owned()
+    };
+    let resumed = line("(parked on the old code)");
+    assert!(resumed.contains(&parked), "{resumed}");
+    assert!(
+        resumed.ends_with("fraud-check patched=false, receipt-email patched=true"),
+        "{resumed}"
+    );
+    let started = line("(started on the new code)");
+    assert!(
+        started.ends_with("fraud-check patched=true, receipt-email patched=true"),
+        "{started}"
+    );
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let answers: Vec<(String, i64)> = conn
+        .prepare("SELECT patch_id, answer FROM runtime_patches WHERE execution_id = ?1 ORDER BY 1")
+        .unwrap()
+        .query_map([&parked], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        answers,
+        [
+            ("fraud-check".to_owned(), 0),
+            ("receipt-email".to_owned(), 1)
+        ]
+    );
+    let db_arg = db.to_str().unwrap();
+    let listed = durably(&["--db", db_arg, "patches", "fraud-check"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("the call can be removed"),
+        "{listed:?}"
+    );
+}

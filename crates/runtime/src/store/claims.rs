@@ -1,0 +1,125 @@
+//! Claim candidates among the (kind, version) pairs a process serves.
+//!
+//! This is the one statement of the runtime that reads the journal's `executions` table (its
+//! status, queue, priority and order), joined to `runtime_executions` for the version: the
+//! journal does not know versions, and the filter must be in the query, so that however many
+//! executions of versions this process does not serve wait ahead, the ones it serves are
+//! found. It only reads; every change of an execution's status stays the journal's.
+
+use durably_journal::Result;
+use rusqlite::Connection;
+use uuid::Uuid;
+
+/// A claim candidate: the execution, its kind and the version it was started with.
+pub(crate) type Candidate = (Uuid, String, u32);
+
+/// The SQL of [`claim_candidates`] for no queue or one (`?1`), over `pairs` served pairs
+/// (`?3`, `?4` the first kind and version, and so on). It walks `executions_claimable` in
+/// claim order and seeks each entry's `runtime_executions` row. `LIMIT +?2`, and the pairs as
+/// a list of parameters: see the journal's `claimable_sql` for why neither is bound
+/// otherwise.
+fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
+    let queue = if in_queue {
+        "e.queue = ?1"
+    } else {
+        "e.queue IS NULL"
+    };
+    let pairs: Vec<String> = (0..pairs)
+        .map(|at| format!("(?{}, ?{})", 2 * at + 3, 2 * at + 4))
+        .collect();
+    format!(
+        "SELECT e.execution_id, e.kind, r.version
+         FROM executions AS e INDEXED BY executions_claimable
+         JOIN runtime_executions AS r ON r.execution_id = e.execution_id
+         WHERE e.status = 'queued' AND e.due_at IS NULL AND {queue}
+           AND (e.kind, r.version) IN (VALUES {})
+         ORDER BY e.priority DESC, e.id LIMIT +?2",
+        pairs.join(", ")
+    )
+}
+
+/// Claim candidates of `queue` (`None`: executions with no queue) started with one of the
+/// (kind, version) pairs of `served`: `queued`, not waiting for a time, highest priority first
+/// and first come, first served within a priority. At most `max`. Executions of other kinds
+/// or versions are passed over in the query (each costs the read of its rows), so none of
+/// them, however many, hides a candidate. An empty `served` finds nothing.
+///
+/// # Errors
+/// A storage error, or [`durably_journal::Error::Inconsistent`] for a damaged id.
+pub(crate) fn claim_candidates(
+    conn: &Connection,
+    queue: Option<&str>,
+    served: &[(&str, u32)],
+    max: u32,
+) -> Result<Vec<Candidate>> {
+    if served.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut statement =
+        conn.prepare_cached(&claim_candidates_sql(queue.is_some(), served.len()))?;
+    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&queue, &max];
+    for (kind, version) in served {
+        parameters.push(kind);
+        parameters.push(version);
+    }
+    let rows = statement.query_map(parameters.as_slice(), |row| {
+        Ok((row.get::<_, String>(0)?, row.get(1)?, row.get(2)?))
+    })?;
+    let mut candidates = Vec::new();
+    for row in rows {
+        let (id, kind, version) = row?;
+        let id = Uuid::parse_str(&id).map_err(|error| {
+            durably_journal::Error::Inconsistent(format!(
+                "executions holds {id:?} as an execution id: {error}"
+            ))
+        })?;
+        candidates.push((id, kind, version));
+    }
+    Ok(candidates)
+}
+
+/// Among the first `scan_max` queued executions (in the claimable index's order, any queue) of
+/// the kinds of `served`, how many were started with each version `served` does not list, as
+/// (kind, version, count) by kind and version: executions left queued for a process serving
+/// their version.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn queued_other_versions(
+    conn: &Connection,
+    served: &[(&str, u32)],
+    scan_max: u32,
+) -> Result<Vec<(String, u32, usize)>> {
+    if served.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pairs: Vec<String> = (0..served.len())
+        .map(|at| format!("(?{}, ?{})", 2 * at + 2, 2 * at + 3))
+        .collect();
+    let sql = format!(
+        "SELECT kind, version, count(*) FROM (
+             SELECT e.kind, r.version FROM executions AS e INDEXED BY executions_claimable
+             JOIN runtime_executions AS r ON r.execution_id = e.execution_id
+             WHERE e.status = 'queued' AND e.due_at IS NULL
+               AND e.kind IN (SELECT column1 FROM (VALUES {pairs}))
+             LIMIT +?1)
+         WHERE (kind, version) NOT IN (VALUES {pairs})
+         GROUP BY kind, version ORDER BY kind, version",
+        pairs = pairs.join(", ")
+    );
+    let mut statement = conn.prepare_cached(&sql)?;
+    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&scan_max];
+    for (kind, version) in served {
+        parameters.push(kind);
+        parameters.push(version);
+    }
+    let rows = statement.query_map(parameters.as_slice(), |row| {
+        let count: i64 = row.get(2)?;
+        Ok((
+            row.get(0)?,
+            row.get(1)?,
+            usize::try_from(count).unwrap_or(0),
+        ))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
