@@ -83,6 +83,23 @@ FROM executions AS e
 WHERE e.status = 'waiting'
 ORDER BY e.due_at, e.execution_id;
 
+-- Child executions (`start_child`): per parent, in the order its steps started them, with the
+-- child's kind and status now. A child's own children are listed under it as parent.
+DROP VIEW IF EXISTS runtime_children;
+CREATE VIEW runtime_children AS
+SELECT r.parent_execution_id AS parent_id,
+       r.parent_seq          AS seq,
+       r.execution_id        AS child_id,
+       e.kind,
+       e.status,
+       e.queue,
+       e.created_at,
+       e.finalized_at
+FROM runtime_executions AS r
+JOIN executions AS e ON e.execution_id = r.execution_id
+WHERE r.parent_execution_id IS NOT NULL
+ORDER BY r.parent_execution_id, r.parent_seq;
+
 -- Every recorded answer of `patched`, with the execution's status now: the unfinished
 -- executions that answered 0 still run a patch's old branch (see `durably patches PATCH`).
 DROP VIEW IF EXISTS patch_answers;

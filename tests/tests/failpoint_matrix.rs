@@ -125,6 +125,8 @@ failpoint_tests! {
     runtime_after_deadline_commit => "runtime::after-deadline-commit",
     runtime_after_resume_commit => "runtime::after-resume-commit",
     runtime_after_step_timeout_commit => "runtime::after-step-timeout-commit",
+    runtime_after_child_start => "runtime::after-child-start",
+    runtime_after_child_end_commit => "runtime::after-child-end-commit",
     runtime_after_patch_answer_commit => "runtime::after-patch-answer-commit",
     runtime_after_fork_commit => "runtime::after-fork-commit",
 }

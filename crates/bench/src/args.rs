@@ -252,6 +252,8 @@ pub enum ScenarioName {
     TimerWake,
     /// How soon a send from another process runs its parked receiver.
     SendWake,
+    /// Parents fanning out to child executions, against plain workflows.
+    Children,
 }
 
 impl ScenarioName {
@@ -272,6 +274,7 @@ impl ScenarioName {
             Self::Parked,
             Self::TimerWake,
             Self::SendWake,
+            Self::Children,
             Self::Scale,
         ]
     }
@@ -294,6 +297,7 @@ impl ScenarioName {
             Self::Parked => "parked",
             Self::TimerWake => "timer-wake",
             Self::SendWake => "send-wake",
+            Self::Children => "children",
         }
     }
 }

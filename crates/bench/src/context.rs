@@ -161,6 +161,7 @@ impl Context {
             ScenarioName::Multiprocess => scenarios::multiprocess::run(self, dir).await,
             ScenarioName::Scheduler => scenarios::scheduler::run(self, dir).await,
             ScenarioName::Queue => scenarios::queue::run(self, dir).await,
+            ScenarioName::Children => scenarios::children::run(self, dir).await,
             ScenarioName::Recovery => scenarios::recovery::run(self, dir).await,
             ScenarioName::Parked => scenarios::parked::run(self, dir).await,
             ScenarioName::TimerWake => scenarios::timer_wake::run(self, dir).await,

@@ -142,6 +142,11 @@ pub struct LsArgs {
     /// Only executions of this kind.
     #[arg(long)]
     pub kind: Option<String>,
+    /// Only the children of this execution (those its steps started), in the order they
+    /// were started.
+    #[arg(long, value_name = "ID", value_parser = parse_execution_id,
+          conflicts_with_all = ["queue", "cancel_requested", "name", "since"])]
+    pub parent: Option<Uuid>,
     /// Only executions whose name contains this text.
     #[arg(long)]
     pub name: Option<String>,

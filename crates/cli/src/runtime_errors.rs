@@ -127,6 +127,10 @@ fn fork_refused_hint(id: Uuid, refusal: &ForkRefusal) -> String {
         ForkRefusal::HandDriven => "only executions started through the runtime (`durably \
                                     start`, or a program's runtime) can be forked"
             .to_owned(),
+        ForkRefusal::ChildRunning { seq, child_id, .. } => format!(
+            "wait for child {child_id} to end (`durably show {child_id}`), or give --from-seq \
+             {seq} or less so that the fork starts a child of its own"
+        ),
         ForkRefusal::UnknownVersion { kind, .. } => format!(
             "leave --version out to keep the original's, or give a version of {kind:?} that a \
              program has registered on this journal"

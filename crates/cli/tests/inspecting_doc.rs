@@ -145,6 +145,7 @@ fn every_view_has_readable_rows_on_a_demo_database() {
         "waiting_executions",
         "runtime_messages",
         "runtime_events",
+        "runtime_children",
     ] {
         assert!(
             count(&runtime, view) > 0,

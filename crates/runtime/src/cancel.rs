@@ -208,7 +208,10 @@ impl RunWatch {
         tracing::info!(execution_id = %id, "a run stops on a cancel");
         fail::fail_point!("runtime::after-cancel-observed", |_| std::process::abort());
         execution
-            .finish_cancelled(reason, crate::task::clear_deadline(id))
+            .finish_cancelled(
+                reason,
+                crate::task::clear_deadline(id, self.waits.client.now()),
+            )
             .await?;
         Ok(Ran::Cancelled)
     }
@@ -292,7 +295,7 @@ pub(crate) fn cancel_if_requested(
     };
     let cancelled = cancel_now(conn, id, now, &reason)?.is_some();
     if cancelled {
-        store::set_deadline(conn, id, None)?;
+        crate::task::clear_deadline(id, now)(conn)?;
     }
     Ok(cancelled)
 }
@@ -325,10 +328,11 @@ impl Client {
                 max: CANCEL_REASON_BYTES_MAX,
             });
         }
+        let now = self.now();
         let cancelled = self
             .journal()
             .operator()
-            .cancel_with(id, reason, move |conn| store::set_deadline(conn, id, None))
+            .cancel_with(id, reason, crate::task::clear_deadline(id, now))
             .await;
         match cancelled {
             Ok(outcome) => Ok(outcome),

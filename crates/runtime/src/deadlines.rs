@@ -45,16 +45,28 @@ pub(crate) async fn enforce(client: &Client, now: DateTime<Utc>) -> Result<()> {
     Ok(())
 }
 
-/// Execution `id`'s deadline has come: cancel it, or ask its holder to; clear the deadline.
+/// Execution `id`'s deadline has come: cancel it, or ask its holder to, with its children.
 fn reached(conn: &Connection, id: Uuid, now: DateTime<Utc>) -> durably_journal::Result<()> {
+    stop(conn, id, now, DEADLINE_REASON)?;
+    crate::children::settle(conn, id, now)
+}
+
+/// Cancels execution `id` with `reason` when nobody runs it, or asks its holder to stop when
+/// it is running; clears its deadline. An ended execution (a deadline a journal-level cancel
+/// left behind) or one that is gone only loses its deadline.
+pub(crate) fn stop(
+    conn: &Connection,
+    id: Uuid,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> durably_journal::Result<()> {
     match durably_journal::execution_status(conn, id)? {
         Some(Status::Running) => {
-            request_cancel(conn, id, now, DEADLINE_REASON)?;
+            request_cancel(conn, id, now, reason)?;
         }
         Some(status) if nobody_runs(status) => {
-            cancel_now(conn, id, now, DEADLINE_REASON)?;
+            cancel_now(conn, id, now, reason)?;
         }
-        // Ended (a deadline a journal-level cancel left behind), or gone.
         _ => {}
     }
     store::set_deadline(conn, id, None)

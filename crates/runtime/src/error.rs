@@ -199,6 +199,31 @@ pub enum Error {
         reason: String,
     },
 
+    /// A child execution a workflow awaited failed; its error message (at most
+    /// [`crate::CHILD_ERROR_BYTES_MAX`] bytes) is recorded in the parent, so the parent gets
+    /// the same answer on every replay. The whole error is the child's own record.
+    #[error("child execution {child_id} ({kind:?}) failed: {error}")]
+    ChildFailed {
+        /// The child.
+        child_id: Uuid,
+        /// Its workflow kind.
+        kind: String,
+        /// Its error's message.
+        error: String,
+    },
+
+    /// A child execution a workflow awaited was cancelled (recorded in the parent, as
+    /// [`Error::ChildFailed`]).
+    #[error("child execution {child_id} ({kind:?}) was cancelled: {reason}")]
+    ChildCancelled {
+        /// The child.
+        child_id: Uuid,
+        /// Its workflow kind.
+        kind: String,
+        /// The reason recorded with its cancellation.
+        reason: String,
+    },
+
     /// An execution's output does not decode as the type its handle expects; the journal is
     /// untouched.
     #[error("the output of execution {execution_id} does not decode as {expected}: {source}")]

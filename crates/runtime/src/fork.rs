@@ -10,7 +10,10 @@
 //! stored, and each execution gets an event naming the other (`forked` on the original,
 //! `forked_from` on the fork). A process serving its (kind, version) then claims it, replays
 //! the copied steps and runs the rest. Messages the copied steps consumed are not copied:
-//! their recv steps replay the recorded message.
+//! their recv steps replay the recorded message. The end of a child whose start step is
+//! copied but whose await is not is delivered to the fork too (a message on its topic,
+//! as the child's own end sends); a child that has not ended yet refuses the fork, since only the
+//! original will be told of its end.
 //!
 //! Steps at or after `from_seq` run under the fork's idempotency keys, which derive from its
 //! new id: the remote side sees a new key, so an effect the original made at or after
@@ -94,6 +97,17 @@ pub enum ForkRefusal {
     /// The original was not started through the runtime (a program drives it by hand).
     #[error("it was not started through the runtime")]
     HandDriven,
+    /// A child started by a step to copy has not ended: only the original would be told of
+    /// its end, so the fork would wait for it forever.
+    #[error("step {seq} before seq {from_seq} started child {child_id}, which has not ended")]
+    ChildRunning {
+        /// The start step's seq.
+        seq: u32,
+        /// The child.
+        child_id: Uuid,
+        /// The asked seq.
+        from_seq: u32,
+    },
     /// No process has registered the kind at the asked version.
     #[error("no process has registered workflow kind {kind:?} at version {version}")]
     UnknownVersion {
@@ -179,6 +193,13 @@ fn decide(
             from_seq,
         });
     }
+    if let Some((seq, child_id)) = crate::children::unended_child_below(conn, id, from_seq)? {
+        return refuse(ForkRefusal::ChildRunning {
+            seq,
+            child_id,
+            from_seq,
+        });
+    }
     let Some(kind) = execution_kind(conn, id)? else {
         return Ok(Err(Refused::NotFound));
     };
@@ -208,6 +229,7 @@ fn write_fork(
     debug_assert_eq!(copied, from_seq, "steps are numbered without gaps");
     store::insert_fork_row(conn, fork, version, (original, from_seq))?;
     store::copy_fork_rows(conn, original, fork, from_seq)?;
+    crate::children::tell_fork(conn, (original, fork), from_seq, now)?;
     let on_original = json!({ "fork": fork, "from_seq": from_seq });
     record_execution_event(conn, now, original, None, EVENT_FORKED, &on_original)?;
     let on_fork = json!({ "original": original, "from_seq": from_seq, "version": version });

@@ -11,6 +11,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use chrono::{DateTime, Utc};
+
 use durably_journal::{Claim, Claimer, Execution};
 use rusqlite::Connection;
 use serde::Serialize;
@@ -30,19 +32,24 @@ pub(crate) enum Ending {
     Failed,
 }
 
-/// Ends `execution` as `ending` says with `payload`, claiming its successor beside the end
-/// with a `hand_over`.
+/// Ends `execution` as `ending` says with `payload` at `now`, claiming its successor beside
+/// the end with a `hand_over`.
 pub(crate) async fn end(
     execution: Execution,
     ending: Ending,
     payload: &impl Serialize,
     hand_over: Option<&HandOver>,
+    now: DateTime<Utc>,
 ) -> durably_journal::Result<()> {
     let id = execution.id();
     match (hand_over, ending) {
         (Some(hand_over), _) => hand_over.end(execution, ending, payload).await,
-        (None, Ending::Completed) => execution.complete_with(payload, clear_deadline(id)).await,
-        (None, Ending::Failed) => execution.fail_with(payload, clear_deadline(id)).await,
+        (None, Ending::Completed) => {
+            execution
+                .complete_with(payload, clear_deadline(id, now))
+                .await
+        }
+        (None, Ending::Failed) => execution.fail_with(payload, clear_deadline(id, now)).await,
     }
 }
 
@@ -132,7 +139,7 @@ impl HandOver {
         let (dispatch, state) = (Arc::clone(&self.dispatch), Arc::clone(&self.state));
         let now = dispatch.clock.now();
         move |conn, claimer| {
-            clear_deadline(ending)(conn)?;
+            clear_deadline(ending, now)(conn)?;
             if *dispatch.stop.borrow() {
                 return Ok(());
             }

@@ -114,6 +114,7 @@
 mod builder;
 mod cancel;
 mod capacity;
+mod children;
 mod claims;
 mod client;
 mod clock;
@@ -149,6 +150,9 @@ mod watcher;
 
 pub use builder::{CONCURRENCY_MAX_DEFAULT, QueueConfig, RuntimeBuilder, SWEEP_INTERVAL_DEFAULT};
 pub use cancel::CancelSignal;
+pub use children::{
+    CHILD_ERROR_BYTES_MAX, ChildHandle, ChildOptions, child_execution_id, child_topic,
+};
 pub use client::{Client, SendOutcome};
 pub use clock::{Clock, Sleep, SystemClock, testing};
 pub use context::WorkflowContext;

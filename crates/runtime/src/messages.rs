@@ -45,17 +45,17 @@ use crate::{payload, waiting};
 pub const MESSAGE_ENVELOPE_BYTES: usize = 64;
 
 /// What a send transaction decided; a refusal writes nothing.
-enum Sending {
+pub(crate) enum Sending {
     Done(SendOutcome),
     Refused(Error),
 }
 
 /// The recorded result of a recv step.
 #[derive(Debug, Serialize, Deserialize)]
-struct Received {
+pub(crate) struct Received {
     /// The consumed message's id; `None` when the receive timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    message_id: Option<i64>,
+    pub(crate) message_id: Option<i64>,
     /// The message (JSON null for a null message, which decodes to `None` here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<serde_json::Value>,
@@ -104,7 +104,7 @@ impl Client {
         let now = self.now();
         let sending = self
             .journal()
-            .write(move |conn| deliver(conn, to, &topic, &message, key.as_deref(), now))
+            .write(move |conn| deliver(conn, to, &topic, message.as_json(), key.as_deref(), now))
             .await?;
         match sending {
             Sending::Done(outcome) => {
@@ -158,11 +158,11 @@ fn receiver_refusal(conn: &Connection, to: Uuid) -> durably_journal::Result<Opti
 /// The send transaction, shared by [`Client::send`] and [`WorkflowContext::send`]: stores the
 /// message unless refused or already sent with `key`, and wakes the receiver if it is parked
 /// on `topic`. Every refusal returns before the first write.
-fn deliver(
+pub(crate) fn deliver(
     conn: &Connection,
     to: Uuid,
     topic: &str,
-    message: &Payload,
+    message: &str,
     key: Option<&str>,
     now: DateTime<Utc>,
 ) -> durably_journal::Result<Sending> {
@@ -172,7 +172,7 @@ fn deliver(
     if let Some(key) = key
         && let Some(earlier) = store::message_by_key(conn, to, key)?
     {
-        return Ok(if payload::same_json(&earlier.payload, message.as_json()) {
+        return Ok(if payload::same_json(&earlier.payload, message) {
             Sending::Done(SendOutcome::AlreadySent {
                 message_id: earlier.message_id,
             })
@@ -185,7 +185,7 @@ fn deliver(
         });
     }
     let sent_at = format_timestamp(now);
-    let message_id = store::insert_message(conn, to, topic, message.as_json(), key, &sent_at)?;
+    let message_id = store::insert_message(conn, to, topic, message, key, &sent_at)?;
     wake_parked(conn, to, now, Wake::Topic(topic))?;
     Ok(Sending::Done(SendOutcome::Sent { message_id }))
 }
@@ -216,10 +216,10 @@ impl WorkflowContext {
         async move {
             let (lease, deadline_step, recv_step, deadline) = started?;
             let deadline = self
-                .recv_deadline(&lease, deadline_step, topic, deadline)
+                .recv_deadline(&lease, deadline_step, topic, (deadline, 2))
                 .await?;
             let received = self
-                .receive::<T>(&lease, recv_step, topic, deadline)
+                .receive::<T>(&lease, recv_step, topic, (deadline, 1), Timing::Now)
                 .await?;
             if received.message_id.is_none() {
                 return Ok(None);
@@ -255,12 +255,15 @@ impl WorkflowContext {
     }
 
     /// The recv-deadline step: records `deadline`, or replays the one recorded.
-    async fn recv_deadline(
+    ///
+    /// `own_steps` is how many steps the whole wait holds reserved, this one included (a
+    /// receive's two; a child's await, three): with others in flight it waits in memory.
+    pub(crate) async fn recv_deadline(
         &self,
         lease: &Lease,
         reserved: Reservation,
         topic: &str,
-        deadline: DateTime<Utc>,
+        (deadline, own_steps): (DateTime<Utc>, usize),
     ) -> Result<DateTime<Utc>> {
         let step = format!("durably:recv-deadline/{topic}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
@@ -268,7 +271,7 @@ impl WorkflowContext {
         // park, or the recv step consuming a message already there, carries it. A replayed
         // step writes nothing either way.
         let waits_in_memory = deadline > now
-            && !(self.waits.parks(deadline - now) && lease.steps_in_flight() <= 2)
+            && !(self.waits.parks(deadline - now) && lease.steps_in_flight() <= own_steps)
             && !reserved.replays()
             && self
                 .waits
@@ -305,13 +308,17 @@ impl WorkflowContext {
     }
 
     /// The recv step: replays what it recorded, or waits for a message on `topic` until
-    /// `deadline` and records it, consumed, or the timeout.
-    async fn receive<T: DeserializeOwned>(
+    /// `deadline` and records it, consumed, or the timeout. A message consumed is written as
+    /// `consumed` says: at once (`recv`), or behind, with the run's next write, where nobody
+    /// else waits for the consumption and no other receive of the run takes the topic (a
+    /// child's end, awaited once).
+    pub(crate) async fn receive<T: DeserializeOwned>(
         &self,
         lease: &Lease,
         reserved: Reservation,
         topic: &str,
-        deadline: DateTime<Utc>,
+        (deadline, own_steps): (DateTime<Utc>, usize),
+        consumed: Timing,
     ) -> Result<Received> {
         if reserved.replays() {
             // Recorded: the journal returns the outcome without calling the closure, and a
@@ -332,7 +339,7 @@ impl WorkflowContext {
             until: deadline,
             topic: Some(topic),
             detail: json!({ "recv": topic, "deadline": format_timestamp(deadline) }),
-            own_steps: 1,
+            own_steps,
         };
         let found =
             parking::wait_or_park((&self.slot, lease), &self.waits, &self.parked, wait, || {
@@ -361,16 +368,17 @@ impl WorkflowContext {
         let outcome = reserved
             .step_with(
                 Effect::Pure,
-                Timing::Now,
+                consumed,
                 consume_closure::<T>(&message, topic),
                 consume_hook(message.message_id),
             )
             .await;
-        let consumed = matches!(
-            &outcome,
-            Ok(_) | Err(durably_journal::Error::StepFailed { .. })
-        );
-        if consumed {
+        let committed = consumed == Timing::Now
+            && matches!(
+                &outcome,
+                Ok(_) | Err(durably_journal::Error::StepFailed { .. })
+            );
+        if committed {
             fail::fail_point!("runtime::after-consume-commit", |_| std::process::abort());
         }
         self.slot.remember(outcome)
@@ -424,7 +432,14 @@ impl WorkflowContext {
                 let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
                 // A receiver that ended since the closure looked is sent nothing: nobody could
                 // consume the message.
-                deliver(conn, to, &topic, &message, Some(&key.to_string()), step.now)?;
+                deliver(
+                    conn,
+                    to,
+                    &topic,
+                    message.as_json(),
+                    Some(&key.to_string()),
+                    step.now,
+                )?;
                 Ok(())
             };
             if self.publishing_step(leased, check, deliver).await? {

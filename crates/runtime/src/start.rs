@@ -18,7 +18,7 @@ use crate::payload;
 use crate::store::{self, Started};
 
 /// Everything a start transaction needs, checked and encoded before it runs.
-struct StartRequest {
+pub(crate) struct StartRequest {
     id: Uuid,
     kind: String,
     name: String,
@@ -34,7 +34,7 @@ struct StartRequest {
 }
 
 /// What a start transaction decided. A refusal has written nothing.
-enum Starting {
+pub(crate) enum Starting {
     /// The execution the start names: the new one, or the one that already existed.
     Execution(Uuid, StartOutcome),
     Refused(Error),
@@ -119,19 +119,7 @@ impl Client {
             &format!("the input of execution {id}"),
             self.journal(),
         )?;
-        let request = StartRequest {
-            id,
-            kind: kind.to_owned(),
-            name: options.name.unwrap_or_else(|| kind.to_owned()),
-            input,
-            queue: options.queue,
-            priority: options.priority,
-            not_before: options.not_before,
-            deadline_at,
-            dedup: options.dedup,
-            local_version,
-            allow_unregistered_kind: options.allow_unregistered_kind,
-        };
+        let request = StartRequest::new(kind, id, input, options, deadline_at, local_version);
         let starting = self
             .journal()
             .write(move |conn| start_in(conn, &request, now))
@@ -143,8 +131,41 @@ impl Client {
     }
 }
 
+impl StartRequest {
+    /// The request to start execution `id` of `kind` with `input` as `options` say, its
+    /// deadline at `deadline_at`, at version `local_version` (else the latest any runtime
+    /// registered).
+    pub(crate) fn new(
+        kind: &str,
+        id: Uuid,
+        input: Payload,
+        options: StartOptions,
+        deadline_at: Option<DateTime<Utc>>,
+        local_version: Option<u32>,
+    ) -> Self {
+        Self {
+            id,
+            kind: kind.to_owned(),
+            name: options.name.unwrap_or_else(|| kind.to_owned()),
+            input,
+            queue: options.queue,
+            priority: options.priority,
+            not_before: options.not_before,
+            deadline_at,
+            dedup: options.dedup,
+            local_version,
+            allow_unregistered_kind: options.allow_unregistered_kind,
+        }
+    }
+
+    /// The execution it starts.
+    pub(crate) fn id(&self) -> Uuid {
+        self.id
+    }
+}
+
 /// The start transaction. Every refusal returns before the first write.
-fn start_in(
+pub(crate) fn start_in(
     conn: &Connection,
     request: &StartRequest,
     now: DateTime<Utc>,

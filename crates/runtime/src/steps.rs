@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use durably_journal::{
     Effect, Execution, Guarded, Policy, Release, Reservation, StepError, StepKey,
 };
@@ -184,11 +185,11 @@ impl StepTimeout {
 
     /// Ends the run of `execution`, whose step timed out (see the module's documentation):
     /// a guarded step's execution is requeued, another's fails.
-    pub(crate) async fn end(self, execution: Execution) -> Result<Ran> {
+    pub(crate) async fn end(self, execution: Execution, now: DateTime<Utc>) -> Result<Ran> {
         if self.effect == Effect::Guarded {
             self.requeue(execution).await
         } else {
-            self.fail(execution).await
+            self.fail(execution, now).await
         }
     }
 
@@ -202,7 +203,7 @@ impl StepTimeout {
 
     /// Ends `execution`, whose pure or idempotent step timed out: `failed`, resumable, with the
     /// rows the run kept pending.
-    async fn fail(self, execution: Execution) -> Result<Ran> {
+    async fn fail(self, execution: Execution, now: DateTime<Utc>) -> Result<Ran> {
         let message = format!(
             "step {} ({:?}) timed out after {} ms",
             self.seq,
@@ -219,7 +220,7 @@ impl StepTimeout {
         execution
             .fail_with(&error, move |conn| {
                 durably_journal::lifecycle::set_status_detail(conn, id, &detail)?;
-                crate::task::clear_deadline(id)(conn)
+                crate::task::clear_deadline(id, now)(conn)
             })
             .await?;
         fail::fail_point!("runtime::after-step-timeout-commit", |_| {

@@ -82,12 +82,15 @@ pub(crate) async fn run(
     // A cancel wins over every other ending: the operator or the deadline said to stop.
     let ending = slot.take_ending();
     let stopped = ending.stopped;
+    let now = durably_lock::Clock::now(watch.waits().clock.as_ref());
+    #[cfg(feature = "failpoints")]
+    let id = execution.id();
     if let Some(reason) = watch.signal().reason() {
         return watch.finish_cancelled(execution, &reason).await;
     }
     match stopped {
         Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
-        Some(Stop::TimedOut(timeout)) => return timeout.end(execution).await,
+        Some(Stop::TimedOut(timeout)) => return timeout.end(execution, now).await,
         Some(Stop::Halted(_)) if ending.raced => {
             drop(execution);
             return Ok(Ran::Raced);
@@ -98,18 +101,18 @@ pub(crate) async fn run(
     }
     let (ended, ran) = match outcome {
         Some(Ok(output)) => {
-            let ended = end(execution, Ending::Completed, &output, hand_over).await;
+            let ended = end(execution, Ending::Completed, &output, hand_over, now).await;
             (ended, Ran::Completed(output))
         }
         Some(Err(error)) => {
-            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            let ended = end(execution, Ending::Failed, &error, hand_over, now).await;
             (ended, Ran::Failed)
         }
         None => {
             // The decoding error quotes the input: only its type's expectation is recorded.
             let reason = format!("the input does not decode as {}", workflow.input_type());
             let error = json!({ "bad_input": reason });
-            let ended = end(execution, Ending::Failed, &error, hand_over).await;
+            let ended = end(execution, Ending::Failed, &error, hand_over, now).await;
             (ended, Ran::BadInput)
         }
     };
@@ -122,17 +125,26 @@ pub(crate) async fn run(
         Err(error) => Err(error.into()),
         Ok(()) => {
             fail::fail_point!("runtime::after-finalize-commit", |_| std::process::abort());
+            #[cfg(feature = "failpoints")]
+            if crate::children::is_child(&watch.waits().client, id) {
+                fail::fail_point!("runtime::after-child-end-commit", |_| std::process::abort());
+            }
             Ok(ran)
         }
     }
 }
 
-/// Clears execution `id`'s deadline in the transaction that ends it: an ended execution's
-/// deadline would only wake the dispatcher for nothing.
+/// The runtime's rows of the transaction that ends execution `id` at `now`: its deadline is
+/// cleared (an ended execution's deadline would only wake the dispatcher for nothing), and its
+/// family is told ([`crate::children::settle`]: its parent, its children if it was cancelled).
 pub(crate) fn clear_deadline(
     id: uuid::Uuid,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> impl FnOnce(&rusqlite::Connection) -> durably_journal::Result<()> + Send + 'static {
-    move |conn| store::set_deadline(conn, id, None)
+    move |conn| {
+        store::set_deadline(conn, id, None)?;
+        crate::children::settle(conn, id, now)
+    }
 }
 
 /// Ends a run that a step error stopped, without ending its execution. What the run recorded

@@ -22,7 +22,7 @@ use std::time::Duration;
 use durably_journal::{Journal, Status};
 use durably_runtime::testing::TestClock;
 use durably_runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError};
-use support::{WEEK_MINUTES, approval, consumption, locked, wait_for_status, wait_for_steps};
+use support::{WEEK_MINUTES, approval, consumption, kill, locked, wait_for_status, wait_for_steps};
 use uuid::Uuid;
 
 /// Set in the child: `<role> <database path> <execution id>`.
@@ -38,7 +38,7 @@ async fn nap(context: WorkflowContext, (): ()) -> Result<String, WorkflowError> 
 }
 
 fn child_command(role: &str, db: &std::path::Path, id: Uuid) -> Command {
-    support::child_command(CHILD_ENV, &format!("{role} {} {id}", db.display()))
+    support::role_command(CHILD_ENV, role, db, id)
 }
 
 /// Runs `role` in a child process and waits for it to succeed.
@@ -50,12 +50,6 @@ fn run_child(role: &str, db: &std::path::Path, id: Uuid) {
 /// Starts `role` in a child process that runs until it is killed.
 fn spawn_child(role: &str, db: &std::path::Path, id: Uuid) -> Child {
     child_command(role, db, id).spawn().unwrap()
-}
-
-/// Kills `child` with SIGKILL and reaps it.
-fn kill(mut child: Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 /// The child's side; does nothing when run as an ordinary test.

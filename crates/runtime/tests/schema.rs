@@ -36,7 +36,10 @@ async fn clients_migrate_once_under_the_runtime_owner() {
             )?)
         })
         .unwrap();
-    assert_eq!(version, 2, "migrations 0001 and 0003 (patches and forks)");
+    assert_eq!(
+        version, 3,
+        "migrations 0001, 0002 (children) and 0003 (patches and forks)"
+    );
     let schema = schema_text(&journal);
     for name in [
         "runtime_executions",
@@ -50,6 +53,8 @@ async fn clients_migrate_once_under_the_runtime_owner() {
         "runtime_events",
         "patch_answers",
         "forks",
+        "runtime_children",
+        "runtime_children_by_parent",
     ] {
         assert!(
             schema.iter().any(|(found, _)| found == name),

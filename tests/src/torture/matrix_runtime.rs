@@ -8,8 +8,11 @@
 //!    is then cancelled while queued; another one's deadline cancels it while it waits; and a
 //!    third, of a kind with one step that waits at a gate, is cancelled while that step runs
 //!    in a live runtime (a request), then ends `cancelled` when the step ends;
-//! 3. an execution that answers a patch, and its fork ([`super::matrix_versions`]);
-//! 4. covering executions started through them, in the queue and with no queue: every step
+//! 3. a parent of kind [`PARENT_KIND`] starts two children of kind [`CHILD_KIND`] (one in the
+//!    queue, one in none) and awaits both: each start step has exactly one child, with the
+//!    derived id, and the parent gets both results;
+//! 4. an execution that answers a patch, and its fork ([`super::matrix_versions`]);
+//! 5. covering executions started through them, in the queue and with no queue: every step
 //!    kind and policy once, a short and a parked timer, a message sent to itself and received,
 //!    a receive of the driver's message (sent right after the start), a receive that times out
 //!    while parked, a published event; awaited to their end while the harness plays the
@@ -23,7 +26,8 @@ use std::sync::Arc;
 
 use durably_journal::Durability;
 use durably_runtime::{
-    Client, Deadline, Error, Runtime, StartOptions, WorkflowContext, WorkflowError,
+    ChildOptions, Client, Deadline, Error, Runtime, StartOptions, WorkflowContext, WorkflowError,
+    child_execution_id,
 };
 use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
@@ -55,6 +59,12 @@ pub const VICTIM_KIND: &str = "matrix-victim";
 const CANCEL_TRIES_MAX: u32 = 100;
 /// The seed stream of the victim's id.
 const VICTIM_STREAM: u64 = 0x0071_c714;
+/// The kind of the parent of the child executions; it has no plan.
+pub const PARENT_KIND: &str = "matrix-parent";
+/// The kind of its children, which take no step.
+pub const CHILD_KIND: &str = "matrix-child";
+/// The seed stream of the parent's id.
+const PARENT_STREAM: u64 = 0x00c4_11d5;
 /// The plan step inside which the orphan maker aborts: the covering plan's first idempotent
 /// step.
 const ORPHAN_ABORT_AT: usize = 1;
@@ -96,6 +106,7 @@ pub async fn run(
     held_back(workload, &runtimes[0], seed).await?;
     past_deadline(workload, &runtimes[0], seed).await?;
     cancel_running(workload, &runtimes, &gate, seed).await?;
+    family(&runtimes[0], seed).await?;
     patch_and_fork(&runtimes[1], seed).await?;
     for number in 0..RUNTIME_COVERING_EXECUTIONS {
         let input = covering(seed, number);
@@ -153,11 +164,67 @@ impl Gate {
     }
 }
 
+/// A parent: starts a child of [`CHILD_KIND`] in [`QUEUE`] and one in no queue, then awaits
+/// both and returns the sum of their results.
+async fn parent(context: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    let queued = ChildOptions::default().queue(QUEUE);
+    let first = context
+        .start_child::<u32, u32>(CHILD_KIND, &n, queued)
+        .await?;
+    let second = context
+        .start_child::<u32, u32>(CHILD_KIND, &(n + 1), ChildOptions::default())
+        .await?;
+    Ok(first.result(&context).await? + second.result(&context).await?)
+}
+
+/// A child: its input times ten. It takes no step, since the checker expects an effect in the
+/// ledger for every step a workflow names; its end is its only write.
+async fn child(_context: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    Ok(n * 10)
+}
+
+/// Starts the parent (idempotent by id, so a rerun after a crash awaits the same one), awaits
+/// it, and checks that each of its start steps has exactly one child, with the derived id.
+async fn family(client: &Client, seed: u64) -> Result<(), BoxError> {
+    let mut rng = SeededRng::new(seed, PARENT_STREAM);
+    let id = uuid::Builder::from_random_bytes(
+        *Uuid::from_u64_pair(rng.next_u64(), rng.next_u64()).as_bytes(),
+    )
+    .into_uuid();
+    let handle = client
+        .start::<u32, u32>(PARENT_KIND, id, &4, StartOptions::default())
+        .await?;
+    let sum = handle.result().await?;
+    if sum != 90 {
+        return Err(format!("parent {id} returned {sum}, not 90").into());
+    }
+    let children: Vec<(u32, String)> = client.journal().read(|conn| {
+        let mut statement = conn.prepare(
+            "SELECT seq, child_id FROM runtime_children WHERE parent_id = ?1 ORDER BY seq",
+        )?;
+        let rows = statement
+            .query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    })?;
+    let expected: Vec<(u32, String)> = [0, 1]
+        .into_iter()
+        .map(|seq| (seq, child_execution_id(id, seq).to_string()))
+        .collect();
+    if children != expected {
+        return Err(format!("parent {id} has children {children:?}, not {expected:?}").into());
+    }
+    Ok(())
+}
+
 /// A torture runtime that also serves [`VICTIM_KIND`], whose one step waits at `gate`, then
-/// until its run sees it was asked to stop, so that the run ends by observing the request.
+/// until its run sees it was asked to stop, so that the run ends by observing the request;
+/// and [`PARENT_KIND`] and [`CHILD_KIND`].
 async fn serving_victims(workload: &Arc<Workload>, gate: &Arc<Gate>) -> Result<Runtime, BoxError> {
     let gate = Arc::clone(gate);
     let runtime = serving_patched(runtime_builder(workload))
+        .register(PARENT_KIND, 1, parent)
+        .register(CHILD_KIND, 1, child)
         .register(VICTIM_KIND, 1, move |context: WorkflowContext, (): ()| {
             let gate = Arc::clone(&gate);
             async move {

@@ -1,6 +1,7 @@
 //! One file per scenario, and the step helpers they share.
 
 pub mod child;
+pub mod children;
 pub mod concurrent;
 pub mod multiprocess;
 pub mod parallel;

@@ -1,4 +1,5 @@
-//! `durably cancel ID`: cancels an execution, or asks the live process that runs it to stop.
+//! `durably cancel ID`: cancels an execution, or asks the live process that runs it to stop;
+//! its unfinished child executions go with it.
 
 use durably::operator::CancelOutcome;
 use serde::Serialize;
@@ -22,7 +23,15 @@ struct Cancelled {
 /// ends it at its next step.
 pub fn run(target: &Target, id: Uuid, reason: &str, force: bool, json: bool) -> Result<()> {
     let journal = target.open_checked(force)?;
-    let outcome = crate::db::runtime()?.block_on(journal.operator().cancel(id, reason))?;
+    let runtime = crate::db::runtime()?;
+    // Through the runtime where it has its tables, so that the cancel takes the execution's
+    // unfinished children with it and clears its deadline; else as the journal does.
+    let outcome = if journal.read(crate::runtime_rows::runtime_present)? {
+        let client = runtime.block_on(durably::runtime::Client::new(journal))?;
+        runtime.block_on(client.cancel(id, reason))?
+    } else {
+        runtime.block_on(journal.operator().cancel(id, reason))?
+    };
     let (status, pid) = match outcome {
         CancelOutcome::Requested { pid } => ("cancel_requested", Some(pid)),
         _ => ("cancelled", None),

@@ -193,7 +193,10 @@ pub fn run(target: &Target, args: &LsArgs, json: bool) -> Result<()> {
         limit: Some(args.limit),
     };
     // Previews: the rows print no payload, and a preview never reads one over the cap.
-    let records = inspector.previews().list(&filter)?;
+    let records = match args.parent {
+        Some(parent) => children(&inspector, parent, &filter)?,
+        None => inspector.previews().list(&filter)?,
+    };
     let queued: Vec<_> = records
         .iter()
         .filter(|record| record.status == Status::Queued)
@@ -232,6 +235,28 @@ pub fn run(target: &Target, args: &LsArgs, json: bool) -> Result<()> {
             row.detail.clone(),
         ]
     })
+}
+
+/// The children of `parent` (at most `filter.limit`, in start order) that have `filter`'s
+/// status and kind.
+fn children(
+    inspector: &durably::Inspector,
+    parent: uuid::Uuid,
+    filter: &ListFilter,
+) -> Result<Vec<ExecutionRecord<durably::PayloadPreview>>> {
+    let limit = filter.limit.unwrap_or(u32::MAX);
+    let mut records = Vec::new();
+    for id in crate::children_rows::children_ids(inspector, parent, limit)? {
+        let Some(record) = inspector.previews().get(id)? else {
+            continue;
+        };
+        let status_matches = filter.status.is_none_or(|status| record.status == status);
+        let kind_matches = filter.kind.as_ref().is_none_or(|kind| record.kind == *kind);
+        if status_matches && kind_matches {
+            records.push(record);
+        }
+    }
+    Ok(records)
 }
 
 #[cfg(test)]

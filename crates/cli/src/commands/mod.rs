@@ -13,6 +13,7 @@ pub mod resolve;
 pub mod resume;
 pub mod send;
 pub mod show;
+mod show_children;
 mod show_runtime;
 pub mod start;
 pub mod sweep;

@@ -15,6 +15,7 @@ use durably::{
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::show_children::{self, FamilyShown};
 use super::show_runtime::{self, RuntimeShown};
 use crate::cli::ShowArgs;
 use crate::db::Target;
@@ -36,6 +37,8 @@ struct Shown {
     events_next_after: Option<i64>,
     #[serde(flatten)]
     runtime: RuntimeShown,
+    #[serde(flatten)]
+    family: FamilyShown,
 }
 
 /// `ls --json`'s row, then the payload previews; flattening keeps the documented field order.
@@ -169,6 +172,7 @@ fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
         events: events.iter().map(Event::from_record).collect(),
         events_next_after,
         runtime: RuntimeShown::new(reading, args.limit),
+        family: FamilyShown::new(crate::children_rows::family(inspector, id)?),
     })
 }
 
@@ -244,6 +248,7 @@ fn render(shown: &Shown) -> String {
     );
     let _ = writeln!(text, "{:<10} {holder}", "held by");
     text.push_str(&show_runtime::render(&shown.runtime, row));
+    text.push_str(&show_children::render(&shown.family, &row.execution_id));
     text.push_str(&render_steps(shown));
     text.push_str(&render_events(shown));
     text

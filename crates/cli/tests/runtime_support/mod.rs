@@ -2,7 +2,8 @@
 //! four kinds (`approval`, held at a gate the test opens; `inbox`, which publishes events and
 //! parks to receive messages; `sleeper`, parked on a week's timer; and `oversized`, whose
 //! every run fails without recording a step), and a kind nobody serves (`report`, in queue `reports`) is registered by a runtime
-//! that has stopped, so its executions stay queued.
+//! that has stopped, so its executions stay queued; [`add_runtime_rows`] adds a parent
+//! waiting for such a child.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -326,4 +327,32 @@ pub fn add_runtime_rows(db: &Path) {
     journal.parked();
     journal.stuck();
     journal.stop();
+    journal.parent_with_a_child();
+}
+
+impl RuntimeJournal {
+    /// A `parent` execution, run by a runtime of its own, that starts an [`UNSERVED`] child
+    /// and parks awaiting it; then that runtime stops.
+    pub fn parent_with_a_child(&self) -> Uuid {
+        let id = durably::new_execution_id();
+        let parents = self.tokio.block_on(async {
+            let parents = Runtime::builder(self.journal.clone())
+                .register("parent", 1, |context: WorkflowContext, (): ()| async move {
+                    context.child::<(), ()>(UNSERVED, &()).await?;
+                    Ok::<_, WorkflowError>(())
+                })
+                .park_after(Duration::ZERO)
+                .start()
+                .await
+                .unwrap();
+            parents
+                .start::<(), ()>("parent", id, &(), durably::runtime::StartOptions::default())
+                .await
+                .unwrap();
+            parents
+        });
+        self.wait_for(id, Status::Waiting);
+        parents.shutdown();
+        id
+    }
 }

@@ -8,6 +8,7 @@
 //! runtime needs of those it asks through the journal's functions.
 
 mod changes;
+mod children;
 mod claims;
 mod deadlines;
 mod failures;
@@ -23,6 +24,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
+pub(crate) use children::{children_below, children_of, end_consumed_below, parent_of, set_parent};
 pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
@@ -47,6 +49,10 @@ pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
         Migration {
             name: "0001_runtime",
             sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+        },
+        Migration {
+            name: "0002_children",
+            sql: include_str!("../../../../schema/runtime/0002_children.sql"),
         },
         Migration {
             name: "0003_patches_and_forks",

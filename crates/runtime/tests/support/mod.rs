@@ -309,6 +309,23 @@ pub fn child_command(env: &str, spec: &str) -> std::process::Command {
     command
 }
 
+/// [`child_command`] for `role` on the journal at `db` and execution `id`, which
+/// [`child_spec`] reads back in the child.
+pub fn role_command(
+    env: &str,
+    role: &str,
+    db: &std::path::Path,
+    id: Uuid,
+) -> std::process::Command {
+    child_command(env, &format!("{role} {} {id}", db.display()))
+}
+
+/// Kills `child` with SIGKILL and reaps it.
+pub fn kill(mut child: std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// In a child started with [`child_command`]: the role, the database path and the execution id
 /// in `env`, or `None` when this is not such a child.
 pub fn child_spec(env: &str) -> Option<(String, String, Uuid)> {
