@@ -370,6 +370,22 @@ pub enum Error {
     /// before. The text says why, in the hook's words.
     #[error("the write was declined by the caller's hook: {0}; nothing was written")]
     Aborted(&'static str),
+    /// A caller's hook declined its step's write ([`Error::Aborted`]) while a step called
+    /// after it was already reserved (steps in parallel): the seq cannot be given back without
+    /// renumbering that later step, so the handle is halted at this step. Nothing of the
+    /// declined write was written; the run ends and a resumed run calls the step again.
+    #[error(
+        "the hook of step {seq} of execution {execution_id} declined its write ({reason}) while \
+         a later step was already called; the handle is halted at step {seq}"
+    )]
+    AbortedBehindLaterSteps {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step whose hook declined.
+        seq: u32,
+        /// Why, in the hook's words.
+        reason: &'static str,
+    },
     /// A handle was used after a step error that stops the execution.
     #[error(
         "execution {execution_id} stopped at step {seq} after an earlier error; this handle \
