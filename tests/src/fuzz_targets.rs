@@ -56,8 +56,7 @@ fn exercise(journal: &Journal) {
     runtime.block_on(async {
         let id = uuid::Uuid::from_u128(0xF022);
         let _ = journal.steps(id);
-        if let Ok(Opened::Running(mut execution)) =
-            journal.open_execution(id, "fuzz", "fuzz", &0).await
+        if let Ok(Opened::Running(execution)) = journal.open_execution(id, "fuzz", "fuzz", &0).await
         {
             let _ = execution
                 .pure("fuzz", || async { Ok::<_, durably_journal::StepError>(1) })

@@ -109,6 +109,7 @@ failpoint_tests! {
     journal_after_deferred_flush_commit => "journal::after-deferred-flush-commit",
     runtime_after_finalize_commit => "runtime::after-finalize-commit",
     scheduler_after_fire_registered => "scheduler::after-fire-registered",
+    scheduler_after_pause_commit => "scheduler::after-pause-commit",
     journal_before_hooked_result_commit => "journal::before-hooked-result-commit",
     journal_before_release_commit => "journal::before-release-commit",
     journal_after_release_commit => "journal::after-release-commit",

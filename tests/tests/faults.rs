@@ -126,7 +126,7 @@ fn a_full_disk_is_disk_full_and_loses_nothing_acknowledged() {
     runtime().block_on(async {
         let journal = Journal::open(&scratch.database).unwrap();
         let id = Uuid::new_v4();
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         // max_page_count is a setting of one connection: set it on the writer's.
         journal
             .write(|conn| {
@@ -183,7 +183,7 @@ fn a_full_disk_is_disk_full_and_loses_nothing_acknowledged() {
             );
         }
         // And the execution resumes from there: the recorded steps replay, a new one runs.
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         for seq in 0..acknowledged {
             let replayed: String = execution
                 .pure(&format!("step {seq}"), || async { Ok(String::new()) })
@@ -460,7 +460,7 @@ fn a_writer_held_by_another_process_past_the_busy_timeout_is_busy() {
         let (id, guarded_id, fresh_id) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
         let mut execution = start(&journal, id).await;
         acknowledge(&mut execution, 0, 2).await;
-        let mut guarded_execution = start(&journal, guarded_id).await;
+        let guarded_execution = start(&journal, guarded_id).await;
 
         let mut holder = Held::spawn(&["hold-write", database]);
         assert!(holder.next_line()["locked"].is_number());
@@ -591,7 +591,7 @@ fn a_recorded_payload_over_the_read_cap_is_refused_on_replay_and_the_lock_is_fre
     runtime().block_on(async {
         {
             let journal = open(4096);
-            let mut execution = start(&journal, id).await;
+            let execution = start(&journal, id).await;
             let _: String = execution
                 .pure("big", || async { Ok("y".repeat(2000)) })
                 .await
@@ -607,7 +607,7 @@ fn a_recorded_payload_over_the_read_cap_is_refused_on_replay_and_the_lock_is_fre
         assert!(matches!(error, Error::PayloadTooLarge { .. }), "{error:?}");
         barrier(&small).await;
         let large = open(4096);
-        let mut execution = start(&large, id).await;
+        let execution = start(&large, id).await;
         let replayed: String = execution
             .pure("big", || async { Ok(String::new()) })
             .await

@@ -149,7 +149,7 @@ fn a_killed_holder_is_recoverable_and_swept_as_interrupted_and_then_resumes() {
         "interrupted is still recoverable"
     );
 
-    let Opened::Running(mut execution) = runtime
+    let Opened::Running(execution) = runtime
         .block_on(journal.open_execution(id, "test", "", &""))
         .unwrap()
     else {

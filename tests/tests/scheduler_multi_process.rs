@@ -1,13 +1,15 @@
-//! Guarantee: several scheduler processes sharing one journal file fire each slot of a job
-//! exactly once: none twice, none missing.
+//! Guarantee: several scheduler processes sharing one journal file, each also a runtime
+//! serving the job's multi-step workflow, fire each slot of a job exactly once: none twice,
+//! none missing.
 //!
 //! Method: three `scheduler_worker` processes run a 100 ms interval job (catch-up `All`, so a
 //! late pass fires missed slots rather than skipping them; overlap `Allow`, so a fire slowed by
-//! the three processes' commits does not make the next slot skip) until the independent effect ledger,
-//! which every body call appends to with `O_APPEND`, spans about three seconds of slots; then
-//! they are shut down gracefully. Every slot from the first to the last in the ledger must
-//! appear exactly once (the slots are contiguous on the 100 ms grid), and the `fires` ledger in
-//! the database must agree: one completed fire per slot, none unfinished.
+//! the three processes' commits does not make the next slot skip) until the independent effect
+//! ledger, which every effect step appends to with `O_APPEND`, spans about three seconds of
+//! slots; then they are shut down gracefully (each waits for the started fires to end). Every
+//! slot from the first to the last in the ledger must appear exactly once (the slots are
+//! contiguous on the 100 ms grid), and the ledger in the database (`fire_ledger`, whose state
+//! follows each fire's execution) must agree: one completed fire per slot, none unfinished.
 
 mod support;
 
@@ -30,9 +32,11 @@ fn three_processes_fire_every_slot_exactly_once() {
 
     let conn = rusqlite::Connection::open(&scratch.database).unwrap();
     let mut statement = conn
-        .prepare("SELECT slot_ms, state, reason FROM fires WHERE state <> 'completed'")
+        .prepare(
+            "SELECT fire_ledger.slot, state, reason FROM fire_ledger WHERE state <> 'completed'",
+        )
         .unwrap();
-    let odd: Vec<(i64, String, Option<String>)> = statement
+    let odd: Vec<(String, String, Option<String>)> = statement
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
@@ -67,9 +71,14 @@ fn three_processes_fire_every_slot_exactly_once() {
     let pids: BTreeSet<u32> = by_slot.values().map(|calls| calls[0].pid).collect();
     assert!(pids.len() >= 2, "only {pids:?} ran bodies");
 
-    let completed: i64 = scratch.query("SELECT count(*) FROM fires WHERE state = 'completed'", []);
-    let unfinished: i64 =
-        scratch.query("SELECT count(*) FROM fires WHERE state <> 'completed'", []);
+    let completed: i64 = scratch.query(
+        "SELECT count(*) FROM fire_ledger WHERE state = 'completed'",
+        [],
+    );
+    let unfinished: i64 = scratch.query(
+        "SELECT count(*) FROM fire_ledger WHERE state <> 'completed'",
+        [],
+    );
     assert_eq!(completed, slots.len() as i64);
     assert_eq!(unfinished, 0);
     let first: i64 = scratch.query("SELECT min(slot_ms) FROM fires", []);

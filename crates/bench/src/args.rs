@@ -228,6 +228,8 @@ pub enum ScenarioName {
     SeqIdempotent,
     /// Many executions in parallel, guarded steps.
     Concurrent,
+    /// One execution, rounds of 8 guarded steps joined, against 8 one after the other.
+    Parallel,
     /// Whole executions: open, K steps, finalize.
     Workflows,
     /// Reopen an execution with many committed steps and replay them.
@@ -261,6 +263,7 @@ impl ScenarioName {
             Self::SeqGuarded,
             Self::SeqIdempotent,
             Self::Concurrent,
+            Self::Parallel,
             Self::Workflows,
             Self::Replay,
             Self::ResumeMemory,
@@ -282,6 +285,7 @@ impl ScenarioName {
             Self::SeqGuarded => "seq-guarded",
             Self::SeqIdempotent => "seq-idempotent",
             Self::Concurrent => "concurrent",
+            Self::Parallel => "parallel",
             Self::Workflows => "workflows",
             Self::Replay => "replay",
             Self::ResumeMemory => "resume-memory",

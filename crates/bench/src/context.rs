@@ -153,6 +153,7 @@ impl Context {
                 scenarios::seq::run(self, dir, EffectArg::Idempotent).await
             }
             ScenarioName::Concurrent => scenarios::concurrent::run(self, dir).await,
+            ScenarioName::Parallel => scenarios::parallel::run(self, dir).await,
             ScenarioName::Workflows => scenarios::workflows::run(self, dir).await,
             ScenarioName::Replay => scenarios::replay::run(self, dir).await,
             ScenarioName::ResumeMemory => scenarios::resume_memory::run(self, dir).await,

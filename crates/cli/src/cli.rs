@@ -106,6 +106,12 @@ pub enum Command {
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(LIST_LIMIT_MAX)))]
         limit: u32,
     },
+    /// List the scheduled jobs, or pause, resume, trigger or backfill one.
+    Schedules {
+        /// What to do; without it, list every job.
+        #[command(subcommand)]
+        action: Option<SchedulesAction>,
+    },
     /// Print the execution id of a scheduler fire (job, slot). Needs no database.
     FireId {
         /// The job id.
@@ -125,6 +131,49 @@ pub enum Command {
     /// The demo's scheduler process (internal).
     #[command(hide = true)]
     DemoScheduler(SchedulerArgs),
+}
+
+/// What `durably schedules` does to one job.
+#[derive(Debug, Subcommand)]
+pub enum SchedulesAction {
+    /// Stop firing the job in every process until it is resumed.
+    Pause {
+        /// The job id.
+        job: String,
+    },
+    /// Fire the job again; its catch-up policy decides the slots missed while paused.
+    Resume {
+        /// The job id.
+        job: String,
+    },
+    /// Start the job's upcoming slot now (once: the slot does not fire again at its time).
+    Trigger {
+        /// The job id.
+        job: String,
+    },
+    /// Start every slot of a range not fired yet, each once.
+    Backfill {
+        /// The job id.
+        job: String,
+        /// The range's first instant, RFC 3339 (`2026-01-01T00:00:00Z`).
+        #[arg(long)]
+        from: String,
+        /// The range's last instant, RFC 3339, at or before now.
+        #[arg(long)]
+        to: String,
+    },
+}
+
+impl SchedulesAction {
+    /// The job the action names.
+    pub fn job(&self) -> &str {
+        match self {
+            Self::Pause { job }
+            | Self::Resume { job }
+            | Self::Trigger { job }
+            | Self::Backfill { job, .. } => job,
+        }
+    }
 }
 
 /// Arguments of `ls`.

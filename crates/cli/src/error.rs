@@ -111,9 +111,36 @@ impl From<durably::scheduler::Error> for CliError {
         let advice = match &error {
             Error::InvalidJobId { .. } => "; pass the job id as the program registers it",
             Error::SlotOutOfRange { .. } => "; pass a slot from year 1970 to 9999",
+            Error::Journal(_) => return Self::failure(error.to_string()),
             _ => "",
         };
-        Self::usage(format!("{error}{advice}"))
+        let hint = match &error {
+            Error::UnknownJob { .. } => "`durably schedules` lists the jobs of this journal",
+            Error::JobPaused { job } => {
+                return Self::usage(error.to_string()).hint(format!(
+                    "`durably schedules resume {}` first",
+                    crate::escape::escape(job)
+                ));
+            }
+            Error::JobNeedsWorkflow { .. } => {
+                "register the job again from its program, naming a workflow"
+            }
+            Error::RangeReversed { .. } => "pass a --from at or before --to",
+            Error::EmptyRange { .. } => {
+                "widen the range to hold a slot (`durably schedules` shows the schedule)"
+            }
+            Error::RangeInFuture { .. } => "end the range at or before now",
+            Error::TooManySlots { .. } => "backfill the range in smaller pieces",
+            Error::NoSlotsLeft { .. } => "give the job a schedule with slots to come",
+            Error::Start(_) => {
+                return Self::failure(error.to_string()).hint(
+                    "start a runtime that registers the job's workflow kind (and configures its \
+                     queue) on this journal, then run this again",
+                );
+            }
+            _ => return Self::usage(format!("{error}{advice}")),
+        };
+        Self::usage(error.to_string()).hint(hint)
     }
 }
 
@@ -262,6 +289,7 @@ mod tests {
                 execution_id: id,
                 pid: 7,
                 since: text("then"),
+                in_this_process: false,
             },
             Error::LeaseExpiredHolderAlive {
                 execution_id: id,

@@ -81,6 +81,9 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Fires { job, limit } => {
             commands::fires::run(&target()?, job.as_deref(), *limit, json)?;
         }
+        Command::Schedules { action } => {
+            commands::schedules::run(&target()?, action.as_ref(), json)?;
+        }
         Command::FireId { job, slot } => commands::fire_id::run(job, slot, json)?,
         // DURABLY_DB names the user's real journal; the demo never writes there, so only
         // `--db` counts.

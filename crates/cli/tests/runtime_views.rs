@@ -115,7 +115,7 @@ fn ls_lists_a_step_awaiting_an_operator() {
     let runtime = common::runtime();
     runtime.block_on(async {
         let journal = durably::Journal::open(&fixture.db).unwrap();
-        let Opened::Running(mut execution) = journal
+        let Opened::Running(execution) = journal
             .open_execution(fixture.ambiguous, "order", "", &serde_json::json!({}))
             .await
             .unwrap()

@@ -14,7 +14,8 @@
 //! - [`runtime`]: registered workflows run by any process that serves their kind, within
 //!   queue limits, recovered after crashes; messages sent to executions and results awaited
 //!   from any process;
-//! - [`scheduler`]: scheduled jobs whose fires each run once;
+//! - [`scheduler`]: scheduled jobs whose fires each start a registered workflow once, and their
+//!   management (list, pause, resume, trigger, backfill);
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
 //! - [`sqlite`]: the database driver, for programs that keep their own rows in the journal's

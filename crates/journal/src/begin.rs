@@ -18,6 +18,9 @@ use crate::replay::Replay;
 /// What [`Journal::begin_execution`] found.
 #[derive(Debug)]
 #[must_use = "an execution may already exist"]
+// Returned once per begin and matched at once: boxing the record would cost an allocation on
+// the path that already read it, to save bytes on a value that lives for one match.
+#[allow(clippy::large_enum_variant)]
 pub enum Begun {
     /// No execution has the id: a handle that will create it with its first write.
     New(Execution),

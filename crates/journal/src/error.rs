@@ -11,8 +11,9 @@ use crate::step::StepError;
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A live process holds the execution.
-    #[error("execution {execution_id} is held by live process pid {pid} since {since}")]
+    /// A live process holds the execution: another one, or this very process (a handle of it
+    /// is open here, and a second open is refused: an execution has one driver).
+    #[error("{}", locked_message(execution_id, *pid, since, *in_this_process))]
     Locked {
         /// The execution.
         execution_id: Uuid,
@@ -20,6 +21,9 @@ pub enum Error {
         pid: i64,
         /// When the holder took it (RFC 3339 UTC).
         since: String,
+        /// Whether the holder is the process that asked (the same pid, start time, boot and
+        /// pid namespace).
+        in_this_process: bool,
     },
     /// A step cannot be looked at yet: a process that held the execution lost its lock only
     /// because its lease expired, and it may still be running, so it may still perform the
@@ -366,6 +370,22 @@ pub enum Error {
     /// before. The text says why, in the hook's words.
     #[error("the write was declined by the caller's hook: {0}; nothing was written")]
     Aborted(&'static str),
+    /// A caller's hook declined its step's write ([`Error::Aborted`]) while a step called
+    /// after it was already reserved (steps in parallel): the seq cannot be given back without
+    /// renumbering that later step, so the handle is halted at this step. Nothing of the
+    /// declined write was written; the run ends and a resumed run calls the step again.
+    #[error(
+        "the hook of step {seq} of execution {execution_id} declined its write ({reason}) while \
+         a later step was already called; the handle is halted at step {seq}"
+    )]
+    AbortedBehindLaterSteps {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step whose hook declined.
+        seq: u32,
+        /// Why, in the hook's words.
+        reason: &'static str,
+    },
     /// A handle was used after a step error that stops the execution.
     #[error(
         "execution {execution_id} stopped at step {seq} after an earlier error; this handle \
@@ -599,3 +619,16 @@ pub(crate) fn replicate(error: &Error) -> Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of [`Error::Locked`]: a holder in this very process is named as such, since
+/// waiting for "that process" to stop would wait for the caller itself.
+fn locked_message(execution_id: &Uuid, pid: i64, since: &str, in_this_process: bool) -> String {
+    if in_this_process {
+        format!(
+            "execution {execution_id} is already open in this process (pid {pid}) since \
+             {since}; use the handle this process holds, or drop it before opening again"
+        )
+    } else {
+        format!("execution {execution_id} is held by live process pid {pid} since {since}")
+    }
+}

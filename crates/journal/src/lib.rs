@@ -25,7 +25,7 @@
 //! // Time-ordered ids keep the journal's writes together; any UUID works.
 //! let id = durably_journal::new_execution_id();
 //!
-//! let Opened::Running(mut execution) =
+//! let Opened::Running(execution) =
 //!     journal.open_execution(id, "refund", "refund order 42", &42).await?
 //! else {
 //!     unreachable!("a new execution is never finished");
@@ -83,8 +83,8 @@ pub use config::{
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::{
-    DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, STATUS_DETAIL_BYTES_MAX, StepRef,
-    Timing,
+    DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, Reservation,
+    STATUS_DETAIL_BYTES_MAX, StepRef, Timing,
 };
 pub use execution_id::new_execution_id;
 pub use extension::{

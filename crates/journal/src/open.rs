@@ -141,6 +141,7 @@ impl Journal {
             execution_id: id,
             pid: self.inner.locker.identity().pid,
             since,
+            in_this_process: true,
         }
     }
 }

@@ -30,10 +30,11 @@ pub(crate) fn acquire_or_locked(
     now: &str,
 ) -> Result<u64> {
     let resource = id.to_string();
-    let locked = |pid, since| Error::Locked {
+    let locked = |holder: HolderRecord| Error::Locked {
         execution_id: id,
-        pid,
-        since,
+        pid: holder.pid,
+        in_this_process: holder.is_process(locker.identity()),
+        since: holder.acquired_at,
     };
     let (epoch, from_pid, from_epoch, reason, takeover) =
         match locker.try_acquire(conn, &resource)? {
@@ -56,13 +57,13 @@ pub(crate) fn acquire_or_locked(
                     && holder.instance_id == locker.instance_id().to_string() =>
             {
                 let Some(new_epoch) = locker.take_over(conn, &resource, epoch)? else {
-                    return Err(locked(holder.pid, holder.acquired_at));
+                    return Err(locked(holder));
                 };
                 let reason = "this process leaked it: its handle went away before the release \
                               committed";
                 (new_epoch, holder.pid, epoch, reason.to_owned(), None)
             }
-            Acquire::Held { holder, .. } => return Err(locked(holder.pid, holder.acquired_at)),
+            Acquire::Held { holder, .. } => return Err(locked(holder)),
         };
     let is_execution = conn
         .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?

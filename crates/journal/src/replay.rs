@@ -7,8 +7,13 @@
 //! further read is made: every later step is new.
 //!
 //! Windows read at different times agree, because the steps of an execution change only under
-//! its lock: the handle replaying them holds it, and writes only the step it is at (a result,
-//! a skip) or steps past the recorded end.
+//! its lock: the handle replaying them holds it, and writes only the steps it has reserved (a
+//! result, a skip) and steps with no record.
+//!
+//! A seq with no row below the highest recorded one (a gap) is a step that had no outcome when
+//! the run stopped: steps run in parallel finish in any order, and a later sibling's row (a
+//! guarded step's intent, say) may commit before an earlier one's. Replay hands a gap back as
+//! not recorded, so the step runs again, as after any crash.
 
 use rusqlite::{Connection, params};
 use uuid::Uuid;
@@ -100,9 +105,8 @@ impl Replay {
     /// copied, and the window it was in is dropped when the next is read.
     ///
     /// # Errors
-    /// [`Error::Inconsistent`] for a gap in the step numbers (steps are numbered 0, 1, 2, ...
-    /// without gaps; a gap means the journal was edited or damaged, and is an error rather than
-    /// a silent repair) or a damaged row; [`Error::PayloadTooLarge`] for a recorded payload
+    /// [`Error::Inconsistent`] for a damaged row, or a `seq` asked for after replay moved past
+    /// it; [`Error::PayloadTooLarge`] for a recorded payload
     /// over the cap, refused before it is read; a storage error.
     pub(crate) fn take(&mut self, seq: u32) -> Result<Option<RecordedStep>> {
         let Some(index) = self.index_of(seq)? else {
@@ -157,12 +161,12 @@ impl Replay {
     }
 
     /// Makes `window`, read from `from_seq` on, the current window.
-    fn install(&mut self, from_seq: u32, window: Vec<RecordedStep>, complete: bool) {
+    fn install(&mut self, from_seq: u32, window: Vec<Option<RecordedStep>>, complete: bool) {
         debug_assert!(window.len() <= REPLAY_WINDOW_STEPS_MAX as usize);
         let read = u32::try_from(window.len()).unwrap_or(u32::MAX);
         self.end = complete.then(|| from_seq.saturating_add(read));
         self.first_seq = from_seq;
-        self.window = window.into_iter().map(Some).collect();
+        self.window = window;
     }
 
     /// How many steps the current window holds.
@@ -175,8 +179,8 @@ impl Replay {
 /// One past the highest recorded seq of `?1`: one seek at the end of its range of the index.
 const RECORDED_STEPS: &str = "SELECT max(seq) + 1 FROM steps WHERE execution_id = ?1";
 
-/// How many steps `execution_id` has recorded: one past its highest seq (steps are numbered
-/// without gaps; a gap is found when replay reaches it).
+/// How many steps `execution_id` has recorded: one past its highest seq (a gap below it is a
+/// step that had no outcome yet, see the module's documentation).
 fn recorded_steps(conn: &Connection, execution_id: Uuid) -> Result<u32> {
     let recorded: Option<i64> = conn
         .prepare_cached(RECORDED_STEPS)?
@@ -194,14 +198,15 @@ fn recorded_steps(conn: &Connection, execution_id: Uuid) -> Result<u32> {
 /// (`crate::lifecycle`'s claim candidates say more).
 const WINDOW_ROWS: &str = "WHERE execution_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT +?3";
 
-/// Reads the recorded steps of `execution_id` from `from_seq` on, up to the window's bounds.
-/// Also says whether it reached the last recorded step.
+/// Reads the recorded steps of `execution_id` from `from_seq` on, up to the window's bounds,
+/// with `None` for each seq of a gap (which counts toward the window's step bound). Also says
+/// whether it reached the last recorded step.
 fn read_window(
     conn: &Connection,
     execution_id: Uuid,
     from_seq: u32,
     bytes_max: usize,
-) -> Result<(Vec<RecordedStep>, bool)> {
+) -> Result<(Vec<Option<RecordedStep>>, bool)> {
     let sql = format!(
         "SELECT seq, name, effect, state, attempts, {}, {} FROM steps {WINDOW_ROWS}",
         Payload::select("result", bytes_max),
@@ -214,11 +219,21 @@ fn read_window(
     while let Some(row) = rows.next()? {
         let expected = i64::from(from_seq) + window.len() as i64;
         let seq: i64 = row.get(0)?;
-        if seq != expected {
+        if seq < expected {
             return Err(Error::Inconsistent(format!(
                 "execution {execution_id} has step {seq} where step {expected} was expected"
             )));
         }
+        // A gap: the steps in it had no outcome yet. The window ends where its bound does, and
+        // the next one is read from there.
+        let steps_max = i64::from(REPLAY_WINDOW_STEPS_MAX);
+        let gap = seq - expected;
+        if window.len() as i64 + gap >= steps_max {
+            let filled = usize::try_from(steps_max).unwrap_or(usize::MAX);
+            window.resize_with(filled, || None);
+            return Ok((window, false));
+        }
+        window.extend((0..gap).map(|_| None));
         let payload = |index, column: &'static str| {
             Payload::read(row, index, bytes_max, || {
                 format!("the stored {column} of step {seq} of execution {execution_id}")
@@ -237,7 +252,7 @@ fn read_window(
             .flatten()
             .map(|payload| payload.as_json().len())
             .sum::<usize>();
-        window.push(step);
+        window.push(Some(step));
         if payload_bytes >= REPLAY_WINDOW_BYTES_MAX {
             return Ok((window, false));
         }
@@ -250,7 +265,7 @@ fn read_window(
 mod tests {
     //! What these prove: replay holds one bounded window of recorded steps however many are
     //! recorded, hands every step back in order across window boundaries, reads nothing once it
-    //! has reached the end, and still refuses a gap. Method: a journal whose steps are written
+    //! has reached the end, and hands a gap back as not recorded. Method: a journal whose steps are written
     //! directly (the rows the step protocol writes), read through `Replay` as a handle reads
     //! them, checking the window's size after every step.
     #![allow(clippy::unwrap_used)]
@@ -261,7 +276,7 @@ mod tests {
     use super::{
         RECORDED_STEPS, REPLAY_WINDOW_BYTES_MAX, REPLAY_WINDOW_STEPS_MAX, Replay, WINDOW_ROWS,
     };
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::inspect::query_plan;
     use crate::journal::Journal;
 
@@ -377,28 +392,29 @@ mod tests {
         assert!(replay.take(40).unwrap().is_none());
     }
 
+    /// A gap (steps run in parallel, the later one's row committed first, then a crash) is a
+    /// step with no outcome: replay hands it back as not recorded and goes on past it, also
+    /// when it opens a window and when it is wider than a window.
     #[test]
-    fn a_gap_past_the_first_window_is_refused_when_replay_reaches_its_window() {
+    fn a_gap_replays_as_not_recorded_and_the_steps_after_it_still_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let (journal, id) = journal_with_steps(&dir, 2 * REPLAY_WINDOW_STEPS_MAX, 3);
-        // The first step of the second window.
+        let (journal, id) = journal_with_steps(&dir, 3 * REPLAY_WINDOW_STEPS_MAX, 3);
+        // The first step of the second window, and all of the third window but its last step.
         let gap = REPLAY_WINDOW_STEPS_MAX;
+        let wide = (2 * REPLAY_WINDOW_STEPS_MAX, 3 * REPLAY_WINDOW_STEPS_MAX - 1);
         write(&journal, move |conn| {
             conn.execute(
-                "DELETE FROM steps WHERE execution_id = ?1 AND seq = ?2",
-                params![id.to_string(), gap],
+                "DELETE FROM steps WHERE execution_id = ?1 AND (seq = ?2 OR seq BETWEEN ?3 AND ?4)",
+                params![id.to_string(), gap, wide.0, wide.1 - 1],
             )?;
             Ok(())
         });
         let mut replay = Replay::open(&journal, id).unwrap();
-        for seq in 0..gap {
-            assert!(replay.take(seq).unwrap().is_some(), "step {seq} lost");
+        for seq in 0..3 * REPLAY_WINDOW_STEPS_MAX {
+            let missing = seq == gap || (wide.0..wide.1).contains(&seq);
+            assert_eq!(replay.take(seq).unwrap().is_none(), missing, "step {seq}");
+            assert!(replay.window_len() <= REPLAY_WINDOW_STEPS_MAX as usize);
         }
-        let error = replay.take(gap).unwrap_err();
-        let expected = format!("where step {gap} was expected");
-        assert!(
-            matches!(&error, Error::Inconsistent(message) if message.contains(&expected)),
-            "{error:?}"
-        );
+        assert!(replay.take(3 * REPLAY_WINDOW_STEPS_MAX).unwrap().is_none());
     }
 }

@@ -194,6 +194,7 @@ impl<L: Fn(&HolderRecord) -> bool> Look<'_, L> {
                 execution_id: self.id,
                 pid: holder.pid,
                 since: holder.acquired_at.clone(),
+                in_this_process: holder.is_process(self.judge.own_identity()),
             }),
         }
     }

@@ -39,7 +39,7 @@ fn epoch_and_events(journal: &Journal, id: Uuid, kind: &str) -> (i64, usize) {
 
 /// Reopens `id` and runs its guarded step `charge` under `policy`, never finishing it.
 async fn rerun_charge(journal: &Journal, id: Uuid, policy: Policy) -> Result<(), Error> {
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "test", "a test", &"input")
         .await?
     else {
@@ -63,7 +63,7 @@ async fn a_fail_step_parks_its_execution_until_the_operator_answers() {
     barrier(&first).await;
 
     // The next run finds the intent; under Fail it is left to an operator.
-    let mut execution = start(&first, id).await;
+    let execution = start(&first, id).await;
     let error = execution
         .guarded("charge", Policy::Fail, |_key| async {
             Ok::<u32, StepError>(1)
@@ -155,7 +155,7 @@ async fn a_fail_step_parks_its_execution_until_the_operator_answers() {
         "a program's recovery finds it again"
     );
 
-    let mut execution = start(&first, id).await;
+    let execution = start(&first, id).await;
     let charged = execution
         .guarded("charge", Policy::Fail, |_key| async {
             Ok::<u32, StepError>(1)
@@ -176,7 +176,7 @@ async fn a_retry_step_past_its_rerun_limit_waits_for_an_operator_and_says_why() 
     let id = durably_journal::new_execution_id();
     // Two runs crash inside the step: the first run's, and the one re-run Retry allows.
     for _ in 0..2 {
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         let called = std::sync::Arc::new(tokio::sync::Notify::new());
         let step = execution.guarded("charge", Policy::Retry, |_key| {
             let called = std::sync::Arc::clone(&called);

@@ -70,7 +70,7 @@ async fn a_payload_over_the_cap_is_refused_or_left_out_before_it_is_read() {
     let journal = scratch.open();
     let (big_input, big_result) = (Uuid::new_v4(), Uuid::new_v4());
     for id in [big_input, big_result] {
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         let _: u32 = execution.pure("small", || async { Ok(1) }).await.unwrap();
     }
     let huge = format!("\"{}\"", "x".repeat(HUGE_BYTES));

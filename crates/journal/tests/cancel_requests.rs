@@ -74,7 +74,7 @@ fn is_cancel_requested(error: &Error, id: Uuid) -> bool {
 /// no step row is newer than the one the request named.
 #[tokio::test]
 async fn a_live_holder_is_asked_and_its_writes_are_refused() {
-    let (_scratch, holder, operator, id, mut execution) = held(2).await;
+    let (_scratch, holder, operator, id, execution) = held(2).await;
 
     let outcome = operator.operator().cancel(id, "stop it").await.unwrap();
     assert_eq!(
@@ -125,7 +125,7 @@ async fn a_live_holder_is_asked_and_its_writes_are_refused() {
 /// is refused; failing is allowed.
 #[tokio::test]
 async fn the_next_intent_and_the_completion_are_refused_but_fail_is_not() {
-    let (_scratch, holder, operator, id, mut execution) = held(1).await;
+    let (_scratch, holder, operator, id, execution) = held(1).await;
     operator.operator().cancel(id, "stop it").await.unwrap();
 
     let called = Arc::new(AtomicU32::new(0));
@@ -162,7 +162,7 @@ async fn a_guarded_step_in_flight_finishes_its_protocol() {
     let (holder, operator) = (scratch.open(), scratch.open());
     for retryable in [false, true] {
         let id = durably_journal::new_execution_id();
-        let mut execution = start(&holder, id).await;
+        let execution = start(&holder, id).await;
         let (entered, release) = (
             Arc::new(tokio::sync::Notify::new()),
             Arc::new(tokio::sync::Notify::new()),
@@ -275,7 +275,7 @@ async fn executions_nobody_drives_are_cancelled_at_once() {
 
 /// Reopens `id` and runs its guarded step under `Policy::Fail`.
 async fn start_again(journal: &Journal, id: Uuid) -> Result<(), Error> {
-    let mut execution = start(journal, id).await;
+    let execution = start(journal, id).await;
     execution
         .guarded("charge", Policy::Fail, |_key| async {
             Ok::<u32, StepError>(1)

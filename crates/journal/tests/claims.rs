@@ -104,7 +104,7 @@ async fn two_claimers_of_one_queued_execution_make_one_winner_who_runs_it() {
     assert_eq!(status(winner, id), Status::Running);
     let commits = winner.writer_stats().commits;
 
-    let mut execution = winner.open_claim(claimed).unwrap();
+    let execution = winner.open_claim(claimed).unwrap();
     assert_eq!(
         winner.writer_stats().commits,
         commits,
@@ -160,7 +160,7 @@ async fn an_end_claims_its_successor_in_its_own_commit() {
         .unwrap();
     assert_eq!(running, 1, "the successor took the place the end gave up");
     let [successor_claim] = <[Claim; 1]>::try_from(claims).unwrap();
-    let mut execution = journal.open_claim(successor_claim).unwrap();
+    let execution = journal.open_claim(successor_claim).unwrap();
     let value: u32 = execution.pure("step", || async { Ok(5) }).await.unwrap();
     assert_eq!(value, 5, "the successor's handle writes under its lock");
 

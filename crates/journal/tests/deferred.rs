@@ -137,7 +137,7 @@ async fn the_open_rides_on_the_first_write_and_tokens_are_zero_before_it() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = durably_journal::new_execution_id();
-    let mut execution = begin(&journal, id);
+    let execution = begin(&journal, id);
     assert_eq!(execution.fencing_token(), FencingToken(0));
 
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -239,7 +239,7 @@ async fn a_lost_open_race_writes_nothing() {
     let (winner_journal, loser_journal) = (scratch.open(), scratch.open());
     let id = durably_journal::new_execution_id();
     let mut winner = begin(&winner_journal, id);
-    let mut loser = begin(&loser_journal, id);
+    let loser = begin(&loser_journal, id);
     let again = winner_journal.begin_execution(id, "test", "", &input(&winner_journal), |_| Ok(()));
     assert!(
         matches!(again, Err(Error::OpenRaced(raced)) if raced == id),
@@ -349,7 +349,7 @@ async fn a_deferred_hook_cannot_decline() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = durably_journal::new_execution_id();
-    let mut execution = begin(&journal, id);
+    let execution = begin(&journal, id);
     execution
         .step_with(
             "later",
@@ -387,7 +387,7 @@ async fn an_end_before_any_write_opens_and_ends_in_one_commit() {
     assert_eq!(durable_steps(&journal, id), 1);
 
     let id = durably_journal::new_execution_id();
-    let mut execution = begin(&journal, id);
+    let execution = begin(&journal, id);
     let failed = execution
         .pure("refused", || async {
             Err::<u32, _>(StepError::fatal("no"))

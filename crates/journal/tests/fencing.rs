@@ -37,7 +37,7 @@ async fn leased_holder(scratch: &Scratch) -> (Journal, Uuid, Execution) {
 #[tokio::test]
 async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing() {
     let scratch = Scratch::new();
-    let (a, id, mut old) = leased_holder(&scratch).await;
+    let (a, id, old) = leased_holder(&scratch).await;
     let _: u32 = old
         .pure("before takeover", || async { Ok(1) })
         .await
@@ -49,7 +49,7 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
         .sweep_on_open(false)
         .open()
         .unwrap();
-    let Opened::Running(mut new) = b.open_execution(id, "test", "", &"").await.unwrap() else {
+    let Opened::Running(new) = b.open_execution(id, "test", "", &"").await.unwrap() else {
         panic!("a running execution is not finished");
     };
     assert!(new.is_resume());
@@ -129,7 +129,7 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
 #[tokio::test]
 async fn a_pure_step_after_a_takeover_is_not_recorded() {
     let scratch = Scratch::new();
-    let (_a, id, mut old) = leased_holder(&scratch).await;
+    let (_a, id, old) = leased_holder(&scratch).await;
 
     let later: Arc<ManualClock> = ManualClock::at(Utc::now() + TimeDelta::hours(1));
     let b = Journal::builder(&scratch.path).clock(later).open().unwrap();

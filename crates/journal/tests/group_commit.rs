@@ -31,7 +31,7 @@ async fn sixty_four_concurrent_executions_share_commits_and_lose_nothing() {
         let journal = journal.clone();
         tasks.push(tokio::spawn(async move {
             let id = Uuid::new_v4();
-            let mut execution = start(&journal, id).await;
+            let execution = start(&journal, id).await;
             for seq in 0..STEPS_PER_EXECUTION {
                 let value = format!("task {task} step {seq}");
                 let returned: String = execution
@@ -197,7 +197,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
     let before = journal.writer_stats();
     let submitted = Arc::new(AtomicUsize::new(0));
     let mut good = Vec::new();
-    for (id, mut execution) in executions {
+    for (id, execution) in executions {
         let submitted = Arc::clone(&submitted);
         good.push(tokio::spawn(async move {
             submitted.fetch_add(1, Ordering::SeqCst);
@@ -259,7 +259,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
         tokio::spawn(async move {
             submitted.fetch_add(1, Ordering::SeqCst);
             let id = Uuid::new_v4();
-            let mut execution = start(&journal, id).await;
+            let execution = start(&journal, id).await;
             let big = "x".repeat(journal.payload_bytes_max() + 1);
             let error = execution
                 .pure("too big", || {

@@ -221,7 +221,7 @@ async fn replay_returns_the_recorded_outcome_and_runs_no_hook() {
         .unwrap();
     drop(execution);
 
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "test", "", &"input")
         .await
         .unwrap()
@@ -267,7 +267,7 @@ async fn a_guarded_effect_is_refused_before_it_runs() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = durably_journal::new_execution_id();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let refused = execution
         .step_with(
             "charge",
@@ -332,7 +332,7 @@ async fn each_release_target_parks_the_row_with_its_event_and_frees_the_lock() {
     ];
     for (to, (status, due, topic), kind) in targets {
         let id = durably_journal::new_execution_id();
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         execution
             .pure("before", || async { Ok(1_u32) })
             .await
@@ -385,11 +385,11 @@ async fn a_halted_handle_can_be_released() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = durably_journal::new_execution_id();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     execution.pure("a", || async { Ok(1_u32) }).await.unwrap();
     drop(execution);
 
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "test", "", &"input")
         .await
         .unwrap()
@@ -423,7 +423,7 @@ async fn a_declined_release_writes_nothing_and_the_handle_goes_on() {
     let journal = scratch.open();
     with_side_table(&journal).await;
     let id = durably_journal::new_execution_id();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let before = (parked_row(&journal, id), event_kinds(&journal, id));
     let declined = execution
         .release_to(
@@ -459,7 +459,7 @@ async fn an_oversized_detail_is_refused_without_writing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let id = durably_journal::new_execution_id();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let before = journal.writer_stats().commits;
     let detail = json!({ "reason": "x".repeat(STATUS_DETAIL_BYTES_MAX) });
     let refused = execution

@@ -47,7 +47,7 @@ async fn a_finished_execution_reopens_as_finished_and_runs_nothing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let (done, failed) = (Uuid::new_v4(), Uuid::new_v4());
-    let mut execution = start(&journal, done).await;
+    let execution = start(&journal, done).await;
     let _: u32 = execution.pure("work", || async { Ok(5) }).await.unwrap();
     execution.complete(&"the output").await.unwrap();
     start(&journal, failed)
@@ -147,7 +147,7 @@ async fn a_dropped_handle_leaves_the_execution_running_and_recoverable() {
     let scratch = Scratch::new();
     let journal = scratch.open();
     let (dropped, held, finished) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-    let mut execution = start(&journal, dropped).await;
+    let execution = start(&journal, dropped).await;
     let _: u32 = execution.pure("first", || async { Ok(1) }).await.unwrap();
     let still_held = start(&journal, held).await;
     start(&journal, finished).await.complete(&0).await.unwrap();
@@ -170,7 +170,7 @@ async fn a_dropped_handle_leaves_the_execution_running_and_recoverable() {
         "held and finished ones are not recoverable"
     );
 
-    let Opened::Running(mut resumed) = journal
+    let Opened::Running(resumed) = journal
         .open_execution(dropped, "test", "", &"")
         .await
         .unwrap()
@@ -198,7 +198,7 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
     let mut old_failed = Vec::new();
     for index in 0..5 {
         let id = Uuid::new_v4();
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         let _: u32 = execution.pure("step", || async { Ok(1) }).await.unwrap();
         execution.complete(&index).await.unwrap();
         old_completed.push(id);
@@ -328,7 +328,7 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
         .open()
         .unwrap();
     let id = Uuid::new_v4();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
 
     // Fails twice, then succeeds on the third and last allowed attempt.
     let calls = AtomicU32::new(0);
@@ -412,7 +412,7 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
     assert_eq!(failed_attempts(2), 0);
 
     // Replay returns the journaled failure without another attempt.
-    let Opened::Running(mut execution) = journal.open_execution(id, "test", "", &"").await.unwrap()
+    let Opened::Running(execution) = journal.open_execution(id, "test", "", &"").await.unwrap()
     else {
         panic!("resumable");
     };
@@ -497,7 +497,7 @@ async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     };
     let id = Uuid::now_v7();
 
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let ran = AtomicU32::new(0);
     let refused = execution
         .guarded_with(
@@ -520,7 +520,7 @@ async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     assert_eq!(marks(), 0, "the failed intent wrote nothing");
     assert!(journal.steps(id).unwrap().is_empty());
 
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let rows_at_effect = std::sync::Arc::new(AtomicU32::new(u32::MAX));
     let seen = std::sync::Arc::clone(&rows_at_effect);
     let reader = journal.clone();
@@ -541,7 +541,7 @@ async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     drop(execution);
     barrier(&journal).await;
 
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let replayed = execution
         .guarded_with("charge", Policy::Fail, mark, |_key| async {
             Ok::<u32, StepError>(8)

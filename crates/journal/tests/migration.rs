@@ -71,7 +71,7 @@ async fn a_version_4_journal_is_migrated_and_replays_its_steps_and_its_ambiguous
 
     let journal = scratch.open();
     let calls = AtomicU32::new(0);
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     assert!(execution.is_resume());
     let fetched: Value = execution
         .idempotent("fetch", |_key| {

@@ -106,7 +106,7 @@ async fn panic_inside_a_request_fails_that_request_and_the_writer_lives_on() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::CommitFailed { .. }), "{error:?}");
-    let mut execution = start(&journal, Uuid::new_v4()).await;
+    let execution = start(&journal, Uuid::new_v4()).await;
     let value: u32 = execution.pure("after", || async { Ok(7) }).await.unwrap();
     assert_eq!(value, 7);
     execution.complete(&value).await.unwrap();
@@ -130,7 +130,7 @@ async fn complete_after_an_ambiguous_step_is_refused() {
     let id = Uuid::new_v4();
     ambiguous_step(&journal, id).await;
     barrier(&journal).await;
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "test", "", &"input")
         .await
         .unwrap()
@@ -209,7 +209,7 @@ async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous()
     let run = |journal: Journal| {
         let calls = &calls;
         async move {
-            let mut execution = start(&journal, id).await;
+            let execution = start(&journal, id).await;
             execution
                 .guarded("charge", Policy::Retry, |_key| async move {
                     calls.fetch_add(1, Ordering::SeqCst);
@@ -258,7 +258,7 @@ async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() 
         .open()
         .unwrap();
     let huge = Uuid::new_v4();
-    let mut execution = start(&journal, huge).await;
+    let execution = start(&journal, huge).await;
     let steps = durably_journal::GC_BATCH_ROWS_MAX * 2 + 500;
     for seq in 0..steps {
         let _: u64 = execution
@@ -300,7 +300,7 @@ async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() 
 /// effect), then drops everything. Returns what opening and running the step gave before that.
 #[allow(clippy::unwrap_used)] // A test helper: an unexpected outcome fails the test.
 async fn crash_inside_retry_step(journal: &Journal, id: Uuid, calls: &AtomicU32) -> Option<Error> {
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "test", "", &"input")
         .await
         .unwrap()
@@ -394,7 +394,7 @@ async fn a_retry_inside_the_run_changes_the_intent_an_operator_sees() {
         .open()
         .unwrap();
     let id = Uuid::new_v4();
-    let mut execution = start(&journal, id).await;
+    let execution = start(&journal, id).await;
     let calls = AtomicU32::new(0);
     let second_call = std::sync::Arc::new(tokio::sync::Notify::new());
     let step = execution.guarded("charge", Policy::Fail, |_key| {

@@ -127,7 +127,7 @@ async fn a_closure_error_is_journaled_and_replayed_without_calling_the_closure()
     };
     {
         let journal = scratch.open();
-        let mut execution = start(&journal, id).await;
+        let execution = start(&journal, id).await;
         let error = execution
             .pure("charge", || failing(&calls))
             .await
@@ -141,7 +141,7 @@ async fn a_closure_error_is_journaled_and_replayed_without_calling_the_closure()
     }
     let journal = scratch.open();
     barrier(&journal).await;
-    let Opened::Running(mut execution) = journal.open_execution(id, "test", "", &"").await.unwrap()
+    let Opened::Running(execution) = journal.open_execution(id, "test", "", &"").await.unwrap()
     else {
         panic!("resumable");
     };
@@ -163,7 +163,7 @@ async fn a_closure_error_is_journaled_and_replayed_without_calling_the_closure()
 }
 
 async fn record_two_steps(journal: &Journal, id: Uuid) {
-    let mut execution = start(journal, id).await;
+    let execution = start(journal, id).await;
     let _: u32 = execution
         .pure("fetch order", || async { Ok(1) })
         .await
@@ -190,7 +190,7 @@ async fn replay_with_a_renamed_step_is_non_determinism_naming_both_names() {
     let id = Uuid::new_v4();
     record_two_steps(&journal, id).await;
 
-    let mut execution = reopen(&journal, id).await;
+    let execution = reopen(&journal, id).await;
     let calls = AtomicU32::new(0);
     let first: u32 = execution
         .pure("fetch order", || async { Ok(99) })
@@ -251,7 +251,7 @@ async fn replay_with_a_step_of_another_kind_is_non_determinism() {
     let id = Uuid::new_v4();
     record_two_steps(&journal, id).await;
 
-    let mut execution = reopen(&journal, id).await;
+    let execution = reopen(&journal, id).await;
     let error = execution
         .guarded("fetch order", Policy::Retry, |_key| async {
             Ok::<u32, StepError>(1)

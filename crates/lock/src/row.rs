@@ -33,6 +33,17 @@ pub struct HolderRecord {
     pub lease_ms: Option<i64>,
 }
 
+impl HolderRecord {
+    /// Whether this holder is the process `identity` describes: the same pid, start time,
+    /// boot and pid namespace (a reused pid has another start time).
+    pub fn is_process(&self, identity: &crate::ProcessIdentity) -> bool {
+        self.pid == identity.pid
+            && self.start_time == identity.start_time
+            && self.boot_id == identity.boot_id
+            && self.pid_ns == identity.pid_ns
+    }
+}
+
 /// One row of the `locks` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockRow {

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::context::{WorkflowContext, replays, running};
+use crate::context::{Lease, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::messages::deliver;
 use crate::names::{self, NameKind};
@@ -241,11 +241,10 @@ impl WorkflowContext {
         names::check(NameKind::Kind, kind)?;
         let step = format!("durably:child/{kind}");
         let client = self.waits.client.clone();
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let seq = execution.next_seq();
+        let (lease, reserved) = self.begin_step_unchecked(&step)?;
+        let seq = reserved.seq();
         let child_id = child_execution_id(self.id, seq);
-        let fresh = !replays(execution);
+        let fresh = !reserved.replays();
         let hook = if fresh {
             let request = child_request::<I, O>(&client, kind, child_id, input, &options)?;
             start_hook(request, self.id)
@@ -253,17 +252,17 @@ impl WorkflowContext {
             // A replayed step runs no hook.
             start_hook_replayed()
         };
-        let outcome = execution
+        let outcome = reserved
             .step_with(
-                &step,
                 Effect::Idempotent,
                 Timing::Deferred,
                 move |_: StepKey| std::future::ready(Ok::<_, StepError>(ChildStarted { child_id })),
                 hook,
             )
             .await;
+        drop(lease);
         // A fork copies its original's start steps: the child they name is the original's.
-        let started: ChildStarted = slot.remember(outcome)?;
+        let started: ChildStarted = self.slot.remember(outcome)?;
         let child_id = started.child_id;
         if fresh {
             // The step and the child's rows wait for the run's next write: a crash here loses
@@ -293,10 +292,22 @@ impl WorkflowContext {
         let topic = child_topic(child_id);
         let forever = DateTime::<Utc>::from_timestamp(AWAIT_FOREVER_UNIX_SECONDS, 0)
             .ok_or_else(|| Error::InvalidOption("the last storable instant".to_owned()))?;
-        let deadline = self.recv_deadline(&topic, forever).await?;
-        self.wait_briefly(&topic).await?;
+        // The await's three steps are reserved together, before its first wait.
+        let (lease, deadline_step) =
+            self.begin_step_unchecked(&format!("durably:recv-deadline/{topic}"))?;
+        let recv_step = self
+            .slot
+            .remember(lease.reserve(&format!("durably:recv/{topic}")))?;
+        let end_step = self
+            .slot
+            .remember(lease.reserve(&format!("durably:child-result/{child_id}")))?;
+        let deadline = self
+            .recv_deadline(&lease, deadline_step, &topic, (forever, 3))
+            .await?;
+        self.wait_briefly(&lease, recv_step.replays(), &topic)
+            .await?;
         let received = self
-            .receive::<ChildEnded>(&topic, deadline, Timing::Deferred)
+            .receive::<ChildEnded>(&lease, recv_step, &topic, (deadline, 2), Timing::Deferred)
             .await?;
         if received.message_id.is_none() {
             return Err(Error::Journal(durably_journal::Error::Inconsistent(
@@ -306,7 +317,8 @@ impl WorkflowContext {
                 ),
             )));
         }
-        let output = self.child_end(child_id).await;
+        let output = self.child_end(end_step, child_id).await;
+        drop(lease);
         match output {
             Ok(output) => serde_json::from_value(output).map_err(|source| Error::OutputType {
                 execution_id: child_id,
@@ -358,7 +370,7 @@ impl WorkflowContext {
     /// for the child's message, as a short `recv` would. The receive after it then finds the
     /// message at once, or parks: a child that ends soon costs its parent no park and no
     /// replay.
-    async fn wait_briefly(&self, topic: &str) -> Result<()> {
+    async fn wait_briefly(&self, execution: &Lease, replays: bool, topic: &str) -> Result<()> {
         let (client, id) = (self.waits.client.clone(), self.id);
         let look = || -> Result<Option<()>> {
             let found = client
@@ -367,15 +379,11 @@ impl WorkflowContext {
             Ok(found.map(|_| ()))
         };
         let park_after = self.waits.park_after;
-        {
-            let mut slot = self.slot.lock().await;
-            let execution = running(&mut slot, id)?;
-            if park_after.is_zero() || replays(execution) || look()?.is_some() {
-                return Ok(());
-            }
-            let flushed = execution.flush().await;
-            slot.remember(flushed)?;
+        if park_after.is_zero() || replays || look()?.is_some() {
+            return Ok(());
         }
+        let flushed = execution.flush().await;
+        self.slot.remember(flushed)?;
         let clock = self.waits.clock.as_ref();
         let until = chrono::TimeDelta::from_std(park_after)
             .ok()
@@ -386,14 +394,14 @@ impl WorkflowContext {
     }
 
     /// The result step: records the ended child's output, or its end as the step's failure.
-    async fn child_end(&self, child_id: Uuid) -> Result<serde_json::Value> {
-        let step = format!("durably:child-result/{child_id}");
+    async fn child_end(
+        &self,
+        reserved: durably_journal::Reservation,
+        child_id: Uuid,
+    ) -> Result<serde_json::Value> {
         let client = self.waits.client.clone();
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let outcome = execution
+        let outcome = reserved
             .step_with(
-                &step,
                 Effect::Pure,
                 Timing::Deferred,
                 move |_: StepKey| {
@@ -402,7 +410,7 @@ impl WorkflowContext {
                 |_, _| Ok(()),
             )
             .await;
-        slot.remember(outcome)
+        self.slot.remember(outcome)
     }
 }
 

@@ -1,13 +1,19 @@
 //! [`WorkflowContext`]: what a workflow function drives its execution with. Its steps are the
 //! journal's steps (recorded, replayed on resume, guarded steps under their policy), with names
 //! in the runtime's namespace refused; none starts once the run was asked to stop.
+//!
+//! Steps take `&self` and may run at once (see the crate's "Parallel steps"): each step holds
+//! a shared [`Lease`] on the execution for its whole duration, and the task that ends the run
+//! takes the execution back exclusively once the workflow's future has ended. Every step
+//! method reserves its seq (all of them, for a compound one) when it is called, before its
+//! future is first polled.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
-use durably_journal::{Execution, Guarded, Policy, StepError, StepKey};
+use durably_journal::{Execution, Guarded, Policy, Reservation, StepError, StepKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, MutexGuard, Notify};
+use tokio::sync::{Notify, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::cancel::CancelSignal;
@@ -27,7 +33,7 @@ pub struct WorkflowContext {
     is_resume: bool,
     /// Shared with the task that runs the workflow, which takes the execution back to end it
     /// when the workflow's future returns, whether or not the workflow kept its context.
-    pub(crate) slot: Arc<Mutex<Slot>>,
+    pub(crate) slot: Arc<Slot>,
     /// The clock, the client and the parking threshold of timers and receives.
     pub(crate) waits: Arc<Waits>,
     /// Notified once a wait has parked the execution: the task then drops the workflow's
@@ -37,20 +43,33 @@ pub struct WorkflowContext {
     signal: CancelSignal,
 }
 
+/// A step's share of the execution, held for the step's whole duration: the task's end waits
+/// for every lease to go before it takes the execution back.
+pub(crate) type Lease = OwnedRwLockReadGuard<Option<Execution>, Execution>;
+
 /// The execution a context drives, and why it stopped, if it did.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    /// `None` once the task has taken it back.
-    pub(crate) execution: Option<Execution>,
-    /// Why the run stopped taking steps, if it did: the first step error that stops the
-    /// execution (any journal error but a step's own recorded failure), a cancel, or a step
-    /// timeout. The task ends the run on it instead of recording the workflow's result.
-    pub(crate) stopped: Option<Stop>,
-    /// Whether the first write lost the deferred open's race ([`durably_journal::Error::OpenRaced`]):
-    /// the execution is another run's, and this one wrote nothing.
-    pub(crate) raced: bool,
+    /// `None` once the task has taken it back (with the write lock, once no step holds a
+    /// [`Lease`]).
+    pub(crate) execution: Arc<RwLock<Option<Execution>>>,
+    /// Why the run stopped. Never held across an `.await`.
+    ending: std::sync::Mutex<Ending>,
     /// Tripped when the run is asked to stop: no step starts after it.
     signal: CancelSignal,
+}
+
+/// Why a run stopped taking steps, if it did.
+#[derive(Debug, Default)]
+pub(crate) struct Ending {
+    /// The first step error that stops the execution (any journal error but a step's own
+    /// recorded failure), a cancel, or a step timeout. The task ends the run on it instead
+    /// of recording the workflow's result.
+    pub(crate) stopped: Option<Stop>,
+    /// Whether the first write lost the deferred open's race
+    /// ([`durably_journal::Error::OpenRaced`]): the execution is another run's, and this one
+    /// wrote nothing.
+    pub(crate) raced: bool,
 }
 
 impl WorkflowContext {
@@ -61,15 +80,14 @@ impl WorkflowContext {
         version: u32,
         waits: Arc<Waits>,
         signal: CancelSignal,
-    ) -> (Self, Arc<Mutex<Slot>>, Arc<Notify>) {
+    ) -> (Self, Arc<Slot>, Arc<Notify>) {
         let id = execution.id();
         let is_resume = execution.is_resume();
-        let slot = Arc::new(Mutex::new(Slot {
-            execution: Some(execution),
-            stopped: None,
-            raced: false,
+        let slot = Arc::new(Slot {
+            execution: Arc::new(RwLock::new(Some(execution))),
+            ending: std::sync::Mutex::default(),
             signal: signal.clone(),
-        }));
+        });
         let parked = Arc::new(Notify::new());
         let context = Self {
             id,
@@ -112,32 +130,41 @@ impl WorkflowContext {
         StepBuilder::new(self, name)
     }
 
-    /// Runs a pure step (a computation or a read); see [`Execution::pure`].
+    /// Runs a pure step (a computation or a read); see [`Execution::pure`]. Its seq is
+    /// reserved when this is called.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a name starting with `durably:`, [`Error::Cancelled`] once
     /// the run was asked to stop (the step did not run); the journal's step errors as
     /// [`Error::Journal`].
-    pub async fn pure<T, F, Fut>(&self, name: &str, f: F) -> Result<T>
+    pub fn pure<'a, T, F, Fut>(
+        &'a self,
+        name: &'a str,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        self.step(name).pure(f).await
+        self.step(name).pure(f)
     }
 
     /// Runs an idempotent step with its [`StepKey`]; see [`Execution::idempotent`].
     ///
     /// # Errors
     /// As [`WorkflowContext::pure`].
-    pub async fn idempotent<T, F, Fut>(&self, name: &str, f: F) -> Result<T>
+    pub fn idempotent<'a, T, F, Fut>(
+        &'a self,
+        name: &'a str,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        self.step(name).idempotent(f).await
+        self.step(name).idempotent(f)
     }
 
     /// Runs a guarded step: intent before the closure, result after, `policy` for a crash in
@@ -145,22 +172,58 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::pure`], plus the journal's `Ambiguous` and `ProbeFailed`.
-    pub async fn guarded<T, F, Fut>(&self, name: &str, policy: Policy, f: F) -> Result<Guarded<T>>
+    pub fn guarded<'a, T, F, Fut>(
+        &'a self,
+        name: &'a str,
+        policy: Policy,
+        f: F,
+    ) -> impl Future<Output = Result<Guarded<T>>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        self.step(name).guarded(policy, f).await
+        self.step(name).guarded(policy, f)
     }
 
-    /// Checks `name` and takes the slot for a step, refused once the run was asked to stop.
-    /// Returns the step's sequence number too: the execution's next.
-    pub(crate) async fn begin_step(&self, name: &str) -> Result<(MutexGuard<'_, Slot>, u32)> {
+    /// Checks `name` and reserves a step's seq now, with a lease on the execution for the
+    /// step's duration; refused once the run was asked to stop or has ended.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::Cancelled`], [`Error::StepAfterEnd`], or the
+    /// journal's refusal (a halted handle), remembered so the run ends on it.
+    pub(crate) fn begin_step(&self, name: &str) -> Result<(Lease, Reservation)> {
         names::check_step_name(name)?;
-        let mut slot = self.slot.lock().await;
-        let seq = running(&mut slot, self.id)?.next_seq();
-        Ok((slot, seq))
+        self.begin_step_unchecked(name)
+    }
+
+    /// [`WorkflowContext::begin_step`] for a step of the runtime's own namespace
+    /// (`durably:…`), whose name its caller built.
+    ///
+    /// # Errors
+    /// As [`WorkflowContext::begin_step`], but for the name check.
+    pub(crate) fn begin_step_unchecked(&self, name: &str) -> Result<(Lease, Reservation)> {
+        let lease = self.lease()?;
+        let reserved = lease.reserve(name);
+        let reserved = self.slot.remember(reserved)?;
+        Ok((lease, reserved))
+    }
+
+    /// A share of the execution for a step: refused once the run was asked to stop (no step
+    /// starts after that), or once its task has taken it back (a step called from a future
+    /// the workflow spawned and left running after it returned).
+    ///
+    /// # Errors
+    /// [`Error::Cancelled`], [`Error::StepAfterEnd`].
+    pub(crate) fn lease(&self) -> Result<Lease> {
+        self.slot.refuse_if_cancelled(self.id)?;
+        let after_end = || Error::StepAfterEnd {
+            execution_id: self.id,
+        };
+        let shared = Arc::clone(&self.slot.execution)
+            .try_read_owned()
+            .map_err(|_| after_end())?;
+        OwnedRwLockReadGuard::try_map(shared, Option::as_ref).map_err(|_| after_end())
     }
 
     /// A timer of `timeout` on the run's clock, if there is a timeout.
@@ -169,30 +232,6 @@ impl WorkflowContext {
         let at = durably_lock::Clock::now(self.waits.clock.as_ref()).checked_add_signed(after)?;
         Some(self.waits.clock.sleep_until(at))
     }
-}
-
-/// The execution, for a step: an error once the run was asked to stop (no step starts after
-/// that), or once its task has taken it back (a step called from a future the workflow
-/// spawned and left running after it returned).
-pub(crate) fn running(slot: &mut Slot, id: Uuid) -> Result<&mut Execution> {
-    if let Some(reason) = slot.signal.reason() {
-        slot.stop(Stop::Cancelled(reason));
-    }
-    if let Some(Stop::Cancelled(reason)) = &slot.stopped {
-        return Err(Error::Cancelled {
-            execution_id: id,
-            reason: reason.clone(),
-        });
-    }
-    slot.execution
-        .as_mut()
-        .ok_or(Error::StepAfterEnd { execution_id: id })
-}
-
-/// Whether the execution's next step is recorded, so calling it replays its outcome and writes
-/// nothing.
-pub(crate) fn replays(execution: &Execution) -> bool {
-    execution.next_seq() < execution.recorded_steps()
 }
 
 /// Why a run stopped taking steps, whatever its workflow does next. The task ends the run on
@@ -219,16 +258,40 @@ impl Slot {
         &self.signal
     }
 
+    fn ending(&self) -> std::sync::MutexGuard<'_, Ending> {
+        self.ending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why the run stopped, taken by the task that ends it.
+    pub(crate) fn take_ending(&self) -> Ending {
+        std::mem::take(&mut *self.ending())
+    }
+
     /// Remembers why the run stopped; the first reason stays.
-    pub(crate) fn stop(&mut self, stop: Stop) {
-        if self.stopped.is_none() {
-            self.stopped = Some(stop);
+    pub(crate) fn stop(&self, stop: Stop) {
+        let mut ending = self.ending();
+        if ending.stopped.is_none() {
+            ending.stopped = Some(stop);
+        }
+    }
+
+    /// [`Error::Cancelled`] once the run was asked to stop: no step starts after that.
+    fn refuse_if_cancelled(&self, id: Uuid) -> Result<()> {
+        if let Some(reason) = self.signal.reason() {
+            self.stop(Stop::Cancelled(reason));
+        }
+        match &self.ending().stopped {
+            Some(Stop::Cancelled(reason)) => Err(Error::Cancelled {
+                execution_id: id,
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
         }
     }
 
     /// Passes a step's outcome on, remembering the first error that stops the execution. A
     /// write refused by a cancel request stops the run as the request says.
-    pub(crate) fn remember<T>(&mut self, outcome: durably_journal::Result<T>) -> Result<T> {
+    pub(crate) fn remember<T>(&self, outcome: durably_journal::Result<T>) -> Result<T> {
         match outcome {
             Ok(value) => Ok(value),
             Err(error @ durably_journal::Error::StepFailed { .. }) => Err(error.into()),
@@ -247,10 +310,11 @@ impl Slot {
                 Err(error.into())
             }
             Err(error) => {
-                if self.stopped.is_none() {
-                    self.raced = matches!(error, durably_journal::Error::OpenRaced(_));
+                let mut ending = self.ending();
+                if ending.stopped.is_none() {
+                    ending.raced = matches!(error, durably_journal::Error::OpenRaced(_));
+                    ending.stopped = Some(Stop::Halted(error.to_string()));
                 }
-                self.stop(Stop::Halted(error.to_string()));
                 Err(error.into())
             }
         }
@@ -259,7 +323,7 @@ impl Slot {
     /// [`Slot::remember`] for a step run under a timeout: `None` when it timed out, as
     /// `timed_out` describes.
     pub(crate) fn remember_timed<T>(
-        &mut self,
+        &self,
         id: Uuid,
         outcome: Option<durably_journal::Result<T>>,
         timed_out: impl FnOnce() -> StepTimeout,

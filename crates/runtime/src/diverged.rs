@@ -39,7 +39,7 @@ pub(crate) fn detail(error: &durably_journal::Error) -> serde_json::Value {
 
 /// Parks `execution`, whose replay diverged from its code, `stuck` with `detail`: its lock is
 /// released in the same transaction, with the rows the run kept pending.
-pub(crate) async fn park(mut execution: Execution, detail: serde_json::Value) -> Result<Ran> {
+pub(crate) async fn park(execution: Execution, detail: serde_json::Value) -> Result<Ran> {
     execution
         .release_to(Release::Stuck, detail, |_| Ok(()))
         .await?;

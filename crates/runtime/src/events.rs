@@ -9,14 +9,16 @@
 use std::time::Duration;
 
 use durably_journal::rusqlite::Connection;
-use durably_journal::{Effect, StepError, StepKey, StepRef, StepState, Timing, execution_status};
+use durably_journal::{
+    Effect, Payload, Reservation, StepError, StepKey, StepRef, StepState, Timing, execution_status,
+};
 use durably_lock::format_timestamp;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::context::{WorkflowContext, replays, running};
+use crate::context::{Lease, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::{payload, store, waiting};
@@ -31,44 +33,61 @@ impl WorkflowContext {
     /// Nothing is written on the first two: [`Error::InvalidName`] for a bad `key`;
     /// [`Error::PayloadTooLarge`] or [`Error::Json`] for the value. Then the journal's step
     /// errors, as [`Error::Journal`].
-    pub async fn set_event<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+    pub fn set_event<'a, T: Serialize>(
+        &'a self,
+        key: &'a str,
+        value: &T,
+    ) -> impl Future<Output = Result<()>> + use<'a, T> {
+        let started = self.begin_set_event(key, value);
+        async move {
+            let (leased, value) = started?;
+            let key = key.to_owned();
+            let publish = move |conn: &Connection, step: StepRef| {
+                if step.state != StepState::Completed {
+                    return Ok(());
+                }
+                let at = format_timestamp(step.now);
+                store::upsert_workflow_event(
+                    conn,
+                    step.execution_id,
+                    &key,
+                    value.as_json(),
+                    step.seq,
+                    &at,
+                )
+            };
+            if self
+                .publishing_step(leased, |_| async { Ok(()) }, publish)
+                .await?
+            {
+                fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
+            }
+            Ok(())
+        }
+    }
+
+    /// Checks and encodes an event and reserves its step now.
+    fn begin_set_event<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<((Lease, Reservation), Payload)> {
         names::check(NameKind::EventKey, key)?;
         let journal = self.waits.client.journal();
         let value = payload::encode(value, &format!("event {key:?}"), journal)?;
-        let step = format!("durably:set-event/{key}");
-        let key = key.to_owned();
-        let publish = move |conn: &Connection, step: StepRef| {
-            if step.state != StepState::Completed {
-                return Ok(());
-            }
-            let at = format_timestamp(step.now);
-            store::upsert_workflow_event(
-                conn,
-                step.execution_id,
-                &key,
-                value.as_json(),
-                step.seq,
-                &at,
-            )
-        };
-        if self
-            .publishing_step(&step, |_| async { Ok(()) }, publish)
-            .await?
-        {
-            fail::fail_point!("runtime::after-event-commit", |_| std::process::abort());
-        }
-        Ok(())
+        let leased = self.begin_step_unchecked(&format!("durably:set-event/{key}"))?;
+        Ok((leased, value))
     }
 
-    /// Runs the idempotent step `step`, written at once with `publish`'s rows (a message, an
-    /// event: what others wait for), then tells this process's waiters at once. Returns
-    /// whether this run wrote it; a replayed step writes and tells nothing.
+    /// Runs the idempotent step reserved in `leased`, written at once with `publish`'s rows (a
+    /// message, an event: what others wait for), then tells this process's waiters at once.
+    /// Returns whether this run wrote the step; a replayed step writes and tells nothing.
     ///
     /// # Errors
     /// The journal's step errors, as [`Error::Journal`].
     pub(crate) async fn publishing_step<F, Fut, P>(
         &self,
-        step: &str,
+        (lease, reserved): (Lease, Reservation),
         f: F,
         publish: P,
     ) -> Result<bool>
@@ -77,13 +96,12 @@ impl WorkflowContext {
         Fut: Future<Output = std::result::Result<(), StepError>>,
         P: FnOnce(&Connection, StepRef) -> durably_journal::Result<()> + Send + 'static,
     {
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let fresh = !replays(execution);
-        let outcome = execution
-            .step_with(step, Effect::Idempotent, Timing::Now, f, publish)
+        let fresh = !reserved.replays();
+        let outcome = reserved
+            .step_with(Effect::Idempotent, Timing::Now, f, publish)
             .await;
-        slot.remember(outcome)?;
+        drop(lease);
+        self.slot.remember(outcome)?;
         if fresh {
             self.waits.client.announce_change();
         }

@@ -56,6 +56,60 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Parallel steps
+//!
+//! Steps take `&self`, so several steps of one execution run at once with `tokio::join!`,
+//! `futures::join!` or, for a width known only at run time, [`join_all`]. Each step's seq is
+//! reserved when its method is CALLED (a compound step such as `recv` reserves all of its seqs
+//! then), never when its future is first polled, so the steps keep their call order in the
+//! journal whatever order they finish in, and a resumed run replays each recorded step at once,
+//! even while its siblings still run. Each step keeps its own effect, policy and idempotency
+//! key. Determinism asks three things of the workflow:
+//! - issue steps in a deterministic order: never decide which step to call next from which
+//!   sibling finished first (a later call may depend on a result, once it has it);
+//! - never race steps with `select!`: the loser's future is dropped half way, which halts the
+//!   execution like a crash inside that step would (the run stops, and resumes later);
+//! - never call steps from spawned tasks: their call order would depend on scheduling.
+//!
+//! A wait (`sleep`, `recv`) that starts while other steps of the execution are in flight waits
+//! in memory instead of parking, since parking ends the run and every step in it.
+//!
+//! ```
+//! use durably_journal::{Journal, Policy};
+//! use durably_runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError, join_all};
+//!
+//! async fn fan_out(ctx: WorkflowContext, tools: u32) -> Result<(u32, Vec<u32>), WorkflowError> {
+//!     // Three different steps at once: seqs 0, 1 and 2, in call order.
+//!     let (weather, news, charged) = tokio::join!(
+//!         ctx.idempotent("weather", |_| async { Ok(20_u32) }),
+//!         ctx.pure("news", || async { Ok(3_u32) }),
+//!         ctx.guarded("charge", Policy::Retry, |_| async { Ok(1_u32) }),
+//!     );
+//!     let charged = charged?.into_result().map_err(|s| WorkflowError::new(s.to_string()))?;
+//!     // A fan-out as wide as the input: seqs 3, 4, ... in the iterator's order.
+//!     let names: Vec<String> = (0..tools).map(|tool| format!("tool {tool}")).collect();
+//!     let mut calls = Vec::new();
+//!     for (name, tool) in names.iter().zip(0..) {
+//!         calls.push(ctx.pure(name, move || async move { Ok(tool * 10) }));
+//!     }
+//!     let results = join_all(calls).await.into_iter().collect::<Result<Vec<u32>, _>>()?;
+//!     Ok((weather? + news? + charged, results))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let journal = Journal::open(dir.path().join("journal.db"))?;
+//! let runtime = Runtime::builder(journal.clone()).register("fan-out", 1, fan_out).start().await?;
+//! let id = durably_journal::new_execution_id();
+//! let handle = runtime.start::<_, (u32, Vec<u32>)>("fan-out", id, &3_u32, StartOptions::default()).await?;
+//! assert_eq!(handle.result().await?, (24, vec![0, 10, 20]));
+//! let names: Vec<String> = journal.steps(id)?.into_iter().map(|step| step.name).collect();
+//! assert_eq!(names, ["weather", "news", "charge", "tool 0", "tool 1", "tool 2"]);
+//! # Ok(())
+//! # }
+//! ```
 
 mod builder;
 mod cancel;
@@ -73,6 +127,7 @@ mod events;
 mod fork;
 mod handle;
 mod handover;
+mod join;
 mod messages;
 mod names;
 mod options;
@@ -107,12 +162,13 @@ pub use durably_journal::CancelOutcome;
 pub use error::{Error, Result, WorkflowError};
 pub use fork::{EVENT_FORKED, EVENT_FORKED_FROM, ForkOptions, ForkRefusal};
 pub use handle::WorkflowHandle;
+pub use join::join_all;
 pub use messages::MESSAGE_ENVELOPE_BYTES;
 pub use names::{KEY_BYTES_MAX, KIND_BYTES_MAX};
 pub use options::{Deadline, OnDuplicate, ResumeOptions, StartOptions};
 pub use patches::{PATCH_HOLDOUTS_MAX, PatchHoldouts, PatchUse};
 pub use recovery::{OTHER_VERSIONS_SCAN_MAX, RESUME_FAILURES_MAX_DEFAULT, RecoveryReport};
 pub use runtime::Runtime;
-pub use start::StartOutcome;
+pub use start::{PreparedStart, StartOutcome};
 pub use steps::StepBuilder;
 pub use waiting::PARK_AFTER_DEFAULT;

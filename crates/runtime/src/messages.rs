@@ -5,7 +5,8 @@
 //! arrival order per topic. A send stores it whether or not the receiver waits now, and wakes
 //! the receiver in the same transaction if it is parked on that topic.
 //!
-//! A receive is two steps, on every run, so step numbers never depend on timing:
+//! A receive is two steps, on every run, so step numbers never depend on timing (both seqs are
+//! reserved when `recv` is called, so two receives in parallel never interleave them):
 //! `durably:recv-deadline/<topic>` records when it gives up (`{"deadline": T}`), and
 //! `durably:recv/<topic>` records what it got (`{"message_id": n, "message": m}` or
 //! `{"timed_out": true}`). Invariant (R4): the message is marked consumed in the transaction
@@ -20,7 +21,7 @@ use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::Wake;
 use durably_journal::rusqlite::Connection;
 use durably_journal::{
-    Effect, IdempotencyKey, Payload, StepError, StepKey, StepRef, StepState, Timing,
+    Effect, IdempotencyKey, Payload, Reservation, StepError, StepKey, StepRef, StepState, Timing,
     execution_status,
 };
 use durably_lock::{format_timestamp, parse_timestamp};
@@ -30,7 +31,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::client::{Client, SendOutcome};
-use crate::context::{WorkflowContext, replays, running};
+use crate::context::{Lease, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::parking::{self, Wait, wake_parked};
@@ -206,47 +207,72 @@ impl WorkflowContext {
     /// step's failure, returned now and on every replay as [`Error::Journal`] holding the
     /// journal's `StepFailed` (the topic is not blocked by it). Then the journal's step
     /// errors.
-    pub async fn recv<T: DeserializeOwned>(
+    pub fn recv<'a, T: DeserializeOwned>(
+        &'a self,
+        topic: &'a str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<T>>> + use<'a, T> {
+        let started = self.begin_recv(topic, timeout);
+        async move {
+            let (lease, deadline_step, recv_step, deadline) = started?;
+            let deadline = self
+                .recv_deadline(&lease, deadline_step, topic, (deadline, 2))
+                .await?;
+            let received = self
+                .receive::<T>(&lease, recv_step, topic, (deadline, 1), Timing::Now)
+                .await?;
+            if received.message_id.is_none() {
+                return Ok(None);
+            }
+            let message = received.message.unwrap_or(serde_json::Value::Null);
+            // The step decoded it before recording it; what it recorded decodes the same way.
+            T::deserialize(&message).map(Some).map_err(|_| {
+                Error::Journal(durably_journal::Error::Inconsistent(format!(
+                    "the message recorded by a recv step on topic {topic:?} of execution {} \
+                     does not decode as {}",
+                    self.id,
+                    type_name::<T>()
+                )))
+            })
+        }
+    }
+
+    /// Checks a receive's topic and timeout and reserves its two steps now, in order.
+    fn begin_recv(
         &self,
         topic: &str,
         timeout: Duration,
-    ) -> Result<Option<T>> {
+    ) -> Result<(Lease, Reservation, Reservation, DateTime<Utc>)> {
         names::check(NameKind::Topic, topic)?;
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         let deadline = waiting::instant_after(now, timeout, "a receive's timeout")?;
-        let deadline = self.recv_deadline(topic, deadline).await?;
-        let received = self.receive::<T>(topic, deadline, Timing::Now).await?;
-        if received.message_id.is_none() {
-            return Ok(None);
-        }
-        let message = received.message.unwrap_or(serde_json::Value::Null);
-        // The step decoded it before recording it; what it recorded decodes the same way.
-        T::deserialize(&message).map(Some).map_err(|_| {
-            Error::Journal(durably_journal::Error::Inconsistent(format!(
-                "the message recorded by a recv step on topic {topic:?} of execution {} does \
-                 not decode as {}",
-                self.id,
-                type_name::<T>()
-            )))
-        })
+        let (lease, deadline_step) =
+            self.begin_step_unchecked(&format!("durably:recv-deadline/{topic}"))?;
+        let recv_step = self
+            .slot
+            .remember(lease.reserve(&format!("durably:recv/{topic}")))?;
+        Ok((lease, deadline_step, recv_step, deadline))
     }
 
     /// The recv-deadline step: records `deadline`, or replays the one recorded.
+    ///
+    /// `own_steps` is how many steps the whole wait holds reserved, this one included (a
+    /// receive's two; a child's await, three): with others in flight it waits in memory.
     pub(crate) async fn recv_deadline(
         &self,
+        lease: &Lease,
+        reserved: Reservation,
         topic: &str,
-        deadline: DateTime<Utc>,
+        (deadline, own_steps): (DateTime<Utc>, usize),
     ) -> Result<DateTime<Utc>> {
         let step = format!("durably:recv-deadline/{topic}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
         // A wait in memory records the deadline first, so a crash during it loses no time; a
         // park, or the recv step consuming a message already there, carries it. A replayed
         // step writes nothing either way.
         let waits_in_memory = deadline > now
-            && !self.waits.parks(deadline - now)
-            && !replays(execution)
+            && !(self.waits.parks(deadline - now) && lease.steps_in_flight() <= own_steps)
+            && !reserved.replays()
             && self
                 .waits
                 .client
@@ -259,9 +285,8 @@ impl WorkflowContext {
             Timing::Deferred
         };
         let recorded = format_timestamp(deadline);
-        let outcome = execution
+        let outcome = reserved
             .step_with(
-                &step,
                 Effect::Pure,
                 timing,
                 move |_| {
@@ -273,7 +298,7 @@ impl WorkflowContext {
                 |_, _| Ok(()),
             )
             .await;
-        let recorded: RecvDeadline = slot.remember(outcome)?;
+        let recorded: RecvDeadline = self.slot.remember(outcome)?;
         parse_timestamp(&recorded.deadline).ok_or_else(|| {
             Error::Journal(durably_journal::Error::Inconsistent(format!(
                 "step {step:?} of execution {} records deadline {:?}, not a timestamp",
@@ -289,26 +314,24 @@ impl WorkflowContext {
     /// child's end, awaited once).
     pub(crate) async fn receive<T: DeserializeOwned>(
         &self,
+        lease: &Lease,
+        reserved: Reservation,
         topic: &str,
-        deadline: DateTime<Utc>,
+        (deadline, own_steps): (DateTime<Utc>, usize),
         consumed: Timing,
     ) -> Result<Received> {
-        let step = format!("durably:recv/{topic}");
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        if replays(execution) {
+        if reserved.replays() {
             // Recorded: the journal returns the outcome without calling the closure, and a
             // step of another name or kind here is its non-determinism error.
-            let outcome = execution
+            let outcome = reserved
                 .step_with(
-                    &step,
                     Effect::Pure,
                     Timing::Deferred,
                     |_| async { Err::<Received, _>(StepError::fatal("a recorded step ran")) },
                     |_, _| Ok(()),
                 )
                 .await;
-            return slot.remember(outcome);
+            return self.slot.remember(outcome);
         }
         let (client, id) = (self.waits.client.clone(), self.id);
         let wait = Wait {
@@ -316,18 +339,18 @@ impl WorkflowContext {
             until: deadline,
             topic: Some(topic),
             detail: json!({ "recv": topic, "deadline": format_timestamp(deadline) }),
+            own_steps,
         };
-        let found = parking::wait_or_park(&mut slot, &self.waits, &self.parked, wait, || {
-            Ok(client
-                .journal()
-                .read(|conn| store::first_pending_message(conn, id, topic))?)
-        })
-        .await?;
-        let execution = running(&mut slot, id)?;
+        let found =
+            parking::wait_or_park((&self.slot, lease), &self.waits, &self.parked, wait, || {
+                Ok(client
+                    .journal()
+                    .read(|conn| store::first_pending_message(conn, id, topic))?)
+            })
+            .await?;
         let Some(message) = found else {
-            let outcome = execution
+            let outcome = reserved
                 .step_with(
-                    &step,
                     Effect::Pure,
                     Timing::Deferred,
                     |_| async {
@@ -340,11 +363,10 @@ impl WorkflowContext {
                     |_, _| Ok(()),
                 )
                 .await;
-            return slot.remember(outcome);
+            return self.slot.remember(outcome);
         };
-        let outcome = execution
+        let outcome = reserved
             .step_with(
-                &step,
                 Effect::Pure,
                 consumed,
                 consume_closure::<T>(&message, topic),
@@ -359,7 +381,7 @@ impl WorkflowContext {
         if committed {
             fail::fail_point!("runtime::after-consume-commit", |_| std::process::abort());
         }
-        slot.remember(outcome)
+        self.slot.remember(outcome)
     }
 
     /// Sends `message` to execution `to` on `topic`, as step `durably:send/<topic>`: the
@@ -373,50 +395,58 @@ impl WorkflowContext {
     /// [`Error::PayloadTooLarge`] or [`Error::Json`] for the message, as for [`Client::send`].
     /// A refused receiver as [`Error::Journal`] holding the journal's `StepFailed`; then the
     /// journal's step errors.
-    pub async fn send<T: Serialize>(&self, to: Uuid, topic: &str, message: &T) -> Result<()> {
-        names::check(NameKind::Topic, topic)?;
-        let message = encode_message(&self.waits.client, topic, message)?;
+    pub fn send<'a, T: Serialize>(
+        &'a self,
+        to: Uuid,
+        topic: &'a str,
+        message: &T,
+    ) -> impl Future<Output = Result<()>> + use<'a, T> {
         let step = format!("durably:send/{topic}");
-        let (client, hook_step, topic) =
-            (self.waits.client.clone(), step.clone(), topic.to_owned());
-        let sender = self.id;
-        let check = move |_| {
-            // A run's execution sends to itself before its deferred open has written its row:
-            // it exists, and has not ended, since it is running this step.
-            let refusal = if to == sender {
-                Ok(None)
-            } else {
-                client.journal().read(|conn| receiver_refusal(conn, to))
-            };
-            async move {
-                match refusal {
-                    Ok(None) => Ok(()),
-                    Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
-                    Err(error) => Err(StepError::retryable(error.to_string())),
+        let started = names::check(NameKind::Topic, topic)
+            .and_then(|()| encode_message(&self.waits.client, topic, message))
+            .and_then(|message| Ok((self.begin_step_unchecked(&step)?, message)));
+        async move {
+            let (leased, message) = started?;
+            let (client, hook_step, topic) = (self.waits.client.clone(), step, topic.to_owned());
+            let sender = self.id;
+            let check = move |_| {
+                // A run's execution sends to itself before its deferred open has written its
+                // row: it exists, and has not ended, since it is running this step.
+                let refusal = if to == sender {
+                    Ok(None)
+                } else {
+                    client.journal().read(|conn| receiver_refusal(conn, to))
+                };
+                async move {
+                    match refusal {
+                        Ok(None) => Ok(()),
+                        Ok(Some(refusal)) => Err(StepError::fatal(refusal.to_string())),
+                        Err(error) => Err(StepError::retryable(error.to_string())),
+                    }
                 }
+            };
+            let deliver = move |conn: &Connection, step: StepRef| {
+                if step.state != StepState::Completed {
+                    return Ok(());
+                }
+                let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
+                // A receiver that ended since the closure looked is sent nothing: nobody could
+                // consume the message.
+                deliver(
+                    conn,
+                    to,
+                    &topic,
+                    message.as_json(),
+                    Some(&key.to_string()),
+                    step.now,
+                )?;
+                Ok(())
+            };
+            if self.publishing_step(leased, check, deliver).await? {
+                fail::fail_point!("runtime::after-send-commit", |_| std::process::abort());
             }
-        };
-        let deliver = move |conn: &Connection, step: StepRef| {
-            if step.state != StepState::Completed {
-                return Ok(());
-            }
-            let key = IdempotencyKey::derive(step.execution_id, step.seq, &hook_step);
-            // A receiver that ended since the closure looked is sent nothing: nobody could
-            // consume the message.
-            deliver(
-                conn,
-                to,
-                &topic,
-                message.as_json(),
-                Some(&key.to_string()),
-                step.now,
-            )?;
             Ok(())
-        };
-        if self.publishing_step(&step, check, deliver).await? {
-            fail::fail_point!("runtime::after-send-commit", |_| std::process::abort());
         }
-        Ok(())
     }
 }
 

@@ -5,6 +5,12 @@
 //! is the wait. Shorter waits stay in memory ([`crate::waiting::wait_for`]), holding the lock
 //! and a slot.
 //!
+//! Parallel steps: a wait parks only when it is the only step of the execution in flight
+//! (a receive counts its own recv step). A park ends the run, and with it every sibling step
+//! still running, so a wait that starts while other steps of the execution are in flight
+//! waits in memory instead, to its end, whatever its length. The rule is applied once, when
+//! the wait starts.
+//!
 //! A parked execution is woken (`waiting` → `queued`, event `woken`) by the due pass of any
 //! runtime once `due_at` has passed, or by the transaction of a send on its topic, from any
 //! process; then any runtime serving its kind claims it, and its recorded steps replay up to
@@ -19,14 +25,14 @@
 use std::convert::Infallible;
 
 use chrono::{DateTime, Utc};
-use durably_journal::Release;
 use durably_journal::lifecycle::{Wake, record_execution_event, wake};
 use durably_journal::rusqlite::Connection;
+use durably_journal::{Execution, Release};
 use serde_json::json;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::context::{Slot, running};
+use crate::context::Slot;
 use crate::error::Result;
 use crate::store;
 use crate::waiting::{self, Waits};
@@ -45,6 +51,9 @@ pub(crate) struct Wait<'a> {
     /// Why the execution waits, for people (`status_detail`): names and instants, never
     /// payloads.
     pub(crate) detail: serde_json::Value,
+    /// How many of the execution's steps in flight are the wait's own (a receive's recv
+    /// step): with any other in flight, it waits in memory.
+    pub(crate) own_steps: usize,
 }
 
 /// Waits for `check` to find something, or for `wait.until`: in memory while the remaining
@@ -56,14 +65,20 @@ pub(crate) struct Wait<'a> {
 /// `check`'s error; the park's error (the lock lost, storage), remembered in `slot` so the
 /// task ends the run on it.
 pub(crate) async fn wait_or_park<T>(
-    slot: &mut Slot,
+    (slot, execution): (&Slot, &Execution),
     waits: &Waits,
     parked: &Notify,
     wait: Wait<'_>,
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     let remaining = wait.until - durably_lock::Clock::now(waits.clock.as_ref());
-    if waits.parks(remaining) {
+    let alone = execution.steps_in_flight() <= wait.own_steps;
+    if waits.parks(remaining) && !alone {
+        // Long, but kept in memory beside its siblings: its step, kept pending for a park that
+        // will not come, is written now, so a crash during the wait loses no time.
+        slot.remember(execution.flush().await)?;
+    }
+    if waits.parks(remaining) && alone {
         if let Some(found) = check()? {
             return Ok(Some(found));
         }
@@ -74,7 +89,7 @@ pub(crate) async fn wait_or_park<T>(
             topic: topic.clone(),
         };
         let id = wait.execution_id;
-        let outcome = running(slot, id)?
+        let outcome = execution
             .release_to(release, wait.detail, move |conn| {
                 park_hook(conn, id, topic.as_deref())
             })

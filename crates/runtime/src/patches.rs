@@ -14,15 +14,30 @@
 //! `runtime_patches` (a `true` one in the transaction of its marker), and a recorded answer is
 //! returned first on every later call, before the position is looked at.
 
-use durably_journal::{Effect, Status, StepError, Timing, execution_status};
+use durably_journal::{Effect, Reservation, Status, StepError, Timing, execution_status};
 use durably_lock::format_timestamp;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::context::{WorkflowContext, running};
+use crate::context::{Lease, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::store::{self, PatchAnswer};
+
+/// What a `patched` call does, decided when it is called.
+enum PatchCall {
+    /// The execution answered before: this answer.
+    Answered(bool),
+    /// The execution passed this point (at this seq) on code without the patch.
+    Unpatched(u32),
+    /// The marker step, reserved: replayed or recorded now; `answered` when its answer is
+    /// already recorded.
+    Marker {
+        lease: Lease,
+        reserved: Reservation,
+        answered: bool,
+    },
+}
 
 /// The step that marks where an execution met patch `patch_id` on patched code.
 pub(crate) fn marker_step(patch_id: &str) -> String {
@@ -43,66 +58,89 @@ impl WorkflowContext {
     /// asked to stop. Then the journal's errors as [`crate::Error::Journal`]
     /// (non-determinism when this execution answered `true` here before but another step is
     /// recorded at the marker's place).
-    pub async fn patched(&self, patch_id: &str) -> Result<bool> {
+    pub fn patched<'a>(
+        &'a self,
+        patch_id: &'a str,
+    ) -> impl Future<Output = Result<bool>> + use<'a> {
+        // Decided, and the marker's seq reserved, when called (see "Parallel steps").
+        let decided = self.begin_patched(patch_id);
+        async move {
+            let (lease, reserved, answered) = match decided? {
+                PatchCall::Answered(answer) => return Ok(answer),
+                PatchCall::Unpatched(seq) => return self.record_unpatched(patch_id, seq).await,
+                PatchCall::Marker {
+                    lease,
+                    reserved,
+                    answered,
+                } => (lease, reserved, answered),
+            };
+            let (replaying, seq) = (reserved.replays(), reserved.seq());
+            let now = format_timestamp(durably_lock::Clock::now(self.waits.clock.as_ref()));
+            let patch = patch_id.to_owned();
+            let outcome = reserved
+                .step_with(
+                    Effect::Pure,
+                    Timing::Now,
+                    |_| async { Ok::<_, StepError>(true) },
+                    move |conn, step| {
+                        let answer = PatchAnswer {
+                            answer: true,
+                            seq: step.seq,
+                        };
+                        store::record_patch_answer(conn, step.execution_id, &patch, answer, &now)
+                            .map(drop)
+                    },
+                )
+                .await;
+            drop(lease);
+            self.slot.remember(outcome)?;
+            if replaying && !answered {
+                // A marker commits with its answer, and a fork copies both: one without the
+                // other is a damaged journal, not something to repair here.
+                return Err(Error::Journal(durably_journal::Error::Inconsistent(
+                    format!(
+                        "execution {} recorded the marker of patch {patch_id:?} at step {seq} \
+                         without its answer",
+                        self.id
+                    ),
+                )));
+            }
+            if !replaying {
+                fail::fail_point!("runtime::after-patch-answer-commit", |_| {
+                    std::process::abort()
+                });
+            }
+            Ok(true)
+        }
+    }
+
+    /// What a `patched` call does, decided from the recorded answer and the step recorded at
+    /// the execution's next seq; a marker's seq is reserved here.
+    fn begin_patched(&self, patch_id: &str) -> Result<PatchCall> {
         names::check(NameKind::PatchId, patch_id)?;
         let marker = marker_step(patch_id);
-        let journal = self.waits.client.journal().clone();
-        let mut slot = self.slot.lock().await;
-        let execution = running(&mut slot, self.id)?;
-        let seq = execution.next_seq();
-        let (id, patch) = (self.id, patch_id.to_owned());
-        let recorded = journal.read(|conn| store::patch_answer(conn, id, &patch));
-        let recorded = slot.remember(recorded)?;
+        let lease = self.lease()?;
+        let seq = lease.next_seq();
+        let (id, journal) = (self.id, self.waits.client.journal());
+        let recorded = journal.read(|conn| store::patch_answer(conn, id, patch_id));
+        let recorded = self.slot.remember(recorded)?;
         let marker_due = PatchAnswer { answer: true, seq };
         match recorded {
-            Some(answer) if answer != marker_due => return Ok(answer.answer),
+            Some(answer) if answer != marker_due => return Ok(PatchCall::Answered(answer.answer)),
             Some(_) => {}
             None => {
-                let execution = running(&mut slot, self.id)?;
-                let next = execution.recorded_next();
-                let next = slot.remember(next)?;
+                let next = self.slot.remember(lease.recorded_next())?;
                 if next.is_some_and(|(name, _)| name != marker) {
-                    return self.record_unpatched(patch_id, seq).await;
+                    return Ok(PatchCall::Unpatched(seq));
                 }
             }
         }
-        let now = format_timestamp(durably_lock::Clock::now(self.waits.clock.as_ref()));
-        let execution = running(&mut slot, self.id)?;
-        let replaying = execution.next_seq() < execution.recorded_steps();
-        let outcome = execution
-            .step_with(
-                &marker,
-                Effect::Pure,
-                Timing::Now,
-                |_| async { Ok::<_, StepError>(true) },
-                move |conn, step| {
-                    let answer = PatchAnswer {
-                        answer: true,
-                        seq: step.seq,
-                    };
-                    store::record_patch_answer(conn, step.execution_id, &patch, answer, &now)
-                        .map(drop)
-                },
-            )
-            .await;
-        slot.remember(outcome)?;
-        if replaying && recorded.is_none() {
-            // A marker commits with its answer, and a fork copies both: one without the other
-            // is a damaged journal, not something to repair here.
-            return Err(Error::Journal(durably_journal::Error::Inconsistent(
-                format!(
-                    "execution {} recorded the marker of patch {patch_id:?} at step {seq} without \
-                 its answer",
-                    self.id
-                ),
-            )));
-        }
-        if !replaying {
-            fail::fail_point!("runtime::after-patch-answer-commit", |_| {
-                std::process::abort()
-            });
-        }
-        Ok(true)
+        let reserved = self.slot.remember(lease.reserve(&marker))?;
+        Ok(PatchCall::Marker {
+            lease,
+            reserved,
+            answered: recorded.is_some(),
+        })
     }
 
     /// Consumes the marker of patch `patch_id` if the execution recorded it at this point, and
@@ -113,24 +151,39 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::patched`].
-    pub async fn deprecate_patch(&self, patch_id: &str) -> Result<()> {
+    pub fn deprecate_patch<'a>(
+        &'a self,
+        patch_id: &'a str,
+    ) -> impl Future<Output = Result<()>> + use<'a> {
+        let started = self.begin_deprecated(patch_id);
+        async move {
+            let Some((lease, reserved)) = started? else {
+                return Ok(());
+            };
+            let outcome = reserved
+                .step_with(
+                    Effect::Pure,
+                    Timing::Now,
+                    |_| async { Ok::<_, StepError>(true) },
+                    |_, _| Ok(()),
+                )
+                .await;
+            drop(lease);
+            self.slot.remember(outcome).map(drop)
+        }
+    }
+
+    /// Reserves the marker's step now when the execution recorded it at this point.
+    fn begin_deprecated(&self, patch_id: &str) -> Result<Option<(Lease, Reservation)>> {
         names::check(NameKind::PatchId, patch_id)?;
         let marker = marker_step(patch_id);
-        let mut slot = self.slot.lock().await;
-        let next = running(&mut slot, self.id)?.recorded_next();
-        if slot.remember(next)?.is_none_or(|(name, _)| name != marker) {
-            return Ok(());
+        let lease = self.lease()?;
+        let next = self.slot.remember(lease.recorded_next())?;
+        if next.is_none_or(|(name, _)| name != marker) {
+            return Ok(None);
         }
-        let outcome = running(&mut slot, self.id)?
-            .step_with(
-                &marker,
-                Effect::Pure,
-                Timing::Now,
-                |_| async { Ok::<_, StepError>(true) },
-                |_, _| Ok(()),
-            )
-            .await;
-        slot.remember(outcome).map(drop)
+        let reserved = self.slot.remember(lease.reserve(&marker))?;
+        Ok(Some((lease, reserved)))
     }
 
     /// Records that this execution passed `patch_id`'s point (at `seq`) on code without the

@@ -30,6 +30,20 @@ type Start = Box<
         + Sync,
 >;
 
+fn wrong_type(
+    kind: &str,
+    what: &'static str,
+    expected: &'static str,
+    found: &'static str,
+) -> Error {
+    Error::WrongType {
+        kind: kind.to_owned(),
+        what,
+        expected,
+        found,
+    }
+}
+
 /// One registered (kind, version).
 pub(crate) struct Workflow {
     input: TypeId,
@@ -42,17 +56,22 @@ pub(crate) struct Workflow {
 impl Workflow {
     /// Refuses a call whose input or output type is not the registered one.
     pub(crate) fn check_types<I: 'static, O: 'static>(&self, kind: &str) -> Result<()> {
-        let wrong = |what, expected, found| Error::WrongType {
-            kind: kind.to_owned(),
-            what,
-            expected,
-            found,
-        };
-        if TypeId::of::<I>() != self.input {
-            return Err(wrong("input", self.input_type, type_name::<I>()));
-        }
+        self.check_input_type::<I>(kind)?;
         if TypeId::of::<O>() != self.output {
-            return Err(wrong("output", self.output_type, type_name::<O>()));
+            return Err(wrong_type(
+                kind,
+                "output",
+                self.output_type,
+                type_name::<O>(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a start whose input type is not the registered one.
+    pub(crate) fn check_input_type<I: 'static>(&self, kind: &str) -> Result<()> {
+        if TypeId::of::<I>() != self.input {
+            return Err(wrong_type(kind, "input", self.input_type, type_name::<I>()));
         }
         Ok(())
     }

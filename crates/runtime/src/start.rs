@@ -104,12 +104,42 @@ impl Client {
         I: Serialize + 'static,
         O: DeserializeOwned + 'static,
     {
+        if let Some((_, workflow)) = self.registry().latest(kind) {
+            workflow.check_types::<I, O>(kind)?;
+        }
+        let prepared = self.prepare_start(kind, id, input, options)?;
+        let starting = self
+            .journal()
+            .write(move |conn| prepared.start_in(conn))
+            .await?;
+        let (id, outcome) = starting?;
+        Ok((self.handle(id), outcome))
+    }
+
+    /// Checks and encodes a start as [`Client::start`] does, without writing anything, for a
+    /// caller that commits it inside its own writer transaction ([`PreparedStart::start_in`])
+    /// together with rows of its own, so both commit or neither does. Only the input type is
+    /// checked against a kind registered in this process; the caller reads no output.
+    ///
+    /// # Errors
+    /// As [`Client::start`], except the errors its transaction decides (an unknown kind or
+    /// queue, an id conflict, a duplicate), which [`PreparedStart::start_in`] returns.
+    pub fn prepare_start<I>(
+        &self,
+        kind: &str,
+        id: Uuid,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<PreparedStart>
+    where
+        I: Serialize + 'static,
+    {
         names::check(NameKind::Kind, kind)?;
         let now = self.now();
         let deadline_at = options.checked(now)?;
         let local_version = match self.registry().latest(kind) {
             Some((version, workflow)) => {
-                workflow.check_types::<I, O>(kind)?;
+                workflow.check_input_type::<I>(kind)?;
                 Some(version)
             }
             None => None,
@@ -119,15 +149,51 @@ impl Client {
             &format!("the input of execution {id}"),
             self.journal(),
         )?;
-        let request = StartRequest::new(kind, id, input, options, deadline_at, local_version);
-        let starting = self
-            .journal()
-            .write(move |conn| start_in(conn, &request, now))
-            .await?;
-        match starting {
-            Starting::Execution(id, outcome) => Ok((self.handle(id), outcome)),
+        Ok(PreparedStart {
+            request: StartRequest::new(kind, id, input, options, deadline_at, local_version),
+            now,
+        })
+    }
+}
+
+/// A start checked and encoded by [`Client::prepare_start`], to commit in a writer
+/// transaction of the caller's.
+pub struct PreparedStart {
+    request: StartRequest,
+    /// The instant the start was prepared at: its rows are stamped with it.
+    now: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for PreparedStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedStart")
+            .field("id", &self.request.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PreparedStart {
+    /// The execution id this start names.
+    pub fn id(&self) -> Uuid {
+        self.request.id()
+    }
+
+    /// Runs the start on `conn`, inside the caller's transaction (a connection
+    /// `Journal::write` hands out): creates the execution, or finds the one with this id.
+    /// A refusal (the inner error) has written nothing, and the caller decides whether to
+    /// commit its own writes.
+    ///
+    /// # Errors
+    /// The outer error is a storage error, for the caller's transaction to fail with; the
+    /// inner one a refusal, as [`Client::start`] documents.
+    pub fn start_in(
+        &self,
+        conn: &Connection,
+    ) -> durably_journal::Result<Result<(Uuid, StartOutcome)>> {
+        Ok(match start_in(conn, &self.request, self.now)? {
+            Starting::Execution(id, outcome) => Ok((id, outcome)),
             Starting::Refused(error) => Err(error),
-        }
+        })
     }
 }
 

@@ -17,15 +17,16 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-
-use durably_journal::{Effect, Execution, Guarded, Policy, Release, StepError, StepKey};
+use durably_journal::{
+    Effect, Execution, Guarded, Policy, Release, Reservation, StepError, StepKey,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use uuid::Uuid;
 
 use crate::clock::Sleep;
-use crate::context::{WorkflowContext, running};
+use crate::context::WorkflowContext;
 use crate::error::{Error, Result, WorkflowError};
 use crate::task::Ran;
 
@@ -47,20 +48,6 @@ pub(crate) struct StepTimeout {
     effect: Effect,
 }
 
-/// The body of a [`StepBuilder`] effect method: takes the slot (refused once the run was asked
-/// to stop), runs `$call` on the execution under the builder's timeout, and remembers an
-/// outcome that stops the run. A macro, because the step's future borrows the execution that
-/// the slot lends, which no closure signature can say.
-macro_rules! run_step {
-    ($builder:ident, $effect:expr, |$execution:ident, $name:ident| $call:expr) => {{
-        let (context, $name) = (&*$builder.context, $builder.name);
-        let (mut slot, seq) = context.begin_step($name).await?;
-        let $execution = running(&mut slot, context.id())?;
-        let outcome = timed($call, context.timer($builder.timeout)).await;
-        slot.remember_timed(context.id(), outcome, || $builder.timed_out(seq, $effect))
-    }};
-}
-
 impl<'a> StepBuilder<'a> {
     pub(crate) fn new(context: &'a WorkflowContext, name: &'a str) -> Self {
         Self {
@@ -78,46 +65,74 @@ impl<'a> StepBuilder<'a> {
         self
     }
 
-    /// Runs it as a pure step; see [`WorkflowContext::pure`].
+    /// Runs it as a pure step; see [`WorkflowContext::pure`]. Its seq is reserved when this
+    /// is called; the timeout runs from the future's first poll.
     ///
     /// # Errors
     /// As [`WorkflowContext::pure`], and [`Error::StepTimedOut`].
-    pub async fn pure<T, F, Fut>(self, f: F) -> Result<T>
+    pub fn pure<T, F, Fut>(self, f: F) -> impl Future<Output = Result<T>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        run_step!(self, Effect::Pure, |execution, name| execution
-            .pure(name, f))
+        self.run(Effect::Pure, |reserved| reserved.pure(f))
     }
 
     /// Runs it as an idempotent step; see [`WorkflowContext::idempotent`].
     ///
     /// # Errors
     /// As [`StepBuilder::pure`].
-    pub async fn idempotent<T, F, Fut>(self, f: F) -> Result<T>
+    pub fn idempotent<T, F, Fut>(self, f: F) -> impl Future<Output = Result<T>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        run_step!(self, Effect::Idempotent, |execution, name| execution
-            .idempotent(name, f))
+        self.run(Effect::Idempotent, |reserved| reserved.idempotent(f))
     }
 
     /// Runs it as a guarded step; see [`WorkflowContext::guarded`].
     ///
     /// # Errors
     /// As [`WorkflowContext::guarded`], and [`Error::StepTimedOut`].
-    pub async fn guarded<T, F, Fut>(self, policy: Policy, f: F) -> Result<Guarded<T>>
+    pub fn guarded<T, F, Fut>(
+        self,
+        policy: Policy,
+        f: F,
+    ) -> impl Future<Output = Result<Guarded<T>>> + use<'a, T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = std::result::Result<T, StepError>>,
     {
-        run_step!(self, Effect::Guarded, |execution, name| execution
-            .guarded(name, policy, f))
+        self.run(Effect::Guarded, |reserved| reserved.guarded(policy, f))
+    }
+
+    /// Reserves the step now and returns its run: `call` on the reservation, under the
+    /// builder's timeout, holding a lease on the execution, with an outcome that stops the
+    /// run remembered.
+    fn run<T, Step, Call>(
+        self,
+        effect: Effect,
+        call: Call,
+    ) -> impl Future<Output = Result<T>> + use<'a, T, Step, Call>
+    where
+        Step: Future<Output = durably_journal::Result<T>>,
+        Call: FnOnce(Reservation) -> Step,
+    {
+        let started = self.context.begin_step(self.name);
+        async move {
+            // The step's future is made here, not in `started`: held in both, it would be
+            // stored twice in this future.
+            let (lease, reserved) = started?;
+            let (context, seq) = (self.context, reserved.seq());
+            let outcome = timed(call(reserved), context.timer(self.timeout)).await;
+            drop(lease);
+            context
+                .slot
+                .remember_timed(context.id(), outcome, || self.timed_out(seq, effect))
+        }
     }
 
     fn timed_out(&self, seq: u32, effect: Effect) -> StepTimeout {
@@ -180,7 +195,7 @@ impl StepTimeout {
 
     /// Puts `execution` back in its queue with the guarded step's intent left to its policy,
     /// as after a crash: the release carries what the run kept pending.
-    async fn requeue(self, mut execution: Execution) -> Result<Ran> {
+    async fn requeue(self, execution: Execution) -> Result<Ran> {
         let to = Release::Queued { due_at: None };
         execution.release_to(to, self.detail(), |_| Ok(())).await?;
         Ok(Ran::Requeued)

@@ -72,14 +72,16 @@ pub(crate) async fn run(
         },
         Err(_) => None,
     };
-    let mut slot = slot.lock().await;
-    let execution = slot.execution.take().ok_or_else(|| {
+    // Exclusive: waits for every step still holding a lease (one the workflow spawned and
+    // left running); a step called after this is refused.
+    let execution = slot.execution.write().await.take().ok_or_else(|| {
         Error::Journal(durably_journal::Error::Inconsistent(
             "a workflow's execution was taken before its task ended it".to_owned(),
         ))
     })?;
     // A cancel wins over every other ending: the operator or the deadline said to stop.
-    let stopped = slot.stopped.take();
+    let ending = slot.take_ending();
+    let stopped = ending.stopped;
     let now = durably_lock::Clock::now(watch.waits().clock.as_ref());
     #[cfg(feature = "failpoints")]
     let id = execution.id();
@@ -96,7 +98,7 @@ pub(crate) async fn run(
                 ended => ended,
             };
         }
-        Some(Stop::Halted(_)) if slot.raced => {
+        Some(Stop::Halted(_)) if ending.raced => {
             drop(execution);
             return Ok(Ran::Raced);
         }
@@ -156,7 +158,7 @@ pub(crate) fn clear_deadline(
 /// before it stopped stays recorded, so the failure accounting sees its progress; a flush that
 /// fails (the lock is lost, the open raced, a cancel request) loses only steps that run again.
 /// Dropping the handle then releases the lock and leaves the execution to be resumed.
-async fn halt(mut execution: Execution, reason: String) -> Ran {
+async fn halt(execution: Execution, reason: String) -> Ran {
     if let Err(error) = execution.flush().await {
         tracing::debug!(execution_id = %execution.id(), %error, "a stopped run's steps were not kept");
     }

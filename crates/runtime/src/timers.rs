@@ -12,12 +12,12 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use durably_journal::{Effect, StepError, Timing};
+use durably_journal::{Effect, Reservation, StepError, Timing};
 use durably_lock::{format_timestamp, parse_timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::context::{WorkflowContext, running};
+use crate::context::{Lease, WorkflowContext};
 use crate::error::{Error, Result};
 use crate::names::{self, NameKind};
 use crate::parking::{self, Wait};
@@ -42,11 +42,17 @@ impl WorkflowContext {
     /// Nothing is written on the first two: [`Error::InvalidName`] for an empty, overlong or
     /// control-character `name`; [`Error::InvalidOption`] for a duration whose end cannot be
     /// stored (past the year 9999). Then the journal's step errors, as [`Error::Journal`].
-    pub async fn sleep(&self, name: &str, duration: Duration) -> Result<()> {
-        names::check(NameKind::TimerName, name)?;
-        let now = durably_lock::Clock::now(self.waits.clock.as_ref());
-        let wake_at = waiting::instant_after(now, duration, "a sleep")?;
-        self.sleep_to(name, wake_at).await
+    pub fn sleep<'a>(
+        &'a self,
+        name: &'a str,
+        duration: Duration,
+    ) -> impl Future<Output = Result<()>> + use<'a> {
+        let started = names::check(NameKind::TimerName, name).and_then(|()| {
+            let now = durably_lock::Clock::now(self.waits.clock.as_ref());
+            let wake_at = waiting::instant_after(now, duration, "a sleep")?;
+            self.begin_timer(name, wake_at)
+        });
+        self.sleep_to(name, started)
     }
 
     /// Waits until `at` on the runtime's clock, durably; see [`WorkflowContext::sleep`]. An
@@ -54,14 +60,34 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As [`WorkflowContext::sleep`].
-    pub async fn sleep_until(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
-        names::check(NameKind::TimerName, name)?;
-        waiting::storable(at, "a sleep")?;
-        self.sleep_to(name, at).await
+    pub fn sleep_until<'a>(
+        &'a self,
+        name: &'a str,
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + use<'a> {
+        let started = names::check(NameKind::TimerName, name)
+            .and_then(|()| waiting::storable(at, "a sleep"))
+            .and_then(|_| self.begin_timer(name, at));
+        self.sleep_to(name, started)
+    }
+
+    /// Reserves the timer's step now.
+    fn begin_timer(
+        &self,
+        name: &str,
+        wake_at: DateTime<Utc>,
+    ) -> Result<(Lease, Reservation, DateTime<Utc>)> {
+        let (lease, reserved) = self.begin_step_unchecked(&format!("durably:sleep/{name}"))?;
+        Ok((lease, reserved, wake_at))
     }
 
     /// Records the timer (or replays its wake time) and waits for it.
-    async fn sleep_to(&self, name: &str, wake_at: DateTime<Utc>) -> Result<()> {
+    async fn sleep_to(
+        &self,
+        name: &str,
+        started: Result<(Lease, Reservation, DateTime<Utc>)>,
+    ) -> Result<()> {
+        let (lease, reserved, wake_at) = started?;
         let step = format!("durably:sleep/{name}");
         let now = durably_lock::Clock::now(self.waits.clock.as_ref());
         // A wait in memory records the timer first, so a crash during it loses no time; a park
@@ -75,10 +101,8 @@ impl WorkflowContext {
         let recorded = Timer {
             wake_at: format_timestamp(wake_at),
         };
-        let mut slot = self.slot.lock().await;
-        let outcome = running(&mut slot, self.id)?
+        let outcome = reserved
             .step_with(
-                &step,
                 Effect::Pure,
                 timing,
                 move |_| {
@@ -90,7 +114,7 @@ impl WorkflowContext {
                 |_, _| Ok(()),
             )
             .await;
-        let timer: Timer = slot.remember(outcome)?;
+        let timer: Timer = self.slot.remember(outcome)?;
         let wake_at = parse_timestamp(&timer.wake_at).ok_or_else(|| {
             Error::Journal(durably_journal::Error::Inconsistent(format!(
                 "step {step:?} of execution {} records wake_at {:?}, not a timestamp",
@@ -102,10 +126,15 @@ impl WorkflowContext {
             until: wake_at,
             topic: None,
             detail: json!({ "timer": name, "wake_at": timer.wake_at }),
+            own_steps: 0,
         };
-        parking::wait_or_park(&mut slot, &self.waits, &self.parked, wait, || {
-            Ok(None::<Infallible>)
-        })
+        parking::wait_or_park(
+            (&self.slot, &lease),
+            &self.waits,
+            &self.parked,
+            wait,
+            || Ok(None::<Infallible>),
+        )
         .await?;
         Ok(())
     }

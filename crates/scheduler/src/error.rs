@@ -84,8 +84,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// A job definition was incomplete or out of bounds (no schedule, no body, a retry bound
-    /// of zero or above the maximum).
+    /// A job definition was incomplete or out of bounds (no schedule, no workflow, a workflow
+    /// kind or queue name that is empty, too long or holds a control character).
     #[error("invalid job {job:?}: {reason}")]
     InvalidJob {
         /// The job id as given.
@@ -95,11 +95,90 @@ pub enum Error {
     },
 
     /// A fire was asked for a job this scheduler has not registered
-    /// ([`Scheduler::register`](crate::Scheduler::register)).
-    #[error("job {job:?} is not registered with this scheduler")]
+    /// ([`Scheduler::register`](crate::Scheduler::register)), or a management call named a
+    /// job no scheduler has registered in this journal.
+    #[error("job {job:?} is not registered (here, or in the journal's jobs table)")]
     UnknownJob {
         /// The job id.
         job: String,
+    },
+
+    /// The job's schedule has no slot after now (an interval or a cron expression that never
+    /// fires again before the end of year 9999), so registering it would fire nothing.
+    #[error("job {job:?} has no slot left after {after}: its schedule never fires again")]
+    NoSlotsLeft {
+        /// The job id.
+        job: String,
+        /// The instant after which no slot lies, RFC 3339.
+        after: String,
+    },
+
+    /// The job is paused ([`Scheduler::pause`](crate::Scheduler::pause)): it fires nothing,
+    /// explicitly or on schedule, until it is resumed.
+    #[error("job {job:?} is paused, so it fires nothing until it is resumed")]
+    JobPaused {
+        /// The job id.
+        job: String,
+    },
+
+    /// The job was stored by a scheduler whose job bodies were closures run in its own
+    /// process; it names no registered workflow, so no other process can fire it.
+    #[error(
+        "job {job:?} was registered with a closure body, before jobs ran registered workflows; \
+         it names no workflow to start"
+    )]
+    JobNeedsWorkflow {
+        /// The job id.
+        job: String,
+    },
+
+    /// A backfill range whose start lies after its end.
+    #[error("backfill range of job {job:?} starts at {from}, after its end {to}")]
+    RangeReversed {
+        /// The job id.
+        job: String,
+        /// The range's start, RFC 3339.
+        from: String,
+        /// The range's end, RFC 3339.
+        to: String,
+    },
+
+    /// A backfill range that holds no slot of the job's schedule.
+    #[error("backfill range {from} ..= {to} holds no slot of job {job:?}'s schedule")]
+    EmptyRange {
+        /// The job id.
+        job: String,
+        /// The range's start, RFC 3339.
+        from: String,
+        /// The range's end, RFC 3339.
+        to: String,
+    },
+
+    /// A backfill range that ends after now: a backfill fires slots whose time has come.
+    #[error(
+        "backfill range of job {job:?} ends at {to}, after now ({now}); a backfill fires only \
+         slots at or before now"
+    )]
+    RangeInFuture {
+        /// The job id.
+        job: String,
+        /// The range's end, RFC 3339.
+        to: String,
+        /// The scheduler clock's now, RFC 3339.
+        now: String,
+    },
+
+    /// A backfill range holding more slots than one backfill starts.
+    #[error("backfill range {from} ..= {to} of job {job:?} holds more than {max} slots; split it")]
+    TooManySlots {
+        /// The job id.
+        job: String,
+        /// The range's start, RFC 3339.
+        from: String,
+        /// The range's end, RFC 3339.
+        to: String,
+        /// [`BACKFILL_SLOTS_MAX`](crate::BACKFILL_SLOTS_MAX).
+        max: usize,
     },
 
     /// A fire was asked for a time that is not a slot of the job's schedule
@@ -114,7 +193,7 @@ pub enum Error {
     },
 
     /// An explicit fire named a slot after the job's upcoming slot (the first slot after the
-    /// scheduler's clock). Firing it early would run the body before its time while the slots
+    /// scheduler's clock). Firing it early would start its workflow before its time while the slots
     /// before it are still to come; an explicit fire names a slot already due, or the upcoming
     /// one.
     #[error(
@@ -130,20 +209,17 @@ pub enum Error {
         now: String,
     },
 
-    /// The scheduler is shutting down, so this fire started no new attempt. Its row stays
-    /// unfinished in the ledger and the next pass (here or in another process) resumes it.
-    #[error(
-        "the scheduler is shutting down, so the fire started no new attempt; it stays \
-         unfinished in the ledger for the next scheduler pass"
-    )]
-    ShuttingDown,
-
     /// The slot ledger contradicts itself or the journal (an unknown fire state, a finished
     /// execution whose fire is not finished).
     #[error("the scheduler ledger is inconsistent: {0}")]
     Ledger(String),
 
-    /// The journal failed: storage, a lock, an ambiguous fire body under `Policy::Fail`.
+    /// The runtime refused a fire's start (an unknown workflow kind or queue, an input type
+    /// other than [`Fire`](crate::Fire) registered for the kind); nothing was written.
+    #[error("the runtime refused to start the fire: {0}")]
+    Start(#[from] durably_runtime::Error),
+
+    /// The journal failed: storage, a busy file.
     #[error(transparent)]
     Journal(#[from] durably_journal::Error),
 }
@@ -154,6 +230,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Journal(error) => error.is_retryable(),
+            Self::Start(error) => error.is_retryable(),
             _ => false,
         }
     }

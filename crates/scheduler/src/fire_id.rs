@@ -52,24 +52,61 @@ pub fn fire_id(job: &JobId, slot: Slot) -> Uuid {
     id
 }
 
-/// One fire as the scheduler drives it: the job, the slot, and the fire id, derived once when
-/// the fire is first named (registered by the loop, found by recovery, or fired explicitly) and
-/// carried to the journal open and every ledger write of the fire.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fire {
-    pub(crate) job: JobId,
-    pub(crate) slot: Slot,
-    /// `fire_id(job, slot)`: the execution that runs this fire.
-    pub(crate) execution_id: Uuid,
+/// One fire: a job and a slot. It is also the typed input of every fire's execution: a job's
+/// workflow takes a `Fire` and learns which job and which slot it runs for (stored as
+/// `{"job": ..., "slot": RFC 3339, "slot_ms": epoch ms}`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fire {
+    /// The job.
+    pub job: JobId,
+    /// The slot fired: a nominal grid time, never the time the fire happened to start.
+    pub slot: Slot,
 }
 
 impl Fire {
-    pub(crate) fn new(job: &JobId, slot: Slot) -> Self {
+    /// The fire of `job` at `slot`.
+    pub fn new(job: &JobId, slot: Slot) -> Self {
         Self {
             job: job.clone(),
             slot,
-            execution_id: fire_id(job, slot),
         }
+    }
+
+    /// The fire id: `fire_id(job, slot)`, the id of the execution that runs this fire. The
+    /// same in every process and on every resume, so it is the key to hand a remote side that
+    /// must see the fire at most once.
+    pub fn execution_id(&self) -> Uuid {
+        fire_id(&self.job, self.slot)
+    }
+}
+
+/// The stored shape of a [`Fire`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FireInput {
+    job: String,
+    slot: String,
+    slot_ms: i64,
+}
+
+impl serde::Serialize for Fire {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        FireInput {
+            job: self.job.to_string(),
+            slot: self.slot.to_rfc3339(),
+            slot_ms: self.slot.as_millis(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Fire {
+    /// Checks the job id and the slot range; `slot_ms` is the slot, `slot` only its text.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let input = FireInput::deserialize(deserializer)?;
+        let job = JobId::new(&input.job).map_err(D::Error::custom)?;
+        let slot = Slot::from_millis(input.slot_ms).map_err(D::Error::custom)?;
+        Ok(Self { job, slot })
     }
 }
 

@@ -1,13 +1,8 @@
-//! A scheduled job: its schedule, its policies and its body.
+//! A scheduled job: its schedule, its policies, and the registered workflow each fire starts.
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
-use durably_journal::{IdempotencyKey, Policy, RetryPolicy, StepError};
-use uuid::Uuid;
+use serde_json::Value;
 
 use crate::catch_up::{CatchUp, Overlap};
 use crate::error::{Error, Result};
@@ -15,137 +10,27 @@ use crate::job_id::JobId;
 use crate::schedule::Schedule;
 use crate::slot::Slot;
 
-/// The most attempts one fire may make: a bound on [`RetryPolicy::attempts_max`] in
-/// [`JobBuilder::retry`].
-pub const FIRE_ATTEMPTS_MAX: u32 = 100;
-
-/// The longest backoff between two attempts of a fire: a bound on
-/// [`RetryPolicy::backoff_max`] in [`JobBuilder::retry`].
-pub const FIRE_BACKOFF_MAX: Duration = Duration::from_hours(1);
-
-/// A job's retries unless [`JobBuilder::retry`] sets others: 3 attempts, waiting 0.5 s before
-/// the second and doubling up to 30 s.
-pub const FIRE_RETRY_DEFAULT: RetryPolicy = RetryPolicy {
-    attempts_max: 3,
-    backoff_initial: Duration::from_millis(500),
-    backoff_max: Duration::from_secs(30),
-};
-
-/// What a fire body is handed: which fire this is and the keys to deduplicate its effect with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FireContext {
-    /// The job.
-    pub job: JobId,
-    /// The slot being fired (a nominal grid time, never "now").
-    pub slot: Slot,
-    /// The fire id: the execution id of this fire. The same on every attempt, every restart
-    /// and every scheduler process, so it is the key to hand a remote side that must see the
-    /// fire at most once.
-    pub execution_id: Uuid,
-    /// The idempotency key of this attempt's guarded step: the same when the attempt is re-run
-    /// after a crash under [`Policy::Retry`]; a new attempt after a recorded failure gets a
-    /// new key.
-    pub idempotency_key: IdempotencyKey,
-    /// The attempt, from 1.
-    pub attempt: u32,
-    /// Whether the scheduler running this fire has been asked to shut down.
-    pub(crate) shutdown: ShutdownSignal,
-}
-
-impl FireContext {
-    /// Whether the scheduler running this fire has been asked to shut down. A long body may
-    /// check it and stop early by returning an error (a recorded failed attempt) or, better,
-    /// by finishing its current unit of work; the scheduler starts no further attempt or fire
-    /// once it is set.
-    pub fn shutting_down(&self) -> bool {
-        self.shutdown.is_set()
-    }
-
-    /// Completes once the scheduler has been asked to shut down (at once if it already was),
-    /// for a body that waits on something and wants to stop cooperatively.
-    pub async fn shutdown_requested(&self) {
-        self.shutdown.wait().await;
-    }
-}
-
-/// A shared flag set when [`Scheduler::run`](crate::Scheduler::run) is asked to shut down, with
-/// a way to wait for it. Clones share the flag; two signals are equal when they are the same.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ShutdownSignal(Arc<ShutdownState>);
-
-#[derive(Debug, Default)]
-struct ShutdownState {
-    set: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl ShutdownSignal {
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.set.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    pub(crate) fn set(&self) {
-        self.0.set.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.0.notify.notify_waiters();
-    }
-
-    pub(crate) fn clear(&self) {
-        self.0.set.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Completes once the flag is set.
-    pub(crate) async fn wait(&self) {
-        loop {
-            let notified = self.0.notify.notified();
-            tokio::pin!(notified);
-            // Register before checking, so a `set` between the check and the await is seen.
-            notified.as_mut().enable();
-            if self.is_set() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl PartialEq for ShutdownSignal {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for ShutdownSignal {}
-
-/// The future a fire body returns.
-pub type FireFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, StepError>> + Send>>;
-
-/// A fire body: called once per attempt of a fire.
-pub type FireBody = Arc<dyn Fn(FireContext) -> FireFuture + Send + Sync>;
+/// The version of [`Job::definition`]'s JSON. Version 1 described a job whose body was a
+/// closure run by the scheduler; such a job cannot be fired any more (see
+/// [`Error::JobNeedsWorkflow`]).
+const JOB_DEFINITION_VERSION: u64 = 2;
 
 /// A validated job, ready for [`Scheduler::register`](crate::Scheduler::register). Build one
 /// with [`Job::builder`]. Cheap to clone.
-#[derive(Clone)]
+///
+/// A job holds no code: each fire starts an execution of the registered workflow kind
+/// [`Job::workflow`], with a [`Fire`](crate::Fire) as its input, in whatever runtime process
+/// serves that kind. So a job is pure data, stored whole in the ledger
+/// ([`Job::definition`]), and a process that does not run the job's code (the `durably` CLI)
+/// can still trigger and backfill it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     pub(crate) id: JobId,
     pub(crate) schedule: Schedule,
     pub(crate) catch_up: CatchUp,
     pub(crate) overlap: Overlap,
-    pub(crate) policy: Policy,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) body: FireBody,
-}
-
-impl fmt::Debug for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Job")
-            .field("id", &self.id)
-            .field("schedule", &self.schedule.definition())
-            .field("catch_up", &self.catch_up)
-            .field("overlap", &self.overlap)
-            .field("policy", &self.policy)
-            .field("retry", &self.retry)
-            .finish_non_exhaustive()
-    }
+    pub(crate) workflow: String,
+    pub(crate) queue: Option<String>,
 }
 
 impl Job {
@@ -156,9 +41,8 @@ impl Job {
             schedule: None,
             catch_up: CatchUp::Skip,
             overlap: Overlap::Skip,
-            policy: Policy::Skip,
-            retry: FIRE_RETRY_DEFAULT,
-            body: None,
+            workflow: None,
+            queue: None,
         }
     }
 
@@ -182,13 +66,18 @@ impl Job {
         self.overlap
     }
 
-    /// How a failing fire is retried: its attempts and the backoff between them.
-    pub fn retry(&self) -> RetryPolicy {
-        self.retry
+    /// The registered workflow kind each fire starts.
+    pub fn workflow(&self) -> &str {
+        &self.workflow
     }
 
-    /// The canonical JSON definition stored in `jobs.definition`: everything but the body.
-    /// Two jobs with the same definition fire the same slots the same way.
+    /// The runtime queue fires start in, if not the default one.
+    pub fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+
+    /// The canonical JSON definition stored in `jobs.definition`: the whole job. Two jobs
+    /// with the same definition fire the same slots the same way.
     pub fn definition(&self) -> String {
         let catch_up = match self.catch_up {
             CatchUp::Skip => r#"{"kind":"skip"}"#.to_owned(),
@@ -202,13 +91,15 @@ impl Job {
             Overlap::Skip => "skip",
             Overlap::Allow => "allow",
         };
+        // Kind and queue names are free text: serde_json quotes and escapes them.
+        let text = |value: &str| Value::String(value.to_owned()).to_string();
         format!(
-            r#"{{"version":1,"schedule":{},"catch_up":{catch_up},"overlap":"{overlap}","policy":"{}","attempts_max":{},"backoff_initial_ms":{},"backoff_max_ms":{}}}"#,
+            r#"{{"version":{JOB_DEFINITION_VERSION},"schedule":{},"catch_up":{catch_up},"overlap":"{overlap}","workflow":{},"queue":{}}}"#,
             self.schedule.definition(),
-            self.policy.kind().as_str(),
-            self.retry.attempts_max,
-            self.retry.backoff_initial.as_millis(),
-            self.retry.backoff_max.as_millis(),
+            text(&self.workflow),
+            self.queue
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), text),
         )
     }
 
@@ -218,33 +109,101 @@ impl Job {
             .to_hex()
             .to_string()
     }
+
+    /// The job a stored [`Job::definition`] describes, for a process that manages jobs
+    /// without their code (see [`Scheduler::job_from_ledger`](crate::Scheduler)).
+    ///
+    /// # Errors
+    /// [`Error::JobNeedsWorkflow`] for a definition written by a scheduler whose job bodies
+    /// were closures (version 1); [`Error::Ledger`] for a definition that does not parse; the
+    /// schedule's own errors.
+    pub fn from_definition(id: &JobId, definition: &str) -> Result<Self> {
+        let unreadable = |what: &str| {
+            Error::Ledger(format!(
+                "the stored definition of job {:?} has {what}",
+                id.as_str()
+            ))
+        };
+        let value: Value =
+            serde_json::from_str(definition).map_err(|_| unreadable("invalid JSON"))?;
+        let version = value["version"].as_u64();
+        if version == Some(1) {
+            return Err(Error::JobNeedsWorkflow {
+                job: id.to_string(),
+            });
+        }
+        if version != Some(JOB_DEFINITION_VERSION) {
+            return Err(unreadable("an unknown version"));
+        }
+        let schedule =
+            schedule_from(&value["schedule"]).ok_or_else(|| unreadable("no schedule"))??;
+        let catch_up =
+            catch_up_from(&value["catch_up"]).ok_or_else(|| unreadable("no catch-up"))?;
+        let overlap = match value["overlap"].as_str() {
+            Some("skip") => Overlap::Skip,
+            Some("allow") => Overlap::Allow,
+            _ => return Err(unreadable("no overlap policy")),
+        };
+        let workflow = value["workflow"]
+            .as_str()
+            .ok_or_else(|| unreadable("no workflow"))?
+            .to_owned();
+        let queue = value["queue"].as_str().map(str::to_owned);
+        Ok(Self {
+            id: id.clone(),
+            schedule,
+            catch_up,
+            overlap,
+            workflow,
+            queue,
+        })
+    }
+}
+
+/// The schedule of a stored definition; `None` when a field is missing.
+pub(crate) fn schedule_from(value: &Value) -> Option<Result<Schedule>> {
+    Some(match value["kind"].as_str()? {
+        "interval" => {
+            let every = Duration::from_millis(value["every_ms"].as_u64()?);
+            let anchor = chrono::DateTime::parse_from_rfc3339(value["anchor"].as_str()?).ok()?;
+            Slot::from_datetime(anchor.to_utc())
+                .and_then(|anchor| Schedule::interval(every, anchor))
+        }
+        "cron" => Schedule::cron(value["expr"].as_str()?, value["tz"].as_str()?),
+        _ => return None,
+    })
+}
+
+fn catch_up_from(value: &Value) -> Option<CatchUp> {
+    Some(match value["kind"].as_str()? {
+        "skip" => CatchUp::Skip,
+        "latest" => CatchUp::Latest,
+        "all" => CatchUp::All {
+            window: Duration::from_millis(value["window_ms"].as_u64()?),
+            max: usize::try_from(value["max"].as_u64()?).ok()?,
+        },
+        _ => return None,
+    })
 }
 
 /// The schedule a builder was given, checked in [`JobBuilder::build`].
+#[derive(Debug)]
 enum ScheduleInput {
     Ready(Schedule),
     Interval { every: Duration, anchor_ms: i64 },
     Cron { expr: String, tz: String },
 }
 
-/// Configures a [`Job`]. Defaults: catch-up [`CatchUp::Skip`], overlap [`Overlap::Skip`],
-/// ambiguity policy [`Policy::Skip`], retries [`FIRE_RETRY_DEFAULT`].
+/// Configures a [`Job`]. Defaults: catch-up [`CatchUp::Skip`], overlap [`Overlap::Skip`], the
+/// runtime's default queue.
+#[derive(Debug)]
 pub struct JobBuilder {
     id: String,
     schedule: Option<ScheduleInput>,
     catch_up: CatchUp,
     overlap: Overlap,
-    policy: Policy,
-    retry: RetryPolicy,
-    body: Option<FireBody>,
-}
-
-impl fmt::Debug for JobBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JobBuilder")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
+    workflow: Option<String>,
+    queue: Option<String>,
 }
 
 impl JobBuilder {
@@ -274,45 +233,34 @@ impl JobBuilder {
         self
     }
 
-    /// What to do with slots missed while no scheduler ran.
+    /// What to do with slots missed while no scheduler ran, or while the job was paused.
     #[must_use]
     pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
         self.catch_up = catch_up;
         self
     }
 
-    /// What to do when a slot comes due while the previous fire still runs.
+    /// What to do when a slot comes due while the previous fire's execution has not ended.
     #[must_use]
     pub fn overlap(mut self, overlap: Overlap) -> Self {
         self.overlap = overlap;
         self
     }
 
-    /// What to do when a crash left the fire body in the ambiguous window (see [`Policy`]).
+    /// The registered workflow kind each fire starts (its input is a
+    /// [`Fire`](crate::Fire)). The execution runs in whatever runtime process serves the
+    /// kind, at the version the runtime's start records.
     #[must_use]
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.policy = policy;
+    pub fn workflow(mut self, kind: &str) -> Self {
+        self.workflow = Some(kind.to_owned());
         self
     }
 
-    /// How a fire whose body returns an error is retried, with the type steps use: attempts in
-    /// all, the first included, from 1 to [`FIRE_ATTEMPTS_MAX`], and the backoff between them,
-    /// `backoff_initial <= backoff_max <=` [`FIRE_BACKOFF_MAX`]. Every body error is retried
-    /// this way, whether or not the error is marked retryable.
+    /// Starts fires in the runtime queue `queue` (configured by a runtime on the journal),
+    /// under its limits.
     #[must_use]
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// The body each fire runs, as one guarded step per attempt.
-    #[must_use]
-    pub fn body<F, Fut>(mut self, body: F) -> Self
-    where
-        F: Fn(FireContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<serde_json::Value, StepError>> + Send + 'static,
-    {
-        self.body = Some(Arc::new(move |context| Box::pin(body(context))));
+    pub fn queue(mut self, queue: &str) -> Self {
+        self.queue = Some(queue.to_owned());
         self
     }
 
@@ -325,8 +273,8 @@ impl JobBuilder {
     ///   [`Error::SlotOutOfRange`] (an interval anchor outside years 1970 to 9999) for the
     ///   schedule.
     /// - [`Error::InvalidCatchUp`] for a catch-up window of zero or a cap out of range.
-    /// - [`Error::InvalidJob`] when the schedule or the body is missing, or the attempts or
-    ///   backoff are out of bounds.
+    /// - [`Error::InvalidJob`] when the schedule or the workflow is missing, or the workflow
+    ///   kind or queue name is empty, too long, or holds a control character.
     pub fn build(self) -> Result<Job> {
         let id = JobId::new(&self.id)?;
         let invalid = |reason: String| Error::InvalidJob {
@@ -346,30 +294,32 @@ impl JobBuilder {
         // The same check `due_slots` makes, made once here so a bad policy fails at
         // registration rather than in the loop.
         crate::catch_up::check_policy(&self.catch_up)?;
-        let retry = self.retry;
-        if !(1..=FIRE_ATTEMPTS_MAX).contains(&retry.attempts_max) {
-            return Err(invalid(format!(
-                "retry.attempts_max is {}, outside 1 to {FIRE_ATTEMPTS_MAX}",
-                retry.attempts_max
-            )));
-        }
-        if retry.backoff_max > FIRE_BACKOFF_MAX || retry.backoff_initial > retry.backoff_max {
-            return Err(invalid(format!(
-                "backoff {:?} up to {:?} is not within initial <= max <= {FIRE_BACKOFF_MAX:?}",
-                retry.backoff_initial, retry.backoff_max
-            )));
-        }
-        let Some(body) = self.body else {
-            return Err(invalid("it has no body".into()));
+        let Some(workflow) = self.workflow else {
+            return Err(invalid("it has no workflow".into()));
         };
+        check_name("workflow kind", &workflow).map_err(&invalid)?;
+        if let Some(queue) = &self.queue {
+            check_name("queue", queue).map_err(&invalid)?;
+        }
         Ok(Job {
             id,
             schedule,
             catch_up: self.catch_up,
             overlap: self.overlap,
-            policy: self.policy,
-            retry,
-            body,
+            workflow,
+            queue: self.queue,
         })
     }
+}
+
+/// The runtime's rule for kind and queue names, checked at build so a bad name fails before
+/// anything is stored (the runtime checks it again at every start).
+fn check_name(what: &str, name: &str) -> std::result::Result<(), String> {
+    let max = durably_runtime::KIND_BYTES_MAX;
+    if name.is_empty() || name.len() > max || name.chars().any(char::is_control) {
+        return Err(format!(
+            "its {what} {name:?} is not 1 to {max} bytes of UTF-8 without control characters"
+        ));
+    }
+    Ok(())
 }

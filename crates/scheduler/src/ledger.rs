@@ -5,8 +5,9 @@
 //! (`Journal::write` for changes, `Journal::read` for queries), so each change commits
 //! atomically with the rest of its request. None of them reads or writes the journal's own
 //! tables: what they need of the journal they ask through its functions
-//! ([`durably_journal::ambiguous_step_exists`], [`durably_journal::step_attempts_total`],
-//! [`durably_journal::record_event`]) and of the lock rows through [`durably_lock::read`].
+//! ([`durably_journal::execution_status`], [`durably_journal::record_event`]); a fire's
+//! execution is started through the runtime ([`durably_runtime::PreparedStart`]) in the
+//! transaction that inserts its row.
 //!
 //! Invariant: `jobs.last_slot_ms` only grows, and every change to it goes through
 //! [`raise_mark`]. The loop registers only slots after it, re-read inside the registering
@@ -14,16 +15,16 @@
 
 use chrono::{DateTime, Utc};
 use durably_journal::{
-    Error as JournalError, ExtensionSchema, Migration, Result as JournalResult,
-    ambiguous_step_exists, step_attempts_total,
+    Error as JournalError, ExtensionSchema, Migration, Result as JournalResult, Status,
+    execution_status,
 };
-use durably_lock::{Judge, format_timestamp};
+use durably_lock::format_timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
+use uuid::Uuid;
 
 use crate::catch_up::{SkippedSlots, SlotCount};
 use crate::fire_id::Fire;
-use crate::job_id::JobId;
 use crate::outcome::FireState;
 use crate::slot::Slot;
 
@@ -32,17 +33,27 @@ use crate::slot::Slot;
 /// files whose journal created them before the scheduler owned its schema.
 pub(crate) static LEDGER_SCHEMA: ExtensionSchema = ExtensionSchema {
     owner: "scheduler",
-    migrations: &[Migration {
-        name: "0001_ledger",
-        sql: include_str!("../../../schema/scheduler/0001_ledger.sql"),
-    }],
+    migrations: &[
+        Migration {
+            name: "0001_ledger",
+            sql: include_str!("../../../schema/scheduler/0001_ledger.sql"),
+        },
+        Migration {
+            name: "0002_workflow_fires",
+            sql: include_str!("../../../schema/scheduler/0002_workflow_fires.sql"),
+        },
+    ],
     views: include_str!("../../../schema/scheduler/views.sql"),
 };
 
-/// The most unfinished fires of one job the recovery scan returns in one pass. The scan pages
-/// through the rest with a keyset cursor on later passes (see [`recoverable`]); fires waiting
-/// for an operator are passed over, so they can never crowd out the others.
+/// The most unfinished fires of one job one page of [`copy_ends`] looks at, to copy the ends
+/// of their executions in and to tell whether an earlier fire still runs. Rows whose
+/// executions ended are copied and leave the unfinished set; rows that stay (parked
+/// executions) are paged past with a cursor, so later calls see the rest.
 pub(crate) const UNFINISHED_FIRES_SCANNED_MAX: u32 = 100;
+
+/// The reason recorded for a fire whose execution an operator cancelled.
+pub(crate) const REASON_CANCELLED: &str = "its execution was cancelled";
 
 /// The reason recorded for a slot skipped under [`crate::Overlap::Skip`].
 pub(crate) const REASON_OVERLAP: &str = "previous fire still running";
@@ -124,96 +135,240 @@ pub(crate) fn raise_mark(conn: &Connection, job: &str, slot: Slot) -> JournalRes
     Ok(())
 }
 
-/// What registering a fire found.
+/// What the ledger holds for a fire about to be started.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Registered {
-    /// A new `pending` row.
-    New,
-    /// A new row, recorded as skipped for this reason.
-    NewSkipped(String),
-    /// The row existed already.
-    Existing { state: FireState, attempts: u32 },
-    /// Only slots after the high-water mark were wanted, and this one is not.
-    AtOrBelowMark,
+pub(crate) enum Found {
+    /// No row: the fire may be started.
+    None,
+    /// A row left `pending` by a scheduler from before fires were workflows (registered, never
+    /// opened, no execution): the fire may be started, and the row is updated.
+    Pending,
+    /// The fire was started or decided before.
+    Existing(FireState),
 }
 
-/// How to register one fire.
-pub(crate) struct FireRegistration<'a> {
-    pub(crate) fire: &'a Fire,
-    pub(crate) now: &'a str,
-    /// Register only a slot after the high-water mark (the loop); `false` for an explicit fire.
-    pub(crate) above_mark_only: bool,
-    /// `Some` under `Overlap::Skip`: whether this process itself is running a fire of the job.
-    pub(crate) overlap_skip: Option<bool>,
-    /// For an explicit fire: the slot of the schedule just before this one (epoch ms). The
-    /// mark is raised only if it stands there, so no slot is left between it and this one.
-    pub(crate) mark_after: Option<i64>,
-    /// For an explicit fire: whether to raise a mark not yet set (the slot is at or before
-    /// now, as a first loop pass would have fired it).
-    pub(crate) raise_from_unset: bool,
+/// Looks the fire up.
+pub(crate) fn find_fire(conn: &Connection, fire: &Fire) -> JournalResult<Found> {
+    Ok(match fire_state(conn, fire.job.as_str(), fire.slot)? {
+        None => Found::None,
+        Some((FireState::Pending, _)) => Found::Pending,
+        Some((state, _)) => Found::Existing(state),
+    })
 }
 
-/// Registers a fire (`INSERT` of a `pending` row, or of a `skipped` one when the previous fire
-/// still runs under `Overlap::Skip`) in the caller's transaction; for the loop
-/// (`above_mark_only`) it also raises the high-water mark.
-pub(crate) fn register_fire(
+/// Records a fire whose execution was started in this same transaction (state `running`), or
+/// one decided skipped with `reason`.
+pub(crate) fn insert_fire(
     conn: &Connection,
-    judge: &Judge,
-    registration: &FireRegistration<'_>,
-) -> JournalResult<Registered> {
-    let fire = registration.fire;
-    let job = fire.job.as_str();
-    if let Some((state, attempts)) = fire_state(conn, job, fire.slot)? {
-        return Ok(Registered::Existing { state, attempts });
-    }
-    if registration.above_mark_only
-        && high_water_mark(conn, job)?.is_some_and(|mark| mark >= fire.slot.as_millis())
-    {
-        return Ok(Registered::AtOrBelowMark);
-    }
-    let overlapping = match registration.overlap_skip {
-        None => false,
-        Some(true) => true,
-        Some(false) => live_unfinished_exists(conn, judge, job, fire.slot)?,
+    fire: &Fire,
+    found: &Found,
+    skipped: Option<&str>,
+    now: &str,
+) -> JournalResult<()> {
+    let (state, started_at, finished_at) = match skipped {
+        None => (FireState::Running, Some(now), None),
+        Some(_) => (FireState::Skipped, None, Some(now)),
     };
-    let (state, reason, finished_at) = if overlapping {
-        (
-            FireState::Skipped,
-            Some(REASON_OVERLAP),
-            Some(registration.now),
-        )
-    } else {
-        (FireState::Pending, None, None)
-    };
+    if *found == Found::Pending {
+        conn.prepare_cached(
+            "UPDATE fires SET state = ?3, reason = ?4, attempts = 1, started_at = ?5,
+                              finished_at = ?6
+             WHERE job = ?1 AND slot_ms = ?2 AND state = 'pending'",
+        )?
+        .execute(params![
+            fire.job.as_str(),
+            fire.slot.as_millis(),
+            state.as_str(),
+            skipped,
+            started_at,
+            finished_at,
+        ])?;
+        return Ok(());
+    }
     conn.prepare_cached(
-        "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, registered_at,
-                            finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, attempts,
+                            registered_at, started_at, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
-        job,
+        fire.job.as_str(),
         fire.slot.to_rfc3339(),
         fire.slot.as_millis(),
-        fire.execution_id.to_string(),
+        fire.execution_id().to_string(),
         state.as_str(),
-        reason,
-        registration.now,
+        skipped,
+        i64::from(skipped.is_none()),
+        now,
+        started_at,
         finished_at,
     ])?;
-    // The loop decides every slot up to the mark (fired or recorded skipped) in the same
-    // transaction, so it raises the mark. An explicit fire raises it only when that hides no
-    // slot from the loop (see `FireRegistration::mark_after`).
-    let raise = registration.above_mark_only
-        || match high_water_mark(conn, job)? {
-            None => registration.raise_from_unset,
-            Some(mark) => registration.mark_after == Some(mark),
-        };
-    if raise {
-        raise_mark(conn, job, fire.slot)?;
+    Ok(())
+}
+
+/// Whether the job is paused; `None` when the job is not in the `jobs` table.
+pub(crate) fn paused(conn: &Connection, job: &str) -> JournalResult<Option<bool>> {
+    Ok(conn
+        .prepare_cached("SELECT paused FROM jobs WHERE job = ?1")?
+        .query_row(params![job], |row| row.get(0))
+        .optional()?)
+}
+
+/// Sets the job's paused flag; `false` when the job is not in the `jobs` table. Setting the
+/// flag it already has changes nothing.
+pub(crate) fn set_paused(
+    conn: &Connection,
+    job: &str,
+    paused: bool,
+    now: &str,
+) -> JournalResult<bool> {
+    if self::paused(conn, job)?.is_none() {
+        return Ok(false);
     }
-    Ok(match reason {
-        Some(reason) => Registered::NewSkipped(reason.to_owned()),
-        None => Registered::New,
+    conn.prepare_cached(
+        "UPDATE jobs SET paused = ?2, paused_changed_at = ?3 WHERE job = ?1 AND paused <> ?2",
+    )?
+    .execute(params![job, paused, now])?;
+    Ok(true)
+}
+
+/// The slots of the job's fires left `pending` by a scheduler from before fires were
+/// workflows (registered, never opened), oldest first, at most `limit`.
+pub(crate) fn pending_slots(conn: &Connection, job: &str, limit: u32) -> JournalResult<Vec<i64>> {
+    conn.prepare_cached(
+        "SELECT slot_ms FROM fires WHERE job = ?1 AND state = 'pending' ORDER BY slot_ms LIMIT ?2",
+    )?
+    .query_map(params![job, limit], |row| row.get(0))?
+    .collect::<rusqlite::Result<Vec<i64>>>()
+    .map_err(JournalError::from)
+}
+
+/// The stored definition of a job, `None` when the job is not in the `jobs` table.
+pub(crate) fn job_definition(conn: &Connection, job: &str) -> JournalResult<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT definition FROM jobs WHERE job = ?1")?
+        .query_row(params![job], |row| row.get(0))
+        .optional()?)
+}
+
+/// One `jobs` row as the schedule list shows it.
+pub(crate) struct JobRow {
+    pub(crate) job: String,
+    pub(crate) definition: String,
+    pub(crate) last_slot_ms: Option<i64>,
+    pub(crate) paused: bool,
+}
+
+/// Every job in the `jobs` table, by id.
+pub(crate) fn jobs(conn: &Connection) -> JournalResult<Vec<JobRow>> {
+    conn.prepare_cached("SELECT job, definition, last_slot_ms, paused FROM jobs ORDER BY job")?
+        .query_map([], |row| {
+            Ok(JobRow {
+                job: row.get(0)?,
+                definition: row.get(1)?,
+                last_slot_ms: row.get(2)?,
+                paused: row.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(JournalError::from)
+}
+
+/// How many fires of the job are in each state, as of now: a started fire counts under its
+/// execution's end once it has ended (through the `fire_ledger` view).
+pub(crate) fn fire_counts(conn: &Connection, job: &str) -> JournalResult<Vec<(FireState, u64)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT state, count(*) FROM fire_ledger WHERE job = ?1 GROUP BY state ORDER BY state",
+    )?;
+    let rows = statement
+        .query_map(params![job], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(state, count)| Ok((parse_state(&state)?, u64::try_from(count).unwrap_or(0))))
+        .collect()
+}
+
+/// The fire state an execution's status gives a started fire, with the reason to record;
+/// `None` while the execution has not ended.
+fn ended_state(status: Status) -> Option<(FireState, Option<&'static str>)> {
+    match status {
+        Status::Completed => Some((FireState::Completed, None)),
+        Status::Failed => Some((FireState::Failed, None)),
+        Status::Cancelled => Some((FireState::Skipped, Some(REASON_CANCELLED))),
+        _ => None,
+    }
+}
+
+/// Copies the end of every ended execution among a page or two of the job's unfinished fires
+/// into their rows; returns whether one of those it looked
+/// at has not ended, and the cursor to pass to the next call. A row with no execution (an
+/// old `pending` one) counts as unfinished.
+///
+/// The first page is always the oldest unfinished fires (so an earlier fire that still runs
+/// is seen). When it is full, a second page follows from `cursor` (a slot in epoch ms, or
+/// `i64::MIN`), and the cursor returned moves on past it, back to the start once a page comes
+/// up short: fires parked for good at the head (waiting, awaiting an operator) never hide
+/// the ends of the fires after them.
+pub(crate) fn copy_ends(
+    conn: &Connection,
+    job: &str,
+    now: &str,
+    cursor: i64,
+) -> JournalResult<(bool, i64)> {
+    let head = copy_page(conn, job, now, i64::MIN)?;
+    let Some(head_last) = head.full_through else {
+        return Ok((head.running, i64::MIN));
+    };
+    let more = copy_page(conn, job, now, cursor.max(head_last))?;
+    Ok((
+        head.running || more.running,
+        more.full_through.unwrap_or(i64::MIN),
+    ))
+}
+
+/// What [`copy_page`] saw.
+struct Page {
+    /// Whether a fire it looked at has not ended.
+    running: bool,
+    /// The last slot (epoch ms) of a full page; `None` when the page came up short.
+    full_through: Option<i64>,
+}
+
+/// [`copy_ends`] over one page: the oldest unfinished fires after the slot `after` (ms).
+fn copy_page(conn: &Connection, job: &str, now: &str, after: i64) -> JournalResult<Page> {
+    let mut statement = conn.prepare_cached(
+        "SELECT slot_ms, execution_id FROM fires
+         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms > ?3
+         ORDER BY slot_ms LIMIT ?2",
+    )?;
+    let unfinished = statement
+        .query_map(params![job, UNFINISHED_FIRES_SCANNED_MAX, after], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let full_through = (unfinished.len() >= UNFINISHED_FIRES_SCANNED_MAX as usize)
+        .then(|| unfinished.last().map(|(slot_ms, _)| *slot_ms))
+        .flatten();
+    let mut running = false;
+    for (slot_ms, execution_id) in unfinished {
+        let id = Uuid::parse_str(&execution_id).map_err(|error| {
+            JournalError::Inconsistent(format!("fires row of job {job:?}: {error}"))
+        })?;
+        let ended = execution_status(conn, id)?.and_then(ended_state);
+        let Some((state, reason)) = ended else {
+            running = true;
+            continue;
+        };
+        conn.prepare_cached(
+            "UPDATE fires SET state = ?3, reason = ?4, finished_at = ?5
+             WHERE job = ?1 AND slot_ms = ?2 AND state = 'running'",
+        )?
+        .execute(params![job, slot_ms, state.as_str(), reason, now])?;
+    }
+    Ok(Page {
+        running,
+        full_through,
     })
 }
 
@@ -254,168 +409,34 @@ pub(crate) fn record_skipped(
     Ok(inserted == 1)
 }
 
-/// Marks attempt `attempt` of a fire as started, and ends any wait for an operator (the fire
-/// is being driven again). `attempts` becomes the largest of its value, `attempt`, and the body
-/// calls the journal counted over the fire's steps (each guarded step counts its first call
-/// and every re-run after a crash).
-pub(crate) fn mark_running(
-    conn: &Connection,
-    fire: &Fire,
-    attempt: u32,
-    now: &str,
-) -> JournalResult<()> {
-    let body_calls = step_attempts_total(conn, fire.execution_id)?;
-    conn.prepare_cached(
-        "UPDATE fires SET state = 'running', awaiting_operator = 0,
-                          attempts = max(attempts, ?3, ?4),
-                          started_at = coalesce(started_at, ?5)
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
-    .execute(params![
-        fire.job.as_str(),
-        fire.slot.as_millis(),
-        attempt,
-        body_calls,
-        now
-    ])?;
-    Ok(())
-}
-
-/// Records a fire's final state, and its body calls as [`mark_running`] counts them. A row
-/// already final is left as it is.
-pub(crate) fn mark_finished(
-    conn: &Connection,
-    fire: &Fire,
-    state: FireState,
-    reason: Option<&str>,
-    now: &str,
-) -> JournalResult<()> {
-    debug_assert!(state.is_final());
-    let body_calls = step_attempts_total(conn, fire.execution_id)?;
-    conn.prepare_cached(
-        "UPDATE fires SET state = ?3, reason = ?4, finished_at = ?5, awaiting_operator = 0,
-                          attempts = max(attempts, ?6)
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
-    .execute(params![
-        fire.job.as_str(),
-        fire.slot.as_millis(),
-        state.as_str(),
-        reason,
-        now,
-        body_calls
-    ])?;
-    Ok(())
-}
-
-/// Marks an unfinished fire as waiting for an operator (an ambiguous body the policy will not
-/// decide), with the reason. Recovery passes it over until its intent is resolved.
-pub(crate) fn await_operator(conn: &Connection, fire: &Fire, reason: &str) -> JournalResult<()> {
-    let body_calls = step_attempts_total(conn, fire.execution_id)?;
-    conn.prepare_cached(
-        "UPDATE fires SET reason = ?3, awaiting_operator = 1, attempts = max(attempts, ?4)
-         WHERE job = ?1 AND slot_ms = ?2 AND state IN ('pending', 'running')",
-    )?
-    .execute(params![
-        fire.job.as_str(),
-        fire.slot.as_millis(),
-        reason,
-        body_calls
-    ])?;
-    Ok(())
-}
-
-/// One page of the job's unfinished fires that recovery may resume: oldest first, after the
-/// keyset cursor `after` (epoch milliseconds), at most [`UNFINISHED_FIRES_SCANNED_MAX`]. Each
-/// comes with whether a live holder has its execution locked.
-///
-/// A fire waiting for an operator is passed over and does not count toward the page: its last
-/// drive met an ambiguous step (`Error::Ambiguous`: policy `Fail`, or `Retry` past the
-/// journal's crash bound) and that step is still in the ambiguous window. `durably resolve`
-/// completes or removes the intent, which ends the wait. A page shorter than the maximum is
-/// the last one.
-pub(crate) fn recoverable(
-    conn: &Connection,
-    judge: &Judge,
-    job: &JobId,
-    after: Option<i64>,
-) -> JournalResult<Vec<(Fire, bool)>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT slot_ms, awaiting_operator FROM fires
-         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms > ?2
-         ORDER BY slot_ms",
-    )?;
-    let mut rows = statement.query(params![job.as_str(), after.unwrap_or(i64::MIN)])?;
-    let mut fires = Vec::new();
-    while fires.len() < UNFINISHED_FIRES_SCANNED_MAX as usize {
-        let Some(row) = rows.next()? else {
-            break;
-        };
-        let slot_ms: i64 = row.get(0)?;
-        let awaiting_operator: bool = row.get(1)?;
-        let slot = Slot::from_millis(slot_ms)
-            .map_err(|error| JournalError::Inconsistent(format!("fires row of {job}: {error}")))?;
-        let fire = Fire::new(job, slot);
-        if awaiting_operator && ambiguous_step_exists(conn, fire.execution_id)? {
-            continue;
-        }
-        let held = held_live(conn, judge, &fire.execution_id.to_string())?;
-        fires.push((fire, held));
-    }
-    Ok(fires)
-}
-
-fn held_live(conn: &Connection, judge: &Judge, execution_id: &str) -> JournalResult<bool> {
-    Ok(
-        match durably_lock::read(conn, execution_id)?.and_then(|row| row.holder) {
-            None => false,
-            Some(holder) => !judge.judge(&holder).is_dead(),
-        },
-    )
-}
-
-/// Whether a live holder is running an unfinished fire of the job other than the one at
-/// `except`. Not capped: every unfinished fire's lock row is read, and every held one judged,
-/// until a live one is found (a fire with a free lock, such as one waiting for an operator,
-/// costs no judgement).
-fn live_unfinished_exists(
-    conn: &Connection,
-    judge: &Judge,
-    job: &str,
-    except: Slot,
-) -> JournalResult<bool> {
-    let mut statement = conn.prepare_cached(
-        "SELECT execution_id FROM fires
-         WHERE job = ?1 AND state IN ('pending', 'running') AND slot_ms <> ?2
-         ORDER BY slot_ms",
-    )?;
-    let unfinished = statement
-        .query_map(params![job, except.as_millis()], |row| {
-            row.get::<_, String>(0)
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    for execution_id in unfinished {
-        if held_live(conn, judge, &execution_id)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// A fire's state and attempts.
+/// A fire's state as of now, and its attempts: a started fire whose execution has ended has
+/// that end, even before [`copy_ends`] copied it into the row.
 pub(crate) fn fire_state(
     conn: &Connection,
     job: &str,
     slot: Slot,
 ) -> JournalResult<Option<(FireState, u32)>> {
-    let row: Option<(String, i64)> = conn
-        .prepare_cached("SELECT state, attempts FROM fires WHERE job = ?1 AND slot_ms = ?2")?
+    let row: Option<(String, i64, String)> = conn
+        .prepare_cached(
+            "SELECT state, attempts, execution_id FROM fires WHERE job = ?1 AND slot_ms = ?2",
+        )?
         .query_row(params![job, slot.as_millis()], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
-    row.map(|(state, attempts)| Ok((parse_state(&state)?, u32::try_from(attempts).unwrap_or(0))))
-        .transpose()
+    let Some((state, attempts, execution_id)) = row else {
+        return Ok(None);
+    };
+    let mut state = parse_state(&state)?;
+    if state == FireState::Running {
+        let id = Uuid::parse_str(&execution_id).map_err(|error| {
+            JournalError::Inconsistent(format!("fires row of job {job:?}: {error}"))
+        })?;
+        if let Some((ended, _)) = execution_status(conn, id)?.and_then(ended_state) {
+            state = ended;
+        }
+    }
+    Ok(Some((state, u32::try_from(attempts).unwrap_or(0))))
 }
 
 fn parse_state(word: &str) -> JournalResult<FireState> {

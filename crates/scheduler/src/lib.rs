@@ -9,37 +9,54 @@
 //! - A [`Schedule`] is a fixed interval through an anchor, or a cron expression in an IANA time
 //!   zone.
 //! - [`due_slots`] decides, under a [`CatchUp`] policy, which slots to fire after downtime.
-//! - A [`Job`] adds the policies and the body; a [`Scheduler`] registers jobs, fires one slot
-//!   ([`Scheduler::fire`]) and runs the loop ([`Scheduler::run`]). The slot ledger (tables
-//!   `jobs`, `fires` and `skipped_slots`) lives in the journal's own database; this crate owns
-//!   it, and building a `Scheduler` creates or migrates it.
+//! - A [`Job`] adds the policies and names a **registered workflow** (a kind served by the
+//!   runtime, `durably-runtime`): each fire starts an execution of that kind with id
+//!   `fire_id(job, slot)` and a [`Fire`] (the job and the slot) as input. The workflow has the
+//!   whole `WorkflowContext`: many steps, timers, messages. It runs in any runtime process
+//!   serving the kind, under the runtime's queues, limits and crash recovery, and a crash in a
+//!   fire follows the workflow's own step policies.
+//! - A [`Scheduler`] registers jobs, fires one slot ([`Scheduler::fire`]) and runs the loop
+//!   ([`Scheduler::run`]); it also manages every job in the file: list, pause, resume, trigger
+//!   now, backfill ([`Scheduler::schedules`]). The slot ledger (tables `jobs`, `fires` and
+//!   `skipped_slots`) lives in the journal's own database; this crate owns it, and building a
+//!   `Scheduler` creates or migrates it. A fire's ledger row and its execution's start commit
+//!   in one transaction, so each slot starts once across processes.
 //!
-//! Firing a slot runs the body once; firing it again replays the recorded outcome:
+//! Firing a slot starts its execution once; firing it again finds it:
 //!
 //! ```
 //! use std::time::Duration;
 //!
-//! use durably_scheduler::{FireOutcome, FireState, Job, Journal, Scheduler, Slot};
+//! use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
+//! use durably_scheduler::{Fire, FireOutcome, FireState, Job, Journal, Scheduler, Slot};
+//!
+//! async fn sync(ctx: WorkflowContext, fire: Fire) -> Result<String, WorkflowError> {
+//!     // Hand the fire id to the remote side to deduplicate on.
+//!     let id = fire.execution_id();
+//!     let synced = ctx.pure("sync", || async move { Ok(format!("synced {id}")) }).await?;
+//!     Ok(synced)
+//! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
-//! let scheduler = Scheduler::new(Journal::open(dir.path().join("journal.db"))?).await?;
+//! let journal = Journal::open(dir.path().join("journal.db"))?;
+//! let runtime = Runtime::builder(journal).register("sync", 1, sync).start().await?;
+//! let scheduler = Scheduler::new((*runtime).clone()).await?;
 //! let job = Job::builder("hourly-sync")
 //!     .interval(Duration::from_hours(1), 0)
-//!     .body(|fire| async move {
-//!         // Hand `fire.execution_id` (the fire id) to the remote side to deduplicate on.
-//!         Ok(serde_json::json!({ "synced_slot": fire.slot.to_rfc3339() }))
-//!     })
+//!     .workflow("sync")
 //!     .build()?;
 //! let id = job.id().clone();
 //! let _ = scheduler.register(job).await?;
 //!
 //! let slot = Slot::from_millis(1_767_225_600_000)?; // 2026-01-01T00:00:00.000Z
 //! let first = scheduler.fire(&id, slot).await?;
-//! assert!(matches!(first, FireOutcome::Ran { attempts: 1, .. }));
+//! assert!(matches!(first, FireOutcome::Started { .. }));
+//! let output: String = runtime.handle(first.execution_id()).result().await?;
+//! assert!(output.starts_with("synced"));
 //! let second = scheduler.fire(&id, slot).await?;
-//! assert!(matches!(second, FireOutcome::Replayed { state: FireState::Completed, .. }));
+//! assert!(matches!(second, FireOutcome::Existing { state: FireState::Completed, .. }));
 //! assert_eq!(first.execution_id(), second.execution_id());
 //! # Ok(())
 //! # }
@@ -85,6 +102,7 @@ mod fire_id;
 mod job;
 mod job_id;
 mod ledger;
+mod manage;
 mod outcome;
 mod run;
 mod schedule;
@@ -96,21 +114,16 @@ pub use catch_up::{
     SKIPPED_SLOTS_COUNTED_MAX, SkippedSlots, SlotCount, due_slots,
 };
 pub use error::{Error, Result};
-pub use fire_id::fire_id;
-pub use job::{
-    FIRE_ATTEMPTS_MAX, FIRE_BACKOFF_MAX, FIRE_RETRY_DEFAULT, FireBody, FireContext, FireFuture,
-    Job, JobBuilder,
-};
+pub use fire_id::{Fire, fire_id};
+pub use job::{Job, JobBuilder};
 pub use job_id::{JOB_ID_BYTES_MAX, JobId};
+pub use manage::{BACKFILL_SLOTS_MAX, JobSummary};
 pub use outcome::{FireOutcome, FireReport, FireState, PassReport, Registration};
 pub use schedule::{
     CRON_EXPR_BYTES_MAX, CronSchedule, INTERVAL_MILLIS_MAX, IntervalSchedule, Schedule,
 };
-pub use scheduler::{
-    EXECUTION_KIND, FIRE_STEP_NAME, SHUTDOWN_GRACE_DEFAULT, Scheduler, SchedulerBuilder,
-    TICK_MAX_DEFAULT,
-};
+pub use scheduler::{Scheduler, SchedulerBuilder, TICK_MAX_DEFAULT};
 pub use slot::{SLOT_MILLIS_MAX, SLOT_MILLIS_MIN, Slot};
 
-/// Re-exported so a job's ambiguity policy, retries and body errors name the journal's types.
-pub use durably_journal::{Journal, Policy, RetryPolicy, StepError};
+/// Re-exported so a scheduler's setup names the journal it works on.
+pub use durably_journal::Journal;

@@ -2,7 +2,6 @@
 
 use std::fmt;
 
-use durably_journal::StepError;
 use uuid::Uuid;
 
 use crate::catch_up::SkippedSlots;
@@ -12,16 +11,18 @@ use crate::slot::Slot;
 /// The state of a fire in the `fires` ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FireState {
-    /// Registered, not yet opened.
+    /// Registered by a scheduler from before fires were workflows, and never opened; the
+    /// next loop pass starts it.
     Pending,
-    /// Opened and being driven, or abandoned by a crashed process until it is resumed.
+    /// Its execution was started and has not ended: queued, running, parked, or crashed and
+    /// waiting for the runtime's recovery.
     Running,
-    /// The body ran and its result is recorded.
+    /// Its execution completed.
     Completed,
-    /// Every attempt failed.
+    /// Its execution failed.
     Failed,
-    /// Not run: the previous fire still ran, the body was left ambiguous by a crash and its
-    /// policy is Skip, or an operator cancelled the execution.
+    /// Not run: the previous fire still ran (overlap policy Skip), or an operator cancelled
+    /// its execution.
     Skipped,
 }
 
@@ -61,52 +62,32 @@ impl fmt::Display for FireState {
     }
 }
 
-/// What one call to [`Scheduler::fire`](crate::Scheduler::fire) did. Only [`FireOutcome::Ran`]
-/// and [`FireOutcome::Failed`] mean this call ran the body; the others ran nothing.
-#[must_use = "a fire may have been replayed, skipped or held by another process"]
-#[derive(Debug, Clone, PartialEq)]
+/// What deciding one fire did ([`Scheduler::fire`](crate::Scheduler::fire), a loop pass, a
+/// trigger or a backfill). Only [`FireOutcome::Started`] means this call started an execution.
+#[must_use = "a fire may have been started before, or skipped"]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FireOutcome {
-    /// This call ran the body (or resumed it after a crash) and it succeeded.
-    Ran {
+    /// This call started the fire's execution (its workflow runs in the runtime), and
+    /// recorded the fire, in one transaction.
+    Started {
         /// The fire id.
         execution_id: Uuid,
-        /// The body's value.
-        output: serde_json::Value,
-        /// Attempts the fire took, from 1.
-        attempts: u32,
-        /// Whether this call resumed a fire that an earlier run had started.
-        resumed: bool,
     },
-    /// The fire had already finished (here or in another process); nothing ran.
-    Replayed {
+    /// The fire was started or decided before (here or in another process); nothing was
+    /// started.
+    Existing {
         /// The fire id.
         execution_id: Uuid,
-        /// How it had finished.
+        /// Its state as of now.
         state: FireState,
     },
-    /// Another live process (or another scheduler in this one) is running the fire now.
-    LockedBy {
-        /// The fire id.
-        execution_id: Uuid,
-        /// The holder's pid.
-        pid: i64,
-    },
-    /// This call decided not to run the fire, and recorded why.
+    /// This call recorded the fire as skipped, and started nothing.
     Skipped {
         /// The fire id.
         execution_id: Uuid,
         /// Why, in words (as stored in `fires.reason`).
         reason: String,
-    },
-    /// This call ran the body and every attempt failed; the fire is recorded as failed.
-    Failed {
-        /// The fire id.
-        execution_id: Uuid,
-        /// The last attempt's error.
-        error: StepError,
-        /// Attempts made, from 1.
-        attempts: u32,
     },
 }
 
@@ -114,17 +95,15 @@ impl FireOutcome {
     /// The fire id.
     pub fn execution_id(&self) -> Uuid {
         match self {
-            Self::Ran { execution_id, .. }
-            | Self::Replayed { execution_id, .. }
-            | Self::LockedBy { execution_id, .. }
-            | Self::Skipped { execution_id, .. }
-            | Self::Failed { execution_id, .. } => *execution_id,
+            Self::Started { execution_id }
+            | Self::Existing { execution_id, .. }
+            | Self::Skipped { execution_id, .. } => *execution_id,
         }
     }
 
-    /// Whether this call ran the body (successfully or not).
-    pub fn ran_here(&self) -> bool {
-        matches!(self, Self::Ran { .. } | Self::Failed { .. })
+    /// Whether this call started the fire's execution.
+    pub fn started_here(&self) -> bool {
+        matches!(self, Self::Started { .. })
     }
 }
 
@@ -140,8 +119,8 @@ pub enum Registration {
         last_handled: Option<Slot>,
     },
     /// The job was known with another definition, now replaced. Slots up to `last_handled`
-    /// are never fired again; fires already registered keep their execution ids and finish
-    /// under the new body; later slots follow the new schedule.
+    /// are never fired again; fires already started keep their executions; later slots follow
+    /// the new schedule and start the new workflow.
     Changed {
         /// The definition it had (JSON).
         previous_definition: String,
@@ -151,7 +130,7 @@ pub enum Registration {
 }
 
 /// One fire made by a loop pass.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FireReport {
     /// The job.
     pub job: JobId,
@@ -162,9 +141,9 @@ pub struct FireReport {
 }
 
 /// What one pass of the loop did ([`Scheduler::run_once`](crate::Scheduler::run_once)).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassReport {
-    /// Fires this pass made, resumed ones included, in the order they finished.
+    /// Fires this pass decided: started, found started before, or recorded skipped.
     pub fires: Vec<FireReport>,
     /// Runs of missed slots this pass recorded as skipped, by job.
     pub skipped: Vec<(JobId, SkippedSlots)>,
@@ -173,11 +152,11 @@ pub struct PassReport {
 }
 
 impl PassReport {
-    /// The slots whose body ran in this pass (not replayed, locked or skipped).
-    pub fn ran(&self) -> Vec<(JobId, Slot)> {
+    /// The slots whose execution this pass started (not found started before, or skipped).
+    pub fn started(&self) -> Vec<(JobId, Slot)> {
         self.fires
             .iter()
-            .filter(|fire| fire.outcome.ran_here())
+            .filter(|fire| fire.outcome.started_here())
             .map(|fire| (fire.job.clone(), fire.slot))
             .collect()
     }

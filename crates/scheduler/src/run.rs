@@ -1,118 +1,93 @@
-//! The fire loop: passes over the registered jobs, each one resuming abandoned fires, deciding
-//! the due slots from the stored high-water mark, registering them and running them.
+//! The fire loop: passes over the registered jobs, each one deciding the due slots from the
+//! stored high-water mark and starting them (or recording them skipped) in one transaction.
 //!
-//! Invariant: the loop registers a slot only if it lies after the job's high-water mark as read
-//! inside the registering transaction, and raises the mark in that same transaction. So a
-//! clock moved backward, or a second scheduler process, never gets a slot registered twice.
+//! Invariant: the loop starts a slot only if it lies after the job's high-water mark as read
+//! inside the starting transaction, and raises the mark in that same transaction. So a clock
+//! moved backward, or a second scheduler process, never gets a slot started twice. A paused
+//! job's mark is left alone, so on resume its catch-up policy decides what it missed.
+//!
+//! The loop runs no workflow code: a fire is an execution of the job's registered workflow,
+//! run, resumed after a crash and retried by whatever runtime process serves its kind.
 
 use std::future::Future;
+use std::ops::DerefMut;
 use std::pin::Pin;
+use std::task::{Context, Waker};
 
-use tokio::task::JoinSet;
+use durably_journal::Result as JournalResult;
+use rusqlite::Connection;
 
-use crate::catch_up::{CatchUp, Overlap, SkippedSlots, due_slots};
-use crate::drive::early_outcome;
-use crate::error::{Error, Result};
+use crate::catch_up::{CatchUp, DueSlots, Overlap, SkippedSlots, due_slots};
+use crate::drive::{ReadyFire, Refusal, decide_in};
+use crate::error::Result;
 use crate::fire_id::Fire;
 use crate::job::Job;
-use crate::job_id::JobId;
-use crate::ledger::{self, Registered};
+use crate::ledger::{self, REASON_OVERLAP};
 use crate::outcome::{FireOutcome, FireReport, PassReport};
-use crate::schedule::Schedule;
-use crate::scheduler::{InFlight, Scheduler};
+use crate::scheduler::{Scheduler, lock};
 use crate::slot::Slot;
 
-/// One unit of work a pass hands out: fires run one after another.
-type FireTask = Pin<Box<dyn Future<Output = Vec<TaskResult>> + Send>>;
+/// The most old `pending` fires (registered by a scheduler from before fires were workflows,
+/// never opened) one pass starts for a job.
+const PENDING_FIRES_STARTED_MAX: u32 = 100;
 
-type TaskResult = (JobId, Slot, Result<FireOutcome>);
-
-/// What the registering transaction of one job decided.
+/// What the starting transaction of one job decided.
+#[derive(Default)]
 struct Planned {
-    registered: Vec<(Fire, Registered)>,
+    fires: Vec<(Slot, FireOutcome)>,
     skipped: Option<SkippedSlots>,
     next: Option<Slot>,
+    /// Where the next copy of ended fires pages on, when this transaction copied.
+    copy_cursor: Option<i64>,
 }
 
-/// What planning one job found.
-struct JobPlan {
-    tasks: Vec<FireTask>,
-    next: Option<Slot>,
+/// What the starting transaction found.
+enum Decided {
+    Planned(Planned),
+    /// The mark moved, or the job was paused, between the read that prepared the starts and
+    /// the transaction: nothing was written; the next pass decides again.
+    Stale,
 }
 
 impl Scheduler {
-    /// Runs one pass of the loop and waits for the fires it started: resumes the abandoned
-    /// fires of every registered job, then fires the due slots. Handy for tests with an
-    /// injected clock, and for programs that drive their own timing.
+    /// Runs one pass of the loop: starts (or records skipped) the due slots of every registered
+    /// job that is not paused. Handy for tests with an injected clock, and for programs that
+    /// drive their own timing. The fires' workflows run in the runtime, not in this call.
     pub async fn run_once(&self) -> PassReport {
         let mut report = PassReport::default();
-        let (tasks, _) = self.plan_pass(&mut report).await;
-        let mut running = JoinSet::new();
-        for task in tasks {
-            running.spawn(task);
-        }
-        while let Some(joined) = running.join_next().await {
-            collect(&mut report, joined);
-        }
+        self.pass(&mut report, || false).await;
         report
     }
 
-    /// Runs the loop until `shutdown` completes.
+    /// Runs the loop until `shutdown` completes: each pass starts the due slots, then the loop
+    /// sleeps until the next due slot, but never longer than the configured `tick_max`, so a
+    /// wall-clock jump (or a resumed job) is noticed quickly. A pass that fails for one job
+    /// (the database busy, say) is logged and retried on the next pass. Fires already started
+    /// keep running in the runtime after shutdown.
     ///
-    /// Each pass resumes abandoned fires, fires the due slots (concurrently for jobs with
-    /// [`Overlap::Allow`], one after another for [`Overlap::Skip`]) and records missed slots
-    /// as skipped; then the loop sleeps until the next due slot, but never longer than the
-    /// configured `tick_max`, so a wall-clock jump is noticed quickly. A pass that fails for
-    /// one job (the database busy, say) is logged and retried on the next pass.
-    ///
-    /// On shutdown no new fire starts: a sequence of fires stops before its next fire (left
-    /// `pending`), and a failing fire makes no further attempt (left `running`); bodies can
-    /// watch [`FireContext::shutting_down`](crate::FireContext::shutting_down). Running fires
-    /// get the shutdown grace to finish; any still running then is dropped, leaving its
-    /// execution running in the journal. The next scheduler pass resumes all of them.
+    /// Once `shutdown` has completed the loop starts no fire: a pass looks at it before each
+    /// job's starting transaction and stops there, leaving the remaining slots to the next
+    /// scheduler pass; a `shutdown` complete before the call starts nothing at all.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        self.inner.shutdown.clear();
         tokio::pin!(shutdown);
-        let mut running = JoinSet::new();
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                () = std::future::ready(()) => {}
-            }
+        let mut shutdown = Shutdown {
+            future: shutdown,
+            done: false,
+        };
+        while !shutdown.poll_now() {
             let mut report = PassReport::default();
-            let (tasks, next) = self.plan_pass(&mut report).await;
+            let next = self.pass(&mut report, || shutdown.poll_now()).await;
             log_pass(&report);
-            for task in tasks {
-                running.spawn(task);
-            }
-            while let Some(joined) = running.try_join_next() {
-                log_pass(&collect_one(joined));
+            if shutdown.done {
+                break;
             }
             let wait = self.wait_until(next);
             tokio::select! {
                 biased;
-                () = &mut shutdown => break,
+                () = shutdown.wait() => break,
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        self.inner.shutdown.set();
-        let grace = self.inner.shutdown_grace;
-        let drain = async {
-            while let Some(joined) = running.join_next().await {
-                log_pass(&collect_one(joined));
-            }
-        };
-        if tokio::time::timeout(grace, drain).await.is_err() {
-            tracing::warn!(
-                fires = running.len(),
-                "fires still running after the shutdown grace were dropped; they stay resumable"
-            );
-            running.abort_all();
-            while running.join_next().await.is_some() {}
-        }
-        // Every fire of this run has returned: explicit fires made later may run again.
-        self.inner.shutdown.clear();
     }
 
     /// How long to sleep before the next pass.
@@ -126,19 +101,27 @@ impl Scheduler {
         std::time::Duration::from_millis(until_ms.max(1)).min(tick_max)
     }
 
-    /// Plans every job; returns the fire tasks and the earliest next slot.
-    async fn plan_pass(&self, report: &mut PassReport) -> (Vec<FireTask>, Option<Slot>) {
-        let jobs: Vec<Job> = crate::scheduler::lock(&self.inner.jobs)
-            .values()
-            .cloned()
-            .collect();
-        let mut tasks = Vec::new();
+    /// Plans every job, stopping before the next one once `stop` says so; returns the earliest
+    /// next slot.
+    async fn pass(&self, report: &mut PassReport, mut stop: impl FnMut() -> bool) -> Option<Slot> {
         let mut next: Option<Slot> = None;
-        for job in jobs {
-            match self.plan_job(&job, report).await {
-                Ok(plan) => {
-                    tasks.extend(plan.tasks);
-                    next = match (next, plan.next) {
+        for job in self.jobs() {
+            if stop() {
+                break;
+            }
+            match self.start_due(&job).await {
+                Ok(planned) => {
+                    if let Some(skipped) = planned.skipped {
+                        report.skipped.push((job.id.clone(), skipped));
+                    }
+                    report
+                        .fires
+                        .extend(planned.fires.into_iter().map(|(slot, outcome)| FireReport {
+                            job: job.id.clone(),
+                            slot,
+                            outcome,
+                        }));
+                    next = match (next, planned.next) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
@@ -149,227 +132,182 @@ impl Scheduler {
                 }
             }
         }
-        (tasks, next)
+        next
     }
 
-    async fn plan_job(&self, job: &Job, report: &mut PassReport) -> Result<JobPlan> {
-        // The overlap check counts the fires this scheduler drives from earlier passes, taken
-        // before recovery enters its own: under `Overlap::Skip` the resumed fires and the new
-        // ones run in one sequence below, so they cannot overlap each other.
-        let running_before = self.running_here(&job.id, None);
-        let recovered = self.recoverable(job)?;
+    /// Reads the mark, prepares the starts of the due slots (and of old `pending` fires), then
+    /// decides them in one writer transaction that re-reads the mark and the paused flag: if
+    /// either changed, nothing is written and the next pass decides again.
+    async fn start_due(&self, job: &Job) -> Result<Planned> {
         let now = Slot::from_datetime(self.inner.clock.now())?;
-        let planned = self.register_due(job, now, running_before).await?;
-        if let Some(skipped) = planned.skipped {
-            report.skipped.push((job.id.clone(), skipped));
+        let id = job.id.to_string();
+        let (paused, mark, pending) = self.inner.journal.read(|conn| {
+            Ok((
+                ledger::paused(conn, &id)?.unwrap_or(false),
+                ledger::high_water_mark(conn, &id)?,
+                ledger::pending_slots(conn, &id, PENDING_FIRES_STARTED_MAX)?,
+            ))
+        })?;
+        if paused {
+            return Ok(Planned::default());
         }
-        let mut to_run = Vec::new();
-        for (fire, registered) in planned.registered {
-            let guard = self.enter(&job.id, fire.slot);
-            if let Some(outcome) = early_outcome(&fire, &registered) {
-                if matches!(outcome, FireOutcome::Skipped { .. }) {
-                    report.fires.push(FireReport {
-                        job: fire.job,
-                        slot: fire.slot,
-                        outcome,
-                    });
-                }
-            } else if registered == Registered::New {
-                to_run.push((fire, guard));
-            }
-        }
-        let mut tasks = Vec::new();
-        match job.overlap {
-            Overlap::Skip => {
-                let mut fires = recovered;
-                fires.extend(to_run);
-                if !fires.is_empty() {
-                    tasks.push(self.sequential_task(job, fires));
-                }
-            }
-            Overlap::Allow => {
-                if !recovered.is_empty() {
-                    tasks.push(self.sequential_task(job, recovered));
-                }
-                for fire in to_run {
-                    tasks.push(self.sequential_task(job, vec![fire]));
-                }
-            }
-        }
-        Ok(JobPlan {
-            tasks,
-            next: planned.next,
-        })
-    }
-
-    /// In one writer transaction: reads the high-water mark, decides the due slots from it
-    /// ([`due_slots`] is pure and bounded), records the skipped run, registers the due slots
-    /// and raises the mark to `handled_through`. Deciding inside the transaction means two
-    /// processes planning at once never act on a stale mark: the second sees the first's mark
-    /// and decides only the slots after it.
-    async fn register_due(&self, job: &Job, now: Slot, running_before: bool) -> Result<Planned> {
-        let overlap_skip = (job.overlap == Overlap::Skip).then_some(running_before);
-        let judge = self.inner.journal.locker().judge().clone();
-        let (id, now_text) = (job.id.to_string(), self.now_text());
-        let reason = skip_reason(&job.catch_up);
-        let (job_id, schedule, catch_up): (JobId, Schedule, CatchUp) =
-            (job.id.clone(), job.schedule.clone(), job.catch_up);
-        let planned = self
-            .inner
-            .journal
-            .write(move |conn| {
-                let mark = match ledger::high_water_mark(conn, &id)?.map(Slot::from_millis) {
-                    None => None,
-                    Some(Ok(mark)) => Some(mark),
-                    Some(Err(error)) => return Ok(Err(error)),
-                };
-                let due = match due_slots(&schedule, mark, now, &catch_up) {
-                    Ok(due) => due,
-                    Err(error) => return Ok(Err(error)),
-                };
-                let mut planned = Planned {
-                    registered: Vec::with_capacity(due.fire.len()),
-                    skipped: None,
-                    next: due.next,
-                };
-                if due.handled_through == mark && due.skipped.is_none() && due.fire.is_empty() {
-                    return Ok(Ok(planned));
-                }
-                if let Some(run) = &due.skipped
-                    && ledger::record_skipped(conn, &id, run, reason, &now_text)?
-                {
-                    planned.skipped = Some(*run);
-                }
-                for slot in due.fire {
-                    let fire = Fire::new(&job_id, slot);
-                    let registration = ledger::FireRegistration {
-                        fire: &fire,
-                        now: &now_text,
-                        above_mark_only: true,
-                        overlap_skip,
-                        mark_after: None,
-                        raise_from_unset: false,
-                    };
-                    let registered = ledger::register_fire(conn, &judge, &registration)?;
-                    planned.registered.push((fire, registered));
-                }
-                if let Some(handled) = due.handled_through {
-                    ledger::raise_mark(conn, &id, handled)?;
-                }
-                Ok(Ok(planned))
-            })
-            .await??;
-        Ok(planned)
-    }
-
-    /// The job's fires that no live process drives (crash recovery), entered as driven here.
-    /// The journal replays each; the job's policy decides an ambiguous body. Fires waiting for
-    /// an operator are left out (see [`ledger::recoverable`]); the scan reads one page per
-    /// pass and resumes after it on the next, so any number of stuck fires cannot hide a newer
-    /// abandoned one.
-    fn recoverable(&self, job: &Job) -> Result<Vec<(Fire, InFlight)>> {
-        let judge = self.inner.journal.locker().judge().clone();
-        let after = crate::scheduler::lock(&self.inner.recovery_cursor)
-            .get(&job.id)
-            .copied();
-        let page = self
-            .inner
-            .journal
-            .read(|conn| ledger::recoverable(conn, &judge, &job.id, after))?;
-        {
-            let mut cursor = crate::scheduler::lock(&self.inner.recovery_cursor);
-            match page.last() {
-                Some((fire, _)) if page.len() >= ledger::UNFINISHED_FIRES_SCANNED_MAX as usize => {
-                    cursor.insert(job.id.clone(), fire.slot.as_millis());
-                }
-                // The last page: start from the oldest again next pass.
-                _ => {
-                    cursor.remove(&job.id);
-                }
-            }
-        }
-        let abandoned: Vec<(Fire, InFlight)> = page
+        let mark = mark.map(Slot::from_millis).transpose()?;
+        let due = due_slots(&job.schedule, mark, now, &job.catch_up)?;
+        let ready = due
+            .fire
+            .iter()
+            .map(|slot| self.ready(job, Fire::new(&job.id, *slot)))
+            .collect::<Result<Vec<ReadyFire>>>()?;
+        let pending = pending
             .into_iter()
-            .filter(|(fire, held_live)| !held_live && !self.is_in_flight(&job.id, fire.slot))
-            .map(|(fire, _)| {
-                let guard = self.enter(&job.id, fire.slot);
-                (fire, guard)
-            })
-            .collect();
-        if !abandoned.is_empty() {
-            tracing::info!(job = %job.id, fires = abandoned.len(), "resuming abandoned fires");
+            .map(|ms| self.ready(job, Fire::new(&job.id, Slot::from_millis(ms)?)))
+            .collect::<Result<Vec<ReadyFire>>>()?;
+        if ready.is_empty()
+            && pending.is_empty()
+            && due.skipped.is_none()
+            && due.handled_through == mark
+        {
+            return Ok(Planned {
+                next: due.next,
+                ..Planned::default()
+            });
         }
-        Ok(abandoned)
+        let copy_cursor = lock(&self.inner.copy_cursors)
+            .get(&job.id)
+            .copied()
+            .unwrap_or(i64::MIN);
+        let plan = DuePlan {
+            job: job.clone(),
+            mark,
+            copy_cursor,
+            due,
+            pending,
+            ready,
+        };
+        let (now_text, refusal) = (self.now_text(), Refusal::default());
+        let rolled_back = refusal.clone();
+        let decided = self
+            .inner
+            .journal
+            .write(move |conn| plan.decide_in(conn, &now_text, &refusal))
+            .await
+            .map_err(|error| rolled_back.explain(error))?;
+        fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
+        ));
+        Ok(match decided {
+            Decided::Planned(planned) => {
+                if let Some(cursor) = planned.copy_cursor {
+                    lock(&self.inner.copy_cursors).insert(job.id.clone(), cursor);
+                }
+                planned
+            }
+            Decided::Stale => Planned::default(),
+        })
+    }
+}
+
+/// The loop's shutdown future, and whether it has completed (it is never polled again then).
+struct Shutdown<F> {
+    future: Pin<F>,
+    done: bool,
+}
+
+impl<F: DerefMut<Target: Future<Output = ()>>> Shutdown<F> {
+    /// Whether the future has completed, polling it once without registering for a wake-up
+    /// if it had not yet.
+    fn poll_now(&mut self) -> bool {
+        if !self.done {
+            let mut context = Context::from_waker(Waker::noop());
+            self.done = self.future.as_mut().poll(&mut context).is_ready();
+        }
+        self.done
     }
 
-    fn sequential_task(&self, job: &Job, fires: Vec<(Fire, InFlight)>) -> FireTask {
-        let (scheduler, job) = (self.clone(), job.clone());
-        Box::pin(async move {
-            let mut results = Vec::with_capacity(fires.len());
-            for (fire, guard) in fires {
-                // Shutdown starts no new fire: the rest stay `pending` (or as they were) in
-                // the ledger, and the next pass, here or elsewhere, resumes them.
-                if scheduler.inner.shutdown.is_set() {
-                    tracing::info!(
-                        job = %job.id,
-                        slot = %fire.slot,
-                        "shutting down: fire left for the next pass"
-                    );
-                    break;
-                }
-                let slot = fire.slot;
-                let outcome = scheduler.drive(&job, fire, guard).await;
-                results.push((job.id.clone(), slot, outcome));
-            }
-            results
-        })
+    /// Completes when the future does.
+    async fn wait(&mut self) {
+        if !self.done {
+            self.future.as_mut().await;
+            self.done = true;
+        }
+    }
+}
+
+/// What a pass read and prepared for one job, to decide in its writer transaction.
+struct DuePlan {
+    job: Job,
+    /// The high-water mark the due slots were computed from.
+    mark: Option<Slot>,
+    /// Where the copy of ended fires pages on.
+    copy_cursor: i64,
+    due: DueSlots,
+    /// Old `pending` fires, ready to start.
+    pending: Vec<ReadyFire>,
+    /// The due slots' fires, ready to start.
+    ready: Vec<ReadyFire>,
+}
+
+impl DuePlan {
+    /// The starting transaction: nothing is written if the mark moved or the job was paused
+    /// since the read.
+    fn decide_in(
+        &self,
+        conn: &Connection,
+        now_text: &str,
+        refusal: &Refusal,
+    ) -> JournalResult<Decided> {
+        let (job, due) = (&self.job, &self.due);
+        let id = job.id.as_str();
+        let mark_now = ledger::high_water_mark(conn, id)?;
+        if ledger::paused(conn, id)? != Some(false) || mark_now != self.mark.map(Slot::as_millis) {
+            return Ok(Decided::Stale);
+        }
+        let mut planned = Planned {
+            next: due.next,
+            ..Planned::default()
+        };
+        for old in &self.pending {
+            let outcome = decide_in(conn, old, None, now_text, refusal)?;
+            planned.fires.push((old.fire.slot, outcome));
+        }
+        if let Some(run) = &due.skipped
+            && ledger::record_skipped(conn, id, run, skip_reason(&job.catch_up), now_text)?
+        {
+            planned.skipped = Some(*run);
+        }
+        // The overlap check looks at fires started before the due slots (and copies the ends
+        // of those that ended): the slots of one catch-up are decided together.
+        let (running, copy_cursor) = ledger::copy_ends(conn, id, now_text, self.copy_cursor)?;
+        planned.copy_cursor = Some(copy_cursor);
+        let skip = (job.overlap == Overlap::Skip && running).then_some(REASON_OVERLAP);
+        for fire in &self.ready {
+            let outcome = decide_in(conn, fire, skip, now_text, refusal)?;
+            planned.fires.push((fire.fire.slot, outcome));
+        }
+        if let Some(handled) = due.handled_through {
+            ledger::raise_mark(conn, id, handled)?;
+        }
+        Ok(Decided::Planned(planned))
     }
 }
 
 fn skip_reason(catch_up: &CatchUp) -> &'static str {
     match catch_up {
-        CatchUp::Skip => "missed while no scheduler ran; catch-up policy Skip",
+        CatchUp::Skip => {
+            "missed while no scheduler ran or the job was paused; catch-up policy Skip"
+        }
         CatchUp::Latest => {
-            "missed while no scheduler ran; catch-up policy Latest fired only the latest"
+            "missed while no scheduler ran or the job was paused; catch-up policy Latest fired \
+             only the latest"
         }
-        CatchUp::All { .. } => "missed while no scheduler ran; outside the catch-up window or cap",
-    }
-}
-
-fn collect(
-    report: &mut PassReport,
-    joined: std::result::Result<Vec<TaskResult>, tokio::task::JoinError>,
-) {
-    let one = collect_one(joined);
-    report.fires.extend(one.fires);
-    report.errors.extend(one.errors);
-}
-
-fn collect_one(joined: std::result::Result<Vec<TaskResult>, tokio::task::JoinError>) -> PassReport {
-    let mut report = PassReport::default();
-    match joined {
-        Ok(results) => {
-            for (job, slot, outcome) in results {
-                match outcome {
-                    Ok(outcome) => report.fires.push(FireReport { job, slot, outcome }),
-                    Err(error) => report.errors.push((job, describe(slot, &error))),
-                }
-            }
-        }
-        Err(error) => {
-            tracing::error!(%error, "a fire task panicked or was cancelled");
+        CatchUp::All { .. } => {
+            "missed while no scheduler ran or the job was paused; outside the catch-up window \
+             or cap"
         }
     }
-    report
-}
-
-fn describe(slot: Slot, error: &Error) -> String {
-    format!("fire at {slot}: {error}")
 }
 
 fn log_pass(report: &PassReport) {
     for fire in &report.fires {
-        // Replayed and LockedBy are another process's (or an earlier run's) work: not ours.
         tracing::debug!(job = %fire.job, slot = %fire.slot, outcome = ?fire.outcome, "fire");
     }
     for (job, skipped) in &report.skipped {
@@ -377,6 +315,6 @@ fn log_pass(report: &PassReport) {
             "missed slots recorded as skipped");
     }
     for (job, error) in &report.errors {
-        tracing::warn!(%job, %error, "fire error");
+        tracing::warn!(%job, %error, "scheduler pass error");
     }
 }

@@ -1,24 +1,24 @@
-//! [`Scheduler`]: registered jobs, and firing one slot through the journal.
+//! [`Scheduler`]: registered jobs, and firing one slot through the runtime.
 //!
-//! Invariant: a fire's body runs only inside the execution named by its fire id, opened
-//! exclusively through the journal, as one guarded step per attempt. Exactly-once across
-//! processes rests on that: the id is the same everywhere, a live holder makes every other
-//! opener get `Locked`, and a finished execution reopens as its recorded outcome.
+//! Invariant: a fire's execution is started only with its ledger row, in one transaction (see
+//! `drive`), under the id `fire_id(job, slot)`. Exactly-once across processes rests on that:
+//! the row's key and the id are the same everywhere, so a second scheduler reaching the slot
+//! finds the row and starts nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use durably_journal::Journal;
 use durably_lock::{Clock, format_timestamp};
+use durably_runtime::Client;
 
-use crate::catch_up::Overlap;
-use crate::drive::early_outcome;
+use crate::drive::{Refusal, decide_in};
 use crate::error::{Error, Result};
 use crate::fire_id::Fire;
-use crate::job::{Job, ShutdownSignal};
+use crate::job::Job;
 use crate::job_id::JobId;
-use crate::ledger::{self, FireRegistration, LEDGER_SCHEMA, Registered};
+use crate::ledger::{self, LEDGER_SCHEMA};
 use crate::outcome::{FireOutcome, FireState, Registration};
 use crate::slot::Slot;
 
@@ -26,20 +26,13 @@ use crate::slot::Slot;
 /// slot but wakes at least this often, so a wall clock that jumps is noticed within it.
 pub const TICK_MAX_DEFAULT: Duration = Duration::from_secs(1);
 
-/// Default time [`Scheduler::run`] lets running fires finish after shutdown is asked for.
-/// Fires still running after it are dropped and stay resumable.
-pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
-
-/// The `kind` of every fire's execution in the journal.
-pub const EXECUTION_KIND: &str = "scheduled";
-
-/// The name of the guarded step each attempt of a fire body runs as.
-pub const FIRE_STEP_NAME: &str = "fire";
-
-/// Registered jobs over one journal, and the fire loop. Cheap to clone; clones share jobs.
+/// Registered jobs over one journal, the fire loop, and the management of every job in the
+/// journal's ledger. Cheap to clone; clones share jobs.
 ///
 /// Any number of schedulers, in one process or many, may share a journal file: each slot of a
-/// job fires once among them (see [`Scheduler::fire`]).
+/// job fires once among them (see [`Scheduler::fire`]). A scheduler starts executions through
+/// a runtime [`Client`]; the workflows run in whatever runtime process serves their kinds
+/// (this process too, if the client is a `Runtime`).
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     pub(crate) inner: Arc<Inner>,
@@ -47,27 +40,21 @@ pub struct Scheduler {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
+    pub(crate) client: Client,
     pub(crate) journal: Journal,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jobs: Mutex<BTreeMap<JobId, Job>>,
-    /// Fires this scheduler is driving now (registered and not yet returned), by job and slot,
-    /// each with how many drivers have entered it (an explicit fire may race the loop).
-    pub(crate) in_flight: Mutex<HashMap<(JobId, Slot), usize>>,
-    /// Where each job's recovery scan resumes: the last slot (epoch ms) of its previous page.
-    pub(crate) recovery_cursor: Mutex<HashMap<JobId, i64>>,
-    /// Set while [`Scheduler::run`] shuts down: no new fire or attempt starts.
-    pub(crate) shutdown: ShutdownSignal,
+    /// Per job, where the next pass's copy of ended fires pages on (see `ledger::copy_ends`).
+    pub(crate) copy_cursors: Mutex<BTreeMap<JobId, i64>>,
     pub(crate) tick_max: Duration,
-    pub(crate) shutdown_grace: Duration,
 }
 
 /// Configures a [`Scheduler`].
 #[derive(Debug)]
 pub struct SchedulerBuilder {
-    journal: Journal,
+    client: Client,
     clock: Option<Arc<dyn Clock>>,
     tick_max: Duration,
-    shutdown_grace: Duration,
 }
 
 impl SchedulerBuilder {
@@ -86,14 +73,6 @@ impl SchedulerBuilder {
         self
     }
 
-    /// How long [`Scheduler::run`] waits for running fires after shutdown. Default
-    /// [`SHUTDOWN_GRACE_DEFAULT`].
-    #[must_use]
-    pub fn shutdown_grace(mut self, shutdown_grace: Duration) -> Self {
-        self.shutdown_grace = shutdown_grace;
-        self
-    }
-
     /// Builds the scheduler: brings the scheduler's tables and views in the journal's file up
     /// to date (creating them in a journal no scheduler used yet), through the journal's
     /// writer. It has no jobs until [`Scheduler::register`].
@@ -103,40 +82,21 @@ impl SchedulerBuilder {
     /// [`Error::Journal`] when the migrations cannot be applied, among them
     /// `ExtensionSchemaTooNew` when a newer build of the scheduler migrated the file.
     pub async fn build(self) -> Result<Scheduler> {
-        self.journal.migrate_extension(&LEDGER_SCHEMA).await?;
+        let journal = self.client.journal().clone();
+        journal.migrate_extension(&LEDGER_SCHEMA).await?;
         let clock = self
             .clock
-            .unwrap_or_else(|| Arc::clone(self.journal.locker().judge().clock()));
+            .unwrap_or_else(|| Arc::clone(journal.locker().judge().clock()));
         Ok(Scheduler {
             inner: Arc::new(Inner {
-                journal: self.journal,
+                client: self.client,
+                journal,
                 clock,
                 jobs: Mutex::new(BTreeMap::new()),
-                in_flight: Mutex::new(HashMap::new()),
-                recovery_cursor: Mutex::new(HashMap::new()),
-                shutdown: ShutdownSignal::default(),
+                copy_cursors: Mutex::new(BTreeMap::new()),
                 tick_max: self.tick_max,
-                shutdown_grace: self.shutdown_grace,
             }),
         })
-    }
-}
-
-/// Marks one fire as driven by this scheduler until dropped.
-pub(crate) struct InFlight {
-    inner: Arc<Inner>,
-    key: (JobId, Slot),
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut in_flight = lock(&self.inner.in_flight);
-        if let Some(count) = in_flight.get_mut(&self.key) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                in_flight.remove(&self.key);
-            }
-        }
     }
 }
 
@@ -147,24 +107,29 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Scheduler {
-    /// A scheduler over `journal`, using the journal's clock: `Scheduler::builder(journal)`
-    /// built with the defaults.
+    /// A scheduler that starts fires through `client` (a `Runtime` is one), on the client's
+    /// journal, using the journal's clock: `Scheduler::builder(client)` built with the
+    /// defaults.
     ///
     /// # Errors
     ///
     /// As [`SchedulerBuilder::build`].
-    pub async fn new(journal: Journal) -> Result<Self> {
-        Self::builder(journal).build().await
+    pub async fn new(client: Client) -> Result<Self> {
+        Self::builder(client).build().await
     }
 
-    /// Starts configuring a scheduler over `journal`.
-    pub fn builder(journal: Journal) -> SchedulerBuilder {
+    /// Starts configuring a scheduler that starts fires through `client`.
+    pub fn builder(client: Client) -> SchedulerBuilder {
         SchedulerBuilder {
-            journal,
+            client,
             clock: None,
             tick_max: TICK_MAX_DEFAULT,
-            shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
         }
+    }
+
+    /// The runtime client fires are started through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
     }
 
     /// The journal this scheduler fires through.
@@ -179,21 +144,32 @@ impl Scheduler {
 
     /// Registers `job` with this scheduler and records it in the `jobs` table.
     ///
-    /// A job already in the table with another definition (schedule, policies, retries; see
+    /// A job already in the table with another definition (schedule, policies, workflow; see
     /// [`Job::definition`]) is updated and reported as [`Registration::Changed`], with a
-    /// `scheduler_job_redefined` audit event. Its high-water mark is kept, so no slot up to it
-    /// is fired again, even if the new schedule has slots there; fires already registered keep
-    /// their execution ids and, if unfinished, are resumed with the new body and policies;
-    /// later slots follow the new schedule. Registering a job again in the same scheduler
-    /// replaces it.
+    /// `scheduler_job_redefined` audit event. Its high-water mark and its paused flag are
+    /// kept, so no slot up to the mark is fired again, even if the new schedule has slots
+    /// there; fires already started keep their executions; later slots follow the new
+    /// schedule. Registering a job again in the same scheduler replaces it.
     ///
     /// # Errors
     ///
-    /// [`Error::Journal`] if the `jobs` row cannot be written. Invalid definitions are refused
-    /// earlier, by [`JobBuilder::build`](crate::JobBuilder::build).
+    /// [`Error::NoSlotsLeft`] when the schedule has no slot after the scheduler's clock (an
+    /// interval or cron that never fires again): nothing is written. [`Error::Journal`] if the
+    /// `jobs` row cannot be written. Invalid definitions are refused earlier, by
+    /// [`JobBuilder::build`](crate::JobBuilder::build).
     pub async fn register(&self, job: Job) -> Result<Registration> {
-        let (id, definition, hash) = (job.id.to_string(), job.definition(), job.definition_hash());
         let now = self.inner.clock.now();
+        if job
+            .schedule
+            .next_after(Slot::from_datetime(now)?)?
+            .is_none()
+        {
+            return Err(Error::NoSlotsLeft {
+                job: job.id.to_string(),
+                after: format_timestamp(now),
+            });
+        }
+        let (id, definition, hash) = (job.id.to_string(), job.definition(), job.definition_hash());
         let stored = definition.clone();
         let previous = self
             .inner
@@ -233,7 +209,8 @@ impl Scheduler {
         Ok(mark.and_then(|ms| Slot::from_millis(ms).ok()))
     }
 
-    /// The state and attempts of the fire of `job` at `slot` in the ledger, if registered.
+    /// The state of the fire of `job` at `slot` as of now (a started fire follows its
+    /// execution), and its attempts (1 once started), if the ledger holds it.
     ///
     /// # Errors
     ///
@@ -245,25 +222,22 @@ impl Scheduler {
             .read(|conn| ledger::fire_state(conn, job.as_str(), slot))?)
     }
 
-    /// Fires `job` at `slot` once: registers the fire in the ledger, opens its execution (the
-    /// fire id) exclusively, and runs the body as one guarded step per attempt under the job's
-    /// ambiguity policy, retrying a failing body as the job's [`RetryPolicy`](crate::RetryPolicy)
-    /// allows.
+    /// Fires `job` at `slot` once: in one transaction, records the fire and starts its
+    /// execution, an execution of the job's workflow with id `fire_id(job, slot)` and the
+    /// [`Fire`] as input. The workflow runs in whatever runtime process serves its kind.
     ///
-    /// - Already finished (here or in another process): [`FireOutcome::Replayed`], nothing runs.
-    /// - Held by a live process: [`FireOutcome::LockedBy`], nothing runs.
-    /// - Under [`Overlap::Skip`], another fire of the job still running: the slot is recorded
-    ///   as skipped, [`FireOutcome::Skipped`].
-    /// - Left running by a crash: resumed; a body caught in the ambiguous window is handled by
-    ///   the job's policy (Skip: recorded skipped, not re-run; Retry: re-run with the same
-    ///   idempotency key).
+    /// - Started or decided before (here or in another process): [`FireOutcome::Existing`],
+    ///   nothing is started.
+    /// - Otherwise [`FireOutcome::Started`]. An explicit fire is an operator's request: the
+    ///   overlap policy is the loop's, and does not apply to it.
     ///
     /// An explicit fire may name a slot at or before the high-water mark (a manual backfill);
     /// the loop never does. It may name the upcoming slot (the first after now) early, but no
     /// later one. It raises the mark only when that hides no slot from the loop: to the first
     /// slot after the mark, or, before any slot was handled, to a slot at or before now.
-    /// Otherwise the mark stays, the loop still decides every slot after it (fired, or
-    /// recorded as skipped), and a slot an explicit fire already ran is replayed, not re-run.
+    /// Otherwise the mark stays, the loop still decides every slot after it (started, or
+    /// recorded as skipped), and a slot an explicit fire already started is found, not
+    /// started again.
     ///
     /// # Errors
     ///
@@ -271,20 +245,20 @@ impl Scheduler {
     /// - [`Error::NotASlot`] if `slot` is not on the job's schedule.
     /// - [`Error::SlotInFuture`] if `slot` lies after the first slot after the scheduler's
     ///   clock.
-    /// - [`Error::ShuttingDown`] if [`Scheduler::run`] is shutting down before a retry; the
-    ///   fire stays unfinished and the next pass resumes it.
-    /// - [`Error::Journal`] on a storage error, or `Ambiguous` when the body was left
-    ///   ambiguous and the policy is `Fail` (the fire stays running until `durably resolve`).
+    /// - [`Error::JobPaused`] if the job is paused.
+    /// - [`Error::Start`] when the runtime refuses the start (an unknown workflow kind or
+    ///   queue, a wrong input type); nothing is written.
+    /// - [`Error::Journal`] on a storage error.
     pub async fn fire(&self, job: &JobId, slot: Slot) -> Result<FireOutcome> {
         let job = self.job(job)?;
+        let now = self.inner.clock.now();
+        let upcoming = job.schedule.next_after(Slot::from_datetime(now)?)?;
         if job.schedule.latest_at_or_before(slot)? != Some(slot) {
             return Err(Error::NotASlot {
                 job: job.id.to_string(),
                 slot: slot.to_rfc3339(),
             });
         }
-        let now = self.inner.clock.now();
-        let upcoming = job.schedule.next_after(Slot::from_datetime(now)?)?;
         if slot.as_millis() > now.timestamp_millis() && Some(slot) != upcoming {
             return Err(Error::SlotInFuture {
                 job: job.id.to_string(),
@@ -292,13 +266,13 @@ impl Scheduler {
                 now: format_timestamp(now),
             });
         }
-        let fire = Fire::new(&job.id, slot);
-        let registered = self.register_fire(&job, &fire).await?;
-        let guard = self.enter(&job.id, slot);
-        match early_outcome(&fire, &registered) {
-            Some(outcome) => Ok(outcome),
-            None => self.drive(&job, fire, guard).await,
-        }
+        let mut outcomes = self.start_explicit(&job, vec![slot]).await?;
+        outcomes.pop().map(|(_, outcome)| outcome).ok_or_else(|| {
+            Error::Ledger(format!(
+                "the fire of job {:?} at {slot} was not decided",
+                job.id.as_str()
+            ))
+        })
     }
 
     pub(crate) fn job(&self, job: &JobId) -> Result<Job> {
@@ -310,57 +284,77 @@ impl Scheduler {
             })
     }
 
+    /// The registered jobs.
+    pub(crate) fn jobs(&self) -> Vec<Job> {
+        lock(&self.inner.jobs).values().cloned().collect()
+    }
+
     pub(crate) fn now_text(&self) -> String {
         format_timestamp(self.inner.clock.now())
     }
 
-    /// Whether this scheduler is driving a fire of `job` other than at `except`.
-    pub(crate) fn running_here(&self, job: &JobId, except: Option<Slot>) -> bool {
-        lock(&self.inner.in_flight)
-            .keys()
-            .any(|(running, slot)| running == job && Some(*slot) != except)
-    }
-
-    pub(crate) fn is_in_flight(&self, job: &JobId, slot: Slot) -> bool {
-        lock(&self.inner.in_flight).contains_key(&(job.clone(), slot))
-    }
-
-    pub(crate) fn enter(&self, job: &JobId, slot: Slot) -> InFlight {
-        let key = (job.clone(), slot);
-        *lock(&self.inner.in_flight).entry(key.clone()).or_insert(0) += 1;
-        InFlight {
-            inner: Arc::clone(&self.inner),
-            key,
+    /// Starts the fires of `job` at `slots` (each on the job's grid, at or before its upcoming
+    /// slot) in one writer transaction, each unless the ledger already holds it, raising the
+    /// high-water mark as [`Scheduler::fire`] documents. Refused, with nothing written, when
+    /// the job is paused or the runtime refuses a start.
+    pub(crate) async fn start_explicit(
+        &self,
+        job: &Job,
+        slots: Vec<Slot>,
+    ) -> Result<Vec<(Slot, FireOutcome)>> {
+        let now = self.inner.clock.now();
+        let mut ready = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let mark_after = match Slot::from_millis(slot.as_millis() - 1) {
+                Ok(before) => job.schedule.latest_at_or_before(before)?,
+                Err(_) => None,
+            }
+            .map(Slot::as_millis);
+            let raise_from_unset = slot.as_millis() <= now.timestamp_millis();
+            ready.push((
+                self.ready(job, Fire::new(&job.id, slot))?,
+                mark_after,
+                raise_from_unset,
+            ));
         }
-    }
-
-    /// Registers an explicit fire in one writer transaction (see [`ledger::register_fire`]).
-    async fn register_fire(&self, job: &Job, fire: &Fire) -> Result<Registered> {
-        let overlap_skip =
-            (job.overlap == Overlap::Skip).then(|| self.running_here(&job.id, Some(fire.slot)));
-        let judge = self.inner.journal.locker().judge().clone();
-        let (fire, now) = (fire.clone(), self.now_text());
-        let mark_after = match Slot::from_millis(fire.slot.as_millis() - 1) {
-            Ok(before) => job.schedule.latest_at_or_before(before)?,
-            Err(_) => None,
-        }
-        .map(Slot::as_millis);
-        let raise_from_unset = fire.slot.as_millis() <= self.inner.clock.now().timestamp_millis();
-        let registered = self
+        let (id, now_text, refusal) = (
+            job.id.to_string(),
+            format_timestamp(now),
+            Refusal::default(),
+        );
+        let rolled_back = refusal.clone();
+        let decided = self
             .inner
             .journal
             .write(move |conn| {
-                let registration = FireRegistration {
-                    fire: &fire,
-                    now: &now,
-                    above_mark_only: false,
-                    overlap_skip,
-                    mark_after,
-                    raise_from_unset,
-                };
-                ledger::register_fire(conn, &judge, &registration)
+                match ledger::paused(conn, &id)? {
+                    Some(false) => {}
+                    Some(true) => return Ok(Err(Error::JobPaused { job: id })),
+                    None => return Ok(Err(Error::UnknownJob { job: id })),
+                }
+                let mut outcomes = Vec::with_capacity(ready.len());
+                for (fire, mark_after, raise_from_unset) in &ready {
+                    let outcome = decide_in(conn, fire, None, &now_text, &refusal)?;
+                    let slot = fire.fire.slot;
+                    if outcome.started_here() {
+                        // An explicit fire raises the mark only when that hides no slot from
+                        // the loop (see `Scheduler::fire`).
+                        let raise = match ledger::high_water_mark(conn, &id)? {
+                            None => *raise_from_unset,
+                            Some(mark) => *mark_after == Some(mark),
+                        };
+                        if raise {
+                            ledger::raise_mark(conn, &id, slot)?;
+                        }
+                    }
+                    outcomes.push((slot, outcome));
+                }
+                Ok(Ok(outcomes))
             })
-            .await?;
-        Ok(registered)
+            .await
+            .map_err(|error| rolled_back.explain(error))??;
+        fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
+        ));
+        Ok(decided)
     }
 }

@@ -1,7 +1,7 @@
 //! Guarantee: bad job definitions fail with a typed, explained error when the job is built for
 //! registration, never with a panic: an invalid cron expression, an unknown time zone, an empty
-//! job id, a slot (interval anchor) out of range, a bad retry bound, a missing body; and a fire
-//! of an unknown job or of a time off the schedule's grid is refused.
+//! job id, a slot (interval anchor) out of range, a missing or invalid workflow kind, a missing
+//! schedule; and a fire of an unknown job or of a time off the schedule's grid is refused.
 //!
 //! Method: each bad input is built and the error variant and message checked.
 
@@ -11,15 +11,11 @@ mod support;
 
 use std::time::Duration;
 
-use durably_scheduler::{
-    CatchUp, Error, FIRE_RETRY_DEFAULT, Job, JobId, RetryPolicy, SLOT_MILLIS_MAX,
-};
+use durably_scheduler::{CatchUp, Error, Job, JobId, SLOT_MILLIS_MAX};
 use support::{Calls, ManualClock, Scratch, T0_MS, counting_job, slot};
 
 fn noop(builder: durably_scheduler::JobBuilder) -> Result<Job, Error> {
-    builder
-        .body(|_| async { Ok(serde_json::Value::Null) })
-        .build()
+    builder.workflow("report").build()
 }
 
 #[test]
@@ -58,14 +54,19 @@ fn bad_definitions_are_typed_errors() {
     };
     let error = noop(Job::builder("job").interval(every, 0).catch_up(zero_window)).unwrap_err();
     assert!(matches!(error, Error::InvalidCatchUp { .. }), "{error}");
-    let no_attempt = RetryPolicy {
-        attempts_max: 0,
-        ..FIRE_RETRY_DEFAULT
-    };
-    let error = noop(Job::builder("job").interval(every, 0).retry(no_attempt)).unwrap_err();
-    assert!(matches!(error, Error::InvalidJob { .. }), "{error}");
     let error = Job::builder("job").interval(every, 0).build().unwrap_err();
-    assert!(error.to_string().contains("no body"), "{error}");
+    assert!(matches!(error, Error::InvalidJob { .. }), "{error}");
+    assert!(error.to_string().contains("no workflow"), "{error}");
+    for kind in ["", "a\nb", &"k".repeat(129)] {
+        let error = Job::builder("job")
+            .interval(every, 0)
+            .workflow(kind)
+            .build()
+            .unwrap_err();
+        assert!(error.to_string().contains("workflow kind"), "{error}");
+    }
+    let error = noop(Job::builder("job").interval(every, 0).queue("")).unwrap_err();
+    assert!(error.to_string().contains("queue"), "{error}");
     let error = noop(Job::builder("job")).unwrap_err();
     assert!(error.to_string().contains("no schedule"), "{error}");
 }
@@ -74,7 +75,8 @@ fn bad_definitions_are_typed_errors() {
 async fn fires_of_unknown_jobs_and_off_grid_times_are_refused() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
-    let scheduler = scratch.scheduler(&clock).await;
+    let calls = Calls::default();
+    let scheduler = scratch.scheduler(&clock, &calls).await;
     let unknown = scheduler
         .fire(&JobId::new("nope").unwrap(), slot(T0_MS))
         .await;
@@ -82,9 +84,8 @@ async fn fires_of_unknown_jobs_and_off_grid_times_are_refused() {
         matches!(unknown, Err(Error::UnknownJob { .. })),
         "{unknown:?}"
     );
-    let calls = Calls::default();
     let _ = scheduler
-        .register(counting_job("job", &calls).build().unwrap())
+        .register(counting_job("job").build().unwrap())
         .await
         .unwrap();
     let off_grid = scheduler

@@ -21,11 +21,8 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS + 5_000);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock).await;
-    let job = counting_job("report", &calls)
-        .catch_up(policy)
-        .build()
-        .unwrap();
+    let scheduler = scratch.scheduler(&clock, &calls).await;
+    let job = counting_job("report").catch_up(policy).build().unwrap();
     let _ = scheduler.register(job).await.unwrap();
     // Up at T0 + 5 s: the slot at T0 fires (Latest and All), or is waited past (Skip).
     let _ = scheduler.run_once().await;
@@ -37,17 +34,12 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     // More passes, and another scheduler process's pass, fire nothing more.
     let _ = scheduler.run_once().await;
-    let other = scratch.scheduler(&clock).await;
+    let other = scratch.scheduler(&clock, &calls).await;
     let _ = other
-        .register(
-            counting_job("report", &calls)
-                .catch_up(policy)
-                .build()
-                .unwrap(),
-        )
+        .register(counting_job("report").catch_up(policy).build().unwrap())
         .await;
     let again = other.run_once().await;
-    assert!(again.ran().is_empty(), "{again:?}");
+    assert!(again.started().is_empty(), "{again:?}");
 
     let per_slot = calls.per_slot();
     assert!(per_slot.values().all(|&count| count == 1), "{per_slot:?}");
@@ -56,7 +48,7 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
         .map(|ms| (ms - T0_MS) / MINUTE_MS)
         .skip(before)
         .collect();
-    assert_eq!(report.ran().len(), fired.len());
+    assert_eq!(report.started().len(), fired.len());
     let conn = rusqlite::Connection::open(scratch.path()).unwrap();
     let skipped: (i64, i64, i64) = conn
         .query_row(

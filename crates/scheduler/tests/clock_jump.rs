@@ -17,8 +17,8 @@ async fn a_clock_jumped_back_an_hour_fires_no_slot_twice() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS + 1_000);
     let calls = Calls::default();
-    let scheduler = scratch.scheduler(&clock).await;
-    let job = counting_job("tick", &calls)
+    let scheduler = scratch.scheduler(&clock, &calls).await;
+    let job = counting_job("tick")
         .catch_up(CatchUp::Latest)
         .build()
         .unwrap();
@@ -39,7 +39,7 @@ async fn a_clock_jumped_back_an_hour_fires_no_slot_twice() {
     for minute in 0..=60 {
         clock.set_millis(back + minute * MINUTE_MS);
         let report = scheduler.run_once().await;
-        assert!(report.ran().is_empty(), "minute {minute}: {report:?}");
+        assert!(report.started().is_empty(), "minute {minute}: {report:?}");
     }
     assert_eq!(calls.total(), 6);
     assert_eq!(
@@ -50,10 +50,10 @@ async fn a_clock_jumped_back_an_hour_fires_no_slot_twice() {
     // Past the mark, the next slot fires once; a forward jump of 30 minutes fires only the
     // latest slot under `Latest`.
     clock.set_millis(T0_MS + 6 * MINUTE_MS + 1_000);
-    assert_eq!(scheduler.run_once().await.ran().len(), 1);
+    assert_eq!(scheduler.run_once().await.started().len(), 1);
     clock.set_millis(T0_MS + 36 * MINUTE_MS + 1_000);
     let jumped = scheduler.run_once().await;
-    assert_eq!(jumped.ran(), [(job_id, slot(T0_MS + 36 * MINUTE_MS))]);
+    assert_eq!(jumped.started(), [(job_id, slot(T0_MS + 36 * MINUTE_MS))]);
     assert_eq!(jumped.skipped.len(), 1);
     assert!(calls.per_slot().values().all(|&count| count == 1));
     assert_eq!(calls.total(), 8);

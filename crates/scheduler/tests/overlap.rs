@@ -1,119 +1,88 @@
-//! Guarantee: under `Overlap::Skip`, a slot that comes due while the job's previous fire is
-//! still running is not run; it is recorded in the ledger as skipped with the reason "previous
-//! fire still running", both for an explicit fire and in the loop. Under `Overlap::Allow` the
-//! two run side by side.
+//! Guarantee: under `Overlap::Skip`, a slot that comes due while the job's previous fire's
+//! execution has not ended is not started; the loop records it in the ledger as skipped with
+//! the reason "previous fire still running", in this scheduler and in another one on the same
+//! file. Once the execution ends, the next slot starts. Under `Overlap::Allow` the next slot
+//! starts alongside.
 //!
-//! Method: the body of the first slot blocks on a `Notify` until the test releases it; the test
-//! waits (bounded) for the ledger to show that fire running, then fires the next slot, and
-//! checks the outcome and the `fires` row. Nothing sleeps and hopes.
+//! Method: the job's workflow (`gated`) waits, for the slot at T0 only, for a message the test
+//! sends; the test fires T0 explicitly, moves the injected clock past the next slots and runs
+//! loop passes, then releases the first fire, awaits its result, and checks outcomes and the
+//! `fires` rows. Nothing sleeps and hopes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use durably_scheduler::{FireOutcome, FireState, Job, JobId, Overlap, Scheduler, StepError};
-use support::{Calls, MINUTE_MS, ManualClock, Scratch, T0_MS, slot};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use durably_scheduler::{FireOutcome, Job, JobId, Overlap};
+use support::{Calls, GATED_KIND, Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, slot};
 
-/// A job whose body at slot T0 blocks until `release`; other slots return at once.
-fn blocking_job(overlap: Overlap, calls: &Calls, release: &Arc<Notify>) -> Job {
-    let (calls, release) = (calls.clone(), release.clone());
+fn gated_job(overlap: Overlap) -> Job {
     Job::builder("long")
         .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
         .overlap(overlap)
-        .body(move |context| {
-            let (calls, release) = (calls.clone(), release.clone());
-            async move {
-                calls.record(&context);
-                if context.slot.as_millis() == T0_MS {
-                    release.notified().await;
-                }
-                Ok::<_, StepError>(serde_json::Value::Null)
-            }
-        })
+        .workflow(GATED_KIND)
         .build()
         .unwrap()
 }
 
-async fn wait_running(scheduler: &Scheduler, job: &JobId) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while scheduler
-        .fire_state(job, slot(T0_MS))
-        .unwrap()
-        .map(|state| state.0)
-        != Some(FireState::Running)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the first fire never started"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// The task running the fire of slot T0.
-type FirstFire = JoinHandle<durably_scheduler::Result<FireOutcome>>;
-
-/// Registers the blocking job under `overlap` on a scheduler of its own and fires its slot T0 in
-/// a task; returns once that fire is running, with the scheduler, the job's id, its calls, the
-/// `Notify` that releases the fire, and the task.
-async fn fire_first_slot(
-    scratch: &Scratch,
-    clock: &Arc<ManualClock>,
-    overlap: Overlap,
-) -> (Scheduler, JobId, Calls, Arc<Notify>, FirstFire) {
-    let (calls, release) = (Calls::default(), Arc::new(Notify::new()));
-    let scheduler = scratch.scheduler(clock).await;
-    let _ = scheduler
-        .register(blocking_job(overlap, &calls, &release))
+/// Registers the gated job and fires its slot T0; returns the first fire's id.
+async fn fire_first_slot(harness: &Harness, overlap: Overlap) -> uuid::Uuid {
+    let _ = harness.register(gated_job(overlap)).await.unwrap();
+    let first = harness
+        .scheduler
+        .fire(&JobId::new("long").unwrap(), slot(T0_MS))
         .await
         .unwrap();
-    let job = JobId::new("long").unwrap();
-    let first = tokio::spawn({
-        let (scheduler, job) = (scheduler.clone(), job.clone());
-        async move { scheduler.fire(&job, slot(T0_MS)).await }
-    });
-    wait_running(&scheduler, &job).await;
-    (scheduler, job, calls, release, first)
+    assert!(matches!(first, FireOutcome::Started { .. }), "{first:?}");
+    first.execution_id()
+}
+
+async fn release(harness: &Harness, first: uuid::Uuid) {
+    let _ = harness
+        .runtime
+        .send(first, "release", &true, Some("release-1"))
+        .await
+        .unwrap();
+    let handle = harness.runtime.handle::<i64>(first);
+    tokio::time::timeout(Duration::from_secs(30), handle.result())
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
-    let (scheduler, job, calls, release, first) =
-        fire_first_slot(&scratch, &clock, Overlap::Skip).await;
+    let calls = Calls::default();
+    let harness = scratch.scheduler(&clock, &calls).await;
+    let first = fire_first_slot(&harness, Overlap::Skip).await;
 
-    // Explicit fire of the next slot.
-    let next = slot(T0_MS + MINUTE_MS);
-    let skipped = scheduler.fire(&job, next).await.unwrap();
-    let FireOutcome::Skipped { reason, .. } = skipped else {
-        panic!("{skipped:?}")
+    // The loop, seeing the next slot come due, skips it; so does a second scheduler.
+    clock.set_millis(T0_MS + MINUTE_MS + 500);
+    let pass = harness.run_once().await;
+    assert!(pass.started().is_empty(), "{pass:?}");
+    let [fire] = &pass.fires[..] else {
+        panic!("{pass:?}")
+    };
+    let FireOutcome::Skipped { reason, .. } = &fire.outcome else {
+        panic!("{pass:?}")
     };
     assert_eq!(reason, "previous fire still running");
-    // The loop, seeing a slot come due, skips it too; a second scheduler sees the live holder.
     clock.set_millis(T0_MS + 2 * MINUTE_MS + 500);
-    let other = scratch.scheduler(&clock).await;
-    let _ = other
-        .register(blocking_job(Overlap::Skip, &calls, &release))
-        .await
-        .unwrap();
+    let other = scratch.scheduler(&clock, &calls).await;
+    let _ = other.register(gated_job(Overlap::Skip)).await.unwrap();
     let pass = other.run_once().await;
-    assert!(pass.ran().is_empty(), "{pass:?}");
-    assert!(
-        matches!(&pass.fires[..], [fire] if matches!(fire.outcome, FireOutcome::Skipped { .. }))
-    );
+    assert!(pass.started().is_empty(), "{pass:?}");
 
-    release.notify_one();
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        FireOutcome::Ran { .. }
-    ));
-    assert_eq!(calls.total(), 1);
+    // Released, the first fire ends; the next slot starts.
+    release(&harness, first).await;
+    clock.set_millis(T0_MS + 3 * MINUTE_MS + 500);
+    let pass = harness.run_once().await;
+    assert_eq!(pass.started().len(), 1, "{pass:?}");
+    assert_eq!(calls.total(), 2);
     assert_eq!(
         scratch.count(
             "SELECT count(*) FROM fires WHERE state = 'skipped'
@@ -121,20 +90,25 @@ async fn a_long_fire_makes_the_next_slot_skip_with_the_reason() {
         ),
         2
     );
+    // The first fire's end was copied into its row by the pass.
+    assert_eq!(
+        scratch.count(&format!(
+            "SELECT count(*) FROM fires WHERE state = 'completed' AND slot_ms = {T0_MS}"
+        )),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn allow_runs_the_next_slot_alongside() {
+async fn allow_starts_the_next_slot_alongside() {
     let scratch = Scratch::new();
     let clock = ManualClock::at_millis(T0_MS);
-    let (scheduler, job, calls, release, first) =
-        fire_first_slot(&scratch, &clock, Overlap::Allow).await;
-    let next = scheduler.fire(&job, slot(T0_MS + MINUTE_MS)).await.unwrap();
-    assert!(matches!(next, FireOutcome::Ran { .. }), "{next:?}");
-    release.notify_one();
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        FireOutcome::Ran { .. }
-    ));
+    let calls = Calls::default();
+    let harness = scratch.scheduler(&clock, &calls).await;
+    let first = fire_first_slot(&harness, Overlap::Allow).await;
+    clock.set_millis(T0_MS + MINUTE_MS + 500);
+    let pass = harness.run_once().await;
+    assert_eq!(pass.started().len(), 1, "{pass:?}");
+    release(&harness, first).await;
     assert_eq!(calls.total(), 2);
 }

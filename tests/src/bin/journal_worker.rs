@@ -123,7 +123,7 @@ fn policy_of(word: &str) -> Outcome<Policy> {
 async fn guarded(db: &Path, ledger: &Path, id: Uuid, policy: &str) -> Outcome<Value> {
     let policy = policy_of(policy)?;
     let journal = Journal::open(db)?;
-    let mut execution = match journal
+    let execution = match journal
         .open_execution(id, "worker", "guarded", &"input")
         .await
     {
@@ -178,7 +178,7 @@ async fn hooked(db: &Path, id: Uuid, mode: &str) -> Outcome<Value> {
             Ok(())
         })
         .await?;
-    let mut execution = match journal
+    let execution = match journal
         .open_execution(id, "worker", "hooked", &"input")
         .await
     {
@@ -235,7 +235,7 @@ async fn race(db: &Path) -> Outcome<Value> {
         Err(error) => return Ok(error_json(&error)),
     };
     let id = Uuid::new_v4();
-    let mut execution = match journal.open_execution(id, "worker", "race", &"input").await {
+    let execution = match journal.open_execution(id, "worker", "race", &"input").await {
         Ok(Opened::Running(execution)) => execution,
         Ok(Opened::Finished(_)) => return Err("a new execution was finished".into()),
         Err(error) => return Ok(error_json(&error)),
@@ -257,7 +257,7 @@ async fn race(db: &Path) -> Outcome<Value> {
 
 async fn hold(db: &Path, id: Uuid) -> Outcome<Value> {
     let journal = Journal::open(db)?;
-    let Opened::Running(mut execution) = journal
+    let Opened::Running(execution) = journal
         .open_execution(id, "worker", "held", &"input")
         .await?
     else {
@@ -314,7 +314,7 @@ async fn fenced_effect(
         .lease_ms(lease_ms)
         .sweep_on_open(false)
         .open()?;
-    let mut execution = match journal
+    let execution = match journal
         .open_execution(id, "worker", "fenced", &"input")
         .await
     {

@@ -1,28 +1,35 @@
 //! Test helper for the `scheduler_*` integration tests: one scheduler process running one
-//! interval job until its stdin closes.
+//! interval job, and a runtime serving the job's workflow, until its stdin closes.
 //!
 //! Usage: `scheduler_worker <database> <ledger> <every-ms> <skip|retry> <block-first: 0|1>
 //! <overlap: skip|allow>`.
 //!
 //! The job `tick` fires every `every-ms` on the grid through the Unix epoch, with catch-up
-//! `All` (60 s window, cap 1000), so no slot is ever skipped as missed. Its body appends
+//! `All` (60 s window, cap 1000), so no slot is ever skipped as missed. Each fire starts the
+//! workflow `tick`, which any of the processes may run: a guarded step `effect` under the
+//! given ambiguity policy, a durable timer, and a pure step. The guarded step appends
 //! `tick <slot-ms> <idempotency-key> <pid>` to the ledger file, opened with `O_APPEND`: the
-//! independent record of effects that the tests check. With `block-first` 1, the first body
-//! call of the process then appends its slot to `<ledger>.blocked` and blocks forever, so the
-//! test can SIGKILL the process in the middle of a fire (with overlap `skip`, nothing else runs
-//! meanwhile).
+//! independent record of effects that the tests check. With `block-first` 1, the first effect
+//! of the process then appends its slot to `<ledger>.blocked` and blocks forever, so the test
+//! can SIGKILL the process in the middle of a fire's step (with overlap `skip`, nothing else
+//! starts meanwhile).
 //!
-//! On the end of stdin the loop shuts down gracefully, and the process exits.
+//! On the end of stdin the loop stops, the process waits (bounded) until every fire in the
+//! ledger has ended, so fires started by a process that is leaving still finish, and exits.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use durably_journal::Journal;
-use durably_scheduler::{CatchUp, Job, Overlap, Policy, Scheduler, StepError};
+use durably_journal::{Journal, Policy, StepError};
+use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
+use durably_scheduler::{CatchUp, Fire, Job, Overlap, Scheduler};
 
 type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+/// How long a leaving process waits for the fires in the ledger to end.
+const DRAIN_MAX: Duration = Duration::from_secs(20);
 
 fn append(path: &str, line: &str) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
@@ -63,34 +70,27 @@ fn main() -> Outcome {
             max: 1000,
         })
         .overlap(overlap)
-        .policy(policy)
-        .body(move |context| {
-            let (ledger, block) = (ledger.clone(), Arc::clone(&block));
-            async move {
-                let line = format!(
-                    "tick {} {} {}\n",
-                    context.slot.as_millis(),
-                    context.idempotency_key,
-                    std::process::id()
-                );
-                append(&ledger, &line).map_err(|error| StepError::fatal(error.to_string()))?;
-                if block.swap(false, Ordering::SeqCst) {
-                    let marker = format!("{}\n", context.slot.as_millis());
-                    append(&format!("{ledger}.blocked"), &marker)
-                        .map_err(|error| StepError::fatal(error.to_string()))?;
-                    std::future::pending::<()>().await;
-                }
-                Ok(serde_json::Value::Null)
-            }
-        })
+        .workflow("tick")
         .build()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let scheduler = Scheduler::builder(journal)
+        let workflow = move |ctx: WorkflowContext, fire: Fire| {
+            tick(
+                ctx,
+                fire,
+                policy.clone(),
+                ledger.clone(),
+                Arc::clone(&block),
+            )
+        };
+        let runtime = Runtime::builder(journal)
+            .register("tick", 1, workflow)
+            .start()
+            .await?;
+        let scheduler = Scheduler::builder((*runtime).clone())
             .tick_max(Duration::from_millis(50))
-            .shutdown_grace(Duration::from_secs(10))
             .build()
             .await?;
         let _ = scheduler.register(job).await?;
@@ -105,6 +105,59 @@ fn main() -> Outcome {
                 let _ = stopped.await;
             })
             .await;
+        drain(&runtime).await?;
+        runtime.shutdown();
         Ok::<_, Box<dyn std::error::Error>>(())
     })
+}
+
+/// The job's workflow: the effect as a guarded step, a durable timer, a pure step.
+async fn tick(
+    ctx: WorkflowContext,
+    fire: Fire,
+    policy: Policy,
+    ledger: String,
+    block: Arc<AtomicBool>,
+) -> Result<i64, WorkflowError> {
+    let slot = fire.slot.as_millis();
+    let _ = ctx
+        .guarded("effect", policy, move |key| {
+            let (ledger, block) = (ledger.clone(), Arc::clone(&block));
+            async move {
+                let line = format!(
+                    "tick {slot} {} {}\n",
+                    key.idempotency_key(),
+                    std::process::id()
+                );
+                append(&ledger, &line).map_err(|error| StepError::fatal(error.to_string()))?;
+                if block.swap(false, Ordering::SeqCst) {
+                    append(&format!("{ledger}.blocked"), &format!("{slot}\n"))
+                        .map_err(|error| StepError::fatal(error.to_string()))?;
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+    ctx.sleep("settle", Duration::from_millis(5)).await?;
+    let done = ctx.pure("done", || async move { Ok(slot) }).await?;
+    Ok(done)
+}
+
+/// Waits, at most [`DRAIN_MAX`], until no fire in the ledger is unfinished.
+async fn drain(runtime: &Runtime) -> Outcome {
+    let deadline = tokio::time::Instant::now() + DRAIN_MAX;
+    loop {
+        let unfinished: i64 = runtime.journal().read(|conn| {
+            Ok(conn.query_row(
+                "SELECT count(*) FROM fire_ledger WHERE state IN ('pending', 'running')",
+                [],
+                |row| row.get(0),
+            )?)
+        })?;
+        if unfinished == 0 || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

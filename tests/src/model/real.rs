@@ -279,7 +279,7 @@ impl Real {
         let calls = Arc::clone(&self.closure_calls);
         let entered = Arc::new(tokio::sync::Notify::new());
         let signal = Arc::clone(&entered);
-        let mut execution = self.handles[e].take().ok_or("no handle")?;
+        let execution = self.handles[e].take().ok_or("no handle")?;
         let name = step_name(seq);
         {
             let step = execution.guarded(&name, policy, move |_key| {

@@ -414,13 +414,13 @@ fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(),
     Ok(())
 }
 
-/// Every registered fire must be finished, and a completed fire's execution completed.
+/// Every registered fire must be finished (its state follows its execution, through the
+/// `fire_ledger` view), and a completed fire's execution completed.
 fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
-        "SELECT f.job, f.slot, f.state, e.status FROM fires f
-           LEFT JOIN executions e ON e.execution_id = f.execution_id
-         WHERE f.state NOT IN ('completed', 'failed', 'skipped')
-            OR (f.state = 'completed' AND e.status IS NOT 'completed')",
+        "SELECT job, slot, state, execution_status FROM fire_ledger
+         WHERE state NOT IN ('completed', 'failed', 'skipped')
+            OR (state = 'completed' AND execution_status IS NOT 'completed')",
     )?;
     let rows = statement
         .query_map([], |row| {

@@ -19,7 +19,8 @@
 //!    (`after-lock-commit` at the open, `after-deferred-flush-commit`,
 //!    `runtime::after-finalize-commit`; see [`super::runs`]);
 //! 7. two slots of four scheduled jobs (one per policy) are fired
-//!    (`scheduler::after-fire-registered`);
+//!    (`scheduler::after-fire-registered`), and one job is paused and resumed
+//!    (`scheduler::after-pause-commit`);
 //! 8. five executions are cancelled and collected by the retention sweep in batches of two
 //!    (`gc-between-batches`);
 //! 9. the runtime's part (see [`super::matrix_runtime`]): a runtime orphan maker aborts inside
@@ -127,12 +128,14 @@ pub async fn run(
     let runtime = runs::runtime(workload.journal(), dir).await?;
     runs::run_all(&runtime, &workload, seed).await?;
     drop(runtime);
-    let scheduler = fires::scheduler(&workload).await?;
+    let engines = fires::scheduler(&workload).await?;
     for number in 0..FIRE_SLOTS {
-        for job in scheduler.job_ids() {
-            fires::fire_one(&workload, &scheduler, &job, fires::slot(number)?).await?;
+        for job in engines.scheduler.job_ids() {
+            fires::fire_one(&workload, &engines, &job, fires::slot(number)?).await?;
         }
     }
+    fires::pause_and_resume(&engines).await?;
+    drop(engines);
     collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
     fires::finish(&workload, FINISH_ROUNDS_MAX).await?;

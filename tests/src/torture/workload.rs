@@ -161,7 +161,7 @@ impl Workload {
 
     async fn run_steps(
         &self,
-        mut execution: Execution,
+        execution: Execution,
         plan: &ExecutionPlan,
         stop: Stop,
     ) -> Result<Steps, BoxError> {

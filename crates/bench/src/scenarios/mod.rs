@@ -4,6 +4,7 @@ pub mod child;
 pub mod children;
 pub mod concurrent;
 pub mod multiprocess;
+pub mod parallel;
 pub mod parked;
 pub mod queue;
 pub mod recovery;

@@ -11,6 +11,7 @@ pub mod ls;
 pub mod patches;
 pub mod resolve;
 pub mod resume;
+pub mod schedules;
 pub mod send;
 pub mod show;
 mod show_children;

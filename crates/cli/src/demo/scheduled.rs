@@ -1,6 +1,8 @@
 //! The demo's scheduler part: two scheduler processes fire the same slots of one job at the
-//! same moment, and each slot runs once. The fire body appends a `tick` to the effect ledger
-//! under the fire id, so the ledger shows how many times each slot really ran.
+//! same moment, and each slot runs once. Each process also runs a runtime serving the job's
+//! workflow; the workflow appends a `tick` to the effect ledger under the fire id in an
+//! idempotent step, then waits on a durable timer, so the ledger shows how many times each
+//! slot really ran.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,8 +10,8 @@ use std::time::Duration;
 
 use clap::Args;
 use durably::Journal;
-use durably::scheduler::{FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
-use serde_json::json;
+use durably::runtime::{Runtime, WorkflowContext, WorkflowError};
+use durably::scheduler::{Fire, FireOutcome, Job, JobId, Overlap, Scheduler, Slot, fire_id};
 
 use super::child::demo_child;
 use super::ledger::Ledger;
@@ -22,7 +24,9 @@ const JOB: &str = "nightly-report";
 const SLOTS: u32 = 5;
 /// The job's interval: one slot a minute.
 const EVERY: Duration = Duration::from_mins(1);
-/// How long the fire body works, so the two processes overlap.
+/// The workflow kind each fire starts.
+const WORKFLOW: &str = "nightly-report";
+/// How long the fire's workflow waits on its timer, so the two processes overlap.
 const BODY_MS: u64 = 40;
 /// How far ahead the parent sets the common start, so both children are up by then.
 const START_DELAY_MS: i64 = 400;
@@ -62,8 +66,9 @@ pub fn run(demo: &Demo, number: usize) -> Result<Fires> {
     let first_slot_ms = (now_ms / every_ms - i64::from(SLOTS)) * every_ms;
     narrate(&format!(
         "\n{number}. Scheduler — two scheduler processes fire the same {SLOTS} slots of job \
-         {JOB:?} (one a minute) at the same moment. Each fire is an execution whose id is \
-         derived from (job, slot), so the journal lets exactly one process run it."
+         {JOB:?} (one a minute) at the same moment. Each fire starts an execution of a \
+         registered workflow whose id is derived from (job, slot), recorded with the slot in one \
+         transaction, so exactly one process starts it and a runtime runs it once."
     ))?;
     let start_at_ms = now_ms + START_DELAY_MS;
     let mut children = (0..2)
@@ -131,29 +136,40 @@ pub fn worker(args: &SchedulerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The job's workflow: a tick in the effect ledger under the fire id, then a durable timer.
+async fn report(ctx: WorkflowContext, fire: Fire, ledger: Ledger) -> Result<String, WorkflowError> {
+    let key = fire.execution_id().to_string();
+    ctx.idempotent("tick", move |_| {
+        let appended = ledger
+            .append("tick", &key, &key)
+            .map_err(|error| durably::StepError::retryable(error.message));
+        async move { appended }
+    })
+    .await?;
+    ctx.sleep("work", Duration::from_millis(BODY_MS)).await?;
+    Ok("sent".to_owned())
+}
+
 async fn fire_all(args: &SchedulerArgs) -> Result<()> {
     let journal = Journal::builder(&args.journal)
         .sweep_on_open(false)
         .open()?;
-    let scheduler = Scheduler::new(journal)
+    let ledger = Ledger::at(&args.ledger);
+    let runtime = Runtime::builder(journal)
+        .register(WORKFLOW, 1, move |ctx, fire: Fire| {
+            report(ctx, fire, ledger.clone())
+        })
+        .start()
+        .await
+        .map_err(|error| CliError::failure(error.to_string()))?;
+    let scheduler = Scheduler::new((*runtime).clone())
         .await
         .map_err(|error| scheduler_error(&error))?;
-    let ledger = Ledger::at(&args.ledger);
     let job = Job::builder(JOB)
         .interval(EVERY, 0)
-        // Slots are independent: a slot may start while another slot's fire runs elsewhere.
+        // Slots are independent: a slot may start while another slot's fire runs.
         .overlap(Overlap::Allow)
-        .body(move |fire| {
-            let ledger = ledger.clone();
-            async move {
-                let key = fire.execution_id.to_string();
-                ledger
-                    .append("tick", &key, &key)
-                    .map_err(|error| durably::StepError::retryable(error.message))?;
-                tokio::time::sleep(Duration::from_millis(BODY_MS)).await;
-                Ok(json!({ "report": "sent" }))
-            }
-        })
+        .workflow(WORKFLOW)
         .build()?;
     let job_id = job.id().clone();
     scheduler
@@ -165,6 +181,7 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(wait_ms.min(5_000))).await;
     }
     let pid = std::process::id();
+    let mut fired = Vec::new();
     for index in 0..SLOTS {
         let slot_ms = args.first_slot_ms + i64::from(index) * EVERY.as_millis() as i64;
         let slot = Slot::from_millis(slot_ms)?;
@@ -172,23 +189,28 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
             .fire(&job_id, slot)
             .await
             .map_err(|error| scheduler_error(&error))?;
-        let what = match outcome {
-            FireOutcome::Ran { .. } => "ran it".to_owned(),
-            FireOutcome::Replayed { state, .. } => {
-                format!("found it already {state} by the other process; ran nothing")
-            }
-            FireOutcome::LockedBy { pid: holder, .. } => {
-                format!("found pid {holder} firing it right now; ran nothing")
+        let what = match &outcome {
+            FireOutcome::Started { .. } => "started it".to_owned(),
+            FireOutcome::Existing { state, .. } => {
+                format!("found it already started by the other process ({state}); started nothing")
             }
             FireOutcome::Skipped { reason, .. } => format!("skipped it ({reason})"),
-            FireOutcome::Failed { error, .. } => format!("ran it and it failed: {error}"),
             _ => "did something new".to_owned(),
         };
+        fired.push(outcome.execution_id());
         let _ = crate::output::print(&format!(
             "say scheduler pid {pid}, slot {}: {}\n",
             slot.to_rfc3339(),
             crate::escape::escape(&what)
         ));
+    }
+    // Both processes serve the workflow, so either may run a fire; each waits for all five.
+    for id in fired {
+        runtime
+            .handle::<String>(id)
+            .result()
+            .await
+            .map_err(|error| CliError::failure(error.to_string()))?;
     }
     Ok(())
 }

@@ -173,7 +173,7 @@ pub fn fixture() -> Fixture {
     let (completed, failed, ambiguous) = runtime.block_on(async {
         let journal = Journal::builder(&db).open().unwrap();
         let completed = Uuid::new_v4();
-        let mut execution = open(&journal, completed, EVIL_NAME).await;
+        let execution = open(&journal, completed, EVIL_NAME).await;
         let _: u32 = execution.pure("plan", || async { Ok(7) }).await.unwrap();
         // serde_json escapes C0 controls itself, but stores C1 controls and bidi overrides raw.
         execution.complete(&"done \u{9b}2J \u{202e}").await.unwrap();
@@ -186,7 +186,7 @@ pub fn fixture() -> Fixture {
             .unwrap();
 
         let ambiguous = Uuid::new_v4();
-        let mut execution = open(&journal, ambiguous, "stuck order").await;
+        let execution = open(&journal, ambiguous, "stuck order").await;
         let _: u32 = execution.pure("plan", || async { Ok(1) }).await.unwrap();
         // Abandon the guarded step inside its closure: the intent is durable, the result never
         // comes, exactly as after a crash.

@@ -35,6 +35,7 @@ use uuid::Uuid;
 
 use super::Execution;
 use super::hooks::{ResultHook, StepRef, Timing};
+use super::reservation::Shared;
 use super::step_rows::ResultRow;
 use crate::error::{Error, Result};
 use crate::ownership::{OwnLocks, acquire_or_locked};
@@ -172,21 +173,23 @@ impl Carry {
             .any(|pending| pending.row.effect == Effect::Guarded)
     }
 
-    /// Drops the newest row if it is step `seq`'s.
-    fn drop_newest(&mut self, seq: u32) {
-        if self
-            .rows
-            .last()
-            .is_some_and(|pending| pending.row.seq == seq)
-            && let Some(dropped) = self.rows.pop()
-        {
+    /// Drops step `seq`'s row if it is pending (siblings in flight may have pushed theirs
+    /// after it).
+    pub(super) fn drop_step(&mut self, seq: u32) {
+        if let Some(index) = self.rows.iter().position(|pending| pending.row.seq == seq) {
+            let dropped = self.rows.remove(index);
             self.bytes -= dropped.bytes();
         }
     }
 
-    /// The seq of the oldest pending row.
+    /// The lowest seq among the pending rows.
     fn first_seq(&self) -> Option<u32> {
-        self.rows.first().map(|pending| pending.row.seq)
+        self.rows.iter().map(|pending| pending.row.seq).min()
+    }
+
+    /// The seqs of the pending rows.
+    pub(crate) fn seqs(&self) -> Vec<u32> {
+        self.rows.iter().map(|pending| pending.row.seq).collect()
     }
 
     /// After a cancel request (R5): writes only the guarded steps' results (their intents
@@ -239,7 +242,7 @@ impl Execution {
     /// A step call returning is then no longer a promise that its result is durable; the
     /// handle's next write, [`Execution::flush`], or its end is.
     pub fn defer_results(&mut self) {
-        self.deferring = true;
+        self.shared.state().deferring = true;
     }
 
     /// Writes what the handle keeps pending now (the deferred open and step results), in one
@@ -248,10 +251,11 @@ impl Execution {
     /// # Errors
     /// [`Error::LockLost`], [`Error::OpenRaced`] for a deferred open that lost, or a storage
     /// error. Then nothing was written, what was pending is lost, and the handle is halted.
-    pub async fn flush(&mut self) -> Result<()> {
-        self.refuse_if_released()?;
-        let first = self.fence.carry().first_seq();
-        match self.fence.flush(None).await {
+    pub async fn flush(&self) -> Result<()> {
+        let shared = &self.shared;
+        shared.refuse_if_released()?;
+        let first = shared.fence.carry().first_seq();
+        match shared.fence.flush(None).await {
             Ok(written) => {
                 if written {
                     fail::fail_point!("journal::after-deferred-flush-commit", |_| {
@@ -261,15 +265,18 @@ impl Execution {
                 Ok(())
             }
             Err(error) => {
-                self.halted_at.get_or_insert(first.unwrap_or(self.next_seq));
+                let next_seq = shared.state().next_seq;
+                shared.halt_at(first.unwrap_or(next_seq));
                 Err(error)
             }
         }
     }
+}
 
+impl Shared {
     /// W1 and W3's guarded rule: what must be durable before a closure of `effect` runs.
     pub(super) async fn before_closure(&self, effect: Effect) -> Result<()> {
-        if !self.deferring {
+        if !self.state().deferring {
             return Ok(());
         }
         let needed = {
@@ -300,12 +307,9 @@ impl Execution {
         timing: Timing,
     ) -> Result<bool> {
         let at = self.fence.now();
-        if self.deferring && timing == Timing::Deferred {
-            let full = {
-                let mut carry = self.fence.carry();
-                carry.push(Pending { row, hook, at });
-                carry.over_limits()
-            };
+        if self.state().deferring && timing == Timing::Deferred {
+            self.fence.push(Pending { row, hook, at });
+            let full = self.fence.carry().over_limits();
             if full && self.fence.flush(None).await? {
                 fail::fail_point!("journal::after-deferred-flush-commit", |_| {
                     std::process::abort()
@@ -313,34 +317,36 @@ impl Execution {
             }
             return Ok(false);
         }
-        let execution_id = self.id;
-        let (seq, state) = (row.seq, row.state);
-        let first = hook.map(|hook| {
-            let step = StepRef {
-                execution_id,
-                seq,
-                state,
-                now: at,
-            };
-            Box::new(move |conn: &Connection| hook(conn, step)) as super::fence::FirstHook
+        let Some(hook) = hook else {
+            let seq = row.seq;
+            self.fence.push(Pending {
+                row,
+                hook: None,
+                at,
+            });
+            let written = self.fence.flush(None).await;
+            if written.is_err() {
+                // A write that never ran (a busy database) left the row pending: it must not
+                // ride on a later write after its step was told it failed.
+                self.fence.drop_pending(seq);
+            }
+            return written;
+        };
+        // Before this step's row is written: its hook writes rows that name the execution.
+        self.fence.open_before_hook().await?;
+        // The row goes with its hook, first in the write, never into what is pending: a
+        // sibling step's write (steps in parallel) could otherwise carry it without its hook.
+        let step = StepRef {
+            execution_id: self.id,
+            seq: row.seq,
+            state: row.state,
+            now: at,
+        };
+        let (resource, now) = (self.id.to_string(), format_timestamp(at));
+        let first: super::fence::FirstHook = Box::new(move |conn: &Connection| {
+            hook(conn, step)?;
+            row.record(conn, &resource, &now)
         });
-        if first.is_some() {
-            // Before this step's row joins what is pending: the open must not carry it
-            // without its hook.
-            self.fence.open_before_hook().await?;
-        }
-        self.fence.push(Pending {
-            row,
-            hook: None,
-            at,
-        });
-        let written = self.fence.flush(first).await;
-        if written.is_err() {
-            // When the hook, which runs first, declined or failed, nothing was taken: this
-            // step's own row must not ride on a later write without it. (After a failure that
-            // took what was pending, there is nothing left to drop.)
-            self.fence.carry().drop_newest(seq);
-        }
-        written
+        self.fence.flush(Some(first)).await
     }
 }

@@ -15,6 +15,7 @@
 //! one of the writes a request admits ([`CancelRequests`]). The order of commits, not a
 //! clock, decides.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -74,6 +75,10 @@ pub(crate) struct Fence {
     /// What the next write carries. Taken by the request that writes it, inside its
     /// transaction: a request that never ran (the database was busy) leaves it here.
     carry: Arc<Mutex<Carry>>,
+    /// The seqs of the step rows pushed to the carry whose carrying write has not been
+    /// confirmed committed yet: pending, or taken by a write still in flight (W1 with
+    /// parallel steps, see `super::reservation`). A row lost with a failed write stays here.
+    unconfirmed: Mutex<BTreeSet<u32>>,
     /// Keeps the journal open while a handle (or its heartbeat task) can still write. The
     /// journal's last drop joins its writer thread, which ends only once every writer handle
     /// is gone; a fence that outlived the journal would make that join wait on a task that
@@ -103,6 +108,7 @@ impl Fence {
             epoch: Arc::new(AtomicU64::new(epoch)),
             clock: Arc::clone(&journal.inner.clock),
             carry: Arc::new(Mutex::new(carry)),
+            unconfirmed: Mutex::new(BTreeSet::new()),
             journal: journal.clone(),
         }
     }
@@ -135,7 +141,35 @@ impl Fence {
 
     /// Adds a step row to what the next write carries.
     pub(super) fn push(&self, pending: Pending) {
+        self.unconfirmed_seqs().insert(pending.row.seq);
         self.carry().push(pending);
+    }
+
+    fn unconfirmed_seqs(&self) -> MutexGuard<'_, BTreeSet<u32>> {
+        self.unconfirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes step `seq`'s row back from what is pending: its write was declined or failed
+    /// before it took the row.
+    pub(super) fn drop_pending(&self, seq: u32) {
+        self.carry().drop_step(seq);
+        self.unconfirmed_seqs().remove(&seq);
+    }
+
+    /// The seqs of step rows not yet confirmed committed, in order.
+    pub(super) fn unconfirmed(&self) -> Vec<u32> {
+        self.unconfirmed_seqs().iter().copied().collect()
+    }
+
+    /// Which of `seqs` are not yet confirmed committed.
+    pub(super) fn still_unconfirmed(&self, seqs: &[u32]) -> Vec<u32> {
+        let unconfirmed = self.unconfirmed_seqs();
+        seqs.iter()
+            .copied()
+            .filter(|seq| unconfirmed.contains(seq))
+            .collect()
     }
 
     /// Runs `work(conn, resource, now)` in the writer after the fence check, in the same
@@ -222,8 +256,8 @@ impl Fence {
         .await
     }
 
-    /// Writes what is pending, after `first` when there is one; nothing when nothing is
-    /// pending. A busy database is tried again, as long as the request that met it never ran
+    /// Writes what is pending, after `first` when there is one (which may write a row of its
+    /// own); nothing when neither is there. A busy database is tried again, as long as the request that met it never ran
     /// (so what it carried is still pending). Returns whether it wrote.
     ///
     /// # Errors
@@ -236,7 +270,7 @@ impl Fence {
         for try_number in 1..=CARRY_WRITE_TRIES_MAX {
             let undo = {
                 let carry = self.carry();
-                if carry.is_empty() {
+                if carry.is_empty() && !hooked {
                     return Ok(false);
                 }
                 // One row with no hook is one statement after the fence check.
@@ -260,10 +294,15 @@ impl Fence {
                 .submit(undo, true, slot, CancelRequests::Carried, last)
                 .await
             {
+                // Tried again only when the request never ran: the hook is still in its
+                // slot, or (with none) what it was to carry is still pending.
                 Err(Error::Busy { .. })
                     if try_number < CARRY_WRITE_TRIES_MAX
-                        && !self.carry().is_empty()
-                        && (!hooked || is_kept(&first)) => {}
+                        && if hooked {
+                            is_kept(&first)
+                        } else {
+                            !self.carry().is_empty()
+                        } => {}
                 Err(error) => return Err(error),
                 Ok(()) => return Ok(true),
             }
@@ -322,6 +361,8 @@ impl Fence {
         let at = self.clock.now();
         let now = format_timestamp(at);
         let opening = carrying && !self.is_open();
+        let taken_seqs: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let taken_by_this = carrying.then(|| Arc::clone(&taken_seqs));
         let written = self
             .writer
             .write_with(undo, move |conn| {
@@ -347,7 +388,11 @@ impl Fence {
                 } else if let Some(carry) = carry {
                     // Taken here, in the transaction: if it does not commit, it is lost, and
                     // the handle halts (see `super::deferred`).
-                    taken(&carry).write(conn, &locker, (id, &resource), &epoch, &now)?;
+                    let carry = taken(&carry);
+                    if let Some(seqs) = &taken_by_this {
+                        *seqs.lock().unwrap_or_else(PoisonError::into_inner) = carry.seqs();
+                    }
+                    carry.write(conn, &locker, (id, &resource), &epoch, &now)?;
                 } else {
                     locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
                 }
@@ -360,6 +405,14 @@ impl Fence {
             } else {
                 // The open did not commit: there is no lock, whatever the request set.
                 self.epoch.store(0, Ordering::SeqCst);
+            }
+        }
+        if let Ok(Fenced::Done(_)) = &written {
+            let taken =
+                std::mem::take(&mut *taken_seqs.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut unconfirmed = self.unconfirmed_seqs();
+            for seq in taken {
+                unconfirmed.remove(&seq);
             }
         }
         match written? {

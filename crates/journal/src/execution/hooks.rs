@@ -62,14 +62,17 @@ pub(super) enum Hook {
 
 impl Execution {
     /// Runs a pure or idempotent step whose result commits in one transaction with `also`'s
-    /// rows: `also(conn, step)` runs in the transaction that records the step. A step replayed from an earlier run returns its recorded outcome and does not run
+    /// rows: `also(conn, step)` runs in the transaction that records the step. A step
+    /// replayed from an earlier run returns its recorded outcome and does not run
     /// `also`. `also` also runs when the closure failed (the failure is recorded like a
     /// result); [`StepRef::state`] says which.
     ///
     /// If `also` returns [`Error::Aborted`] in a write made at once, nothing of the
     /// transaction is written (what the handle kept pending stays pending), the step is not
     /// recorded, and the handle stays usable: calling the step again runs it again at the
-    /// same sequence number. `also` runs first in that transaction, before the handle's
+    /// same sequence number. That holds while no later step was called; with a later step
+    /// already reserved (steps in parallel), the seq cannot be given back, and the handle is
+    /// halted at it with [`Error::AbortedBehindLaterSteps`] instead. `also` runs first in that transaction, before the handle's
     /// pending rows and the step's own.
     ///
     /// # Errors
@@ -77,29 +80,33 @@ impl Execution {
     /// `Aborted` halts the handle at this step, as a failed result write does); and
     /// [`Error::Refused`] for a guarded `effect`, before anything runs (a guarded step's rows
     /// go with its intent: [`Execution::guarded_with`]).
-    pub async fn step_with<T, F, Fut, A>(
-        &mut self,
+    pub fn step_with<T, F, Fut, A>(
+        &self,
         name: &str,
         effect: Effect,
         timing: Timing,
         f: F,
         also: A,
-    ) -> Result<T>
+    ) -> impl Future<Output = Result<T>> + use<T, F, Fut, A>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
         A: FnOnce(&Connection, StepRef) -> Result<()> + Send + 'static,
     {
-        if effect == Effect::Guarded {
-            return Err(Error::Refused(format!(
-                "step {name:?} of execution {} is guarded; step_with records pure and idempotent \
-                 steps, and a guarded step's rows go with its intent (guarded_with)",
-                self.id
-            )));
-        }
-        let hook = Hook::Result(Box::new(also), timing);
-        let outcome = self.step(name, effect, None, Some(hook), f).await?;
-        self.never_skipped(outcome)
+        let reserved = if effect == Effect::Guarded {
+            Err(guarded_step_with(name, self.id()))
+        } else {
+            self.reserve(name)
+        };
+        async move { reserved?.step_with(effect, timing, f, also).await }
     }
+}
+
+/// The refusal of a guarded step given to `step_with`.
+pub(super) fn guarded_step_with(name: &str, execution_id: Uuid) -> Error {
+    Error::Refused(format!(
+        "step {name:?} of execution {execution_id} is guarded; step_with records pure and \
+         idempotent steps, and a guarded step's rows go with its intent (guarded_with)"
+    ))
 }

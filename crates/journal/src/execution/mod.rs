@@ -5,6 +5,8 @@
 //! - `hooks`: steps whose rows commit with the caller's own ([`Execution::step_with`]);
 //! - `deferred`: write-behind and the deferred open (what a write carries, and when);
 //! - `release`: the end that parks the execution instead ([`Execution::release_to`]);
+//! - `reservation`: parallel steps: the state steps share, and each step's seq reserved in
+//!   call order ([`Reservation`]);
 //! - `protocol`: the step protocol (replay, the ambiguity policies, retries);
 //! - `step_rows`: the SQL of step rows;
 //! - `fence`: the writer, lock and epoch the handle writes with.
@@ -15,6 +17,7 @@ mod hooks;
 mod peek;
 mod protocol;
 mod release;
+mod reservation;
 mod step_rows;
 
 use std::future::Future;
@@ -28,10 +31,11 @@ use uuid::Uuid;
 pub use deferred::{DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX};
 pub(crate) use deferred::{DeferredOpen, OpenHook};
 pub(crate) use fence::Fence;
-use hooks::{Hook, IntentHook};
 pub use hooks::{StepRef, Timing};
 use protocol::StepOutcome;
 pub use release::{Release, STATUS_DETAIL_BYTES_MAX};
+pub use reservation::Reservation;
+use reservation::Shared;
 pub(crate) use step_rows::first_open_intent;
 
 use crate::config::StepSettings;
@@ -40,31 +44,23 @@ use crate::handles::HandleClaim;
 use crate::payload;
 use crate::replay::Replay;
 use crate::states::Status;
-use crate::step::{Effect, FencingToken, Guarded, Policy, StepKey};
+use crate::step::{FencingToken, Guarded, Policy, StepKey};
 
 /// The handle that drives one open execution. Steps are numbered in call order; on a resumed
 /// execution, steps already recorded return their recorded outcome without calling the closure.
+///
+/// Its step methods take `&self` and reserve their step's seq when they are called, so several
+/// steps may run at once (`join!(h.pure("a", ..), h.pure("b", ..))`); see [`Reservation`].
 ///
 /// Dropping it without [`Execution::complete`] or [`Execution::fail`] releases the lock and
 /// leaves the execution `running`, to be resumed.
 #[derive(Debug)]
 pub struct Execution {
-    // Shared with the lease heartbeat task and with the finalize transaction's release.
-    fence: Arc<Fence>,
-    settings: StepSettings,
-    id: Uuid,
+    // Shared with every step future of the handle (which owns a reference, so that a step's
+    // future does not borrow the handle), and through the fence with the lease heartbeat.
+    shared: Arc<Shared>,
     is_resume: bool,
     input: String,
-    // Boxed: the replay window's state is a third of the handle, which callers move around.
-    replay: Box<Replay>,
-    next_seq: u32,
-    halted_at: Option<u32>,
-    /// Write-behind ([`Execution::defer_results`]): results wait in the fence's carry.
-    deferring: bool,
-    /// Set by [`Execution::release_to`]: the status the execution was parked in. The handle
-    /// then writes nothing more.
-    released_to: Option<Status>,
-    finalized: bool,
     // Keeps a lease alive while the handle lives; aborted on drop.
     heartbeat: Option<tokio::task::JoinHandle<()>>,
     // Declared last so it is released after `Drop::drop` has queued the lock release.
@@ -85,18 +81,11 @@ pub(crate) struct Opening {
 impl Execution {
     pub(crate) fn new(opening: Opening) -> Self {
         let heartbeat = spawn_heartbeat(&opening.fence, opening.settings.lease_ms);
+        let shared = Shared::new(opening.fence, opening.settings, opening.id, opening.replay);
         Self {
-            fence: opening.fence,
-            settings: opening.settings,
-            id: opening.id,
+            shared: Arc::new(shared),
             is_resume: opening.is_resume,
             input: opening.input,
-            replay: Box::new(opening.replay),
-            next_seq: 0,
-            halted_at: None,
-            deferring: false,
-            released_to: None,
-            finalized: false,
             heartbeat,
             _claim: opening.claim,
         }
@@ -104,7 +93,7 @@ impl Execution {
 
     /// The execution id.
     pub fn id(&self) -> Uuid {
-        self.id
+        self.shared.id
     }
 
     /// Whether this open resumed an execution that had been opened before.
@@ -116,23 +105,28 @@ impl Execution {
     /// [`StepKey`]. `FencingToken(0)` until the first write of a handle from
     /// [`crate::Journal::begin_execution`] has taken the lock.
     pub fn fencing_token(&self) -> FencingToken {
-        self.fence.token()
+        self.shared.fence.token()
     }
 
     /// The journal the execution is in.
     pub(crate) fn journal(&self) -> &crate::journal::Journal {
-        self.fence.journal()
+        self.shared.fence.journal()
     }
 
-    /// The sequence number the next step will get.
+    /// The sequence number the next step call will reserve; on a halted handle (which
+    /// reserves no more), the seq it halted at.
     pub fn next_seq(&self) -> u32 {
-        self.next_seq
+        let state = self.shared.state();
+        state
+            .halted_at
+            .map_or(state.next_seq, |halted| halted.min(state.next_seq))
     }
 
-    /// How many steps were recorded when this handle opened the execution (0 for a new one):
-    /// steps `0..recorded_steps()` replay their recorded outcome instead of running.
+    /// One past the highest seq recorded when this handle opened the execution (0 for a new
+    /// one): steps below it replay their recorded outcome instead of running, but for gaps
+    /// left by parallel steps a crash cut short ([`Reservation::replays`] says which).
     pub fn recorded_steps(&self) -> u32 {
-        self.replay.recorded()
+        self.shared.recorded_steps()
     }
 
     /// The execution's input, as recorded when it was first opened.
@@ -143,25 +137,30 @@ impl Execution {
         payload::decode(
             &self.input,
             "the execution input",
-            self.settings.payload_bytes_max,
+            self.shared.settings.payload_bytes_max,
         )
     }
 
     /// Runs a pure step (a computation or a read). Its result is journaled in one commit; a
-    /// crash inside it runs it again.
+    /// crash inside it runs it again. The step's seq is reserved when this is called, before
+    /// the future is polled.
     ///
     /// # Errors
     /// [`Error::StepFailed`] when the closure failed (now or on an earlier run),
-    /// [`Error::NonDeterminism`], [`Error::LockLost`], [`Error::PayloadTooLarge`], or a storage
-    /// error.
-    pub async fn pure<T, F, Fut>(&mut self, name: &str, mut f: F) -> Result<T>
+    /// [`Error::NonDeterminism`], [`Error::LockLost`], [`Error::PayloadTooLarge`],
+    /// [`Error::Halted`] once the handle halted, or a storage error.
+    pub fn pure<T, F, Fut>(
+        &self,
+        name: &str,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + use<T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        let outcome = self.step(name, Effect::Pure, None, None, |_| f()).await?;
-        self.never_skipped(outcome)
+        let reserved = self.reserve(name);
+        async move { reserved?.pure(f).await }
     }
 
     /// Runs an idempotent step, handing the closure its [`StepKey`]. Its result is journaled
@@ -169,35 +168,40 @@ impl Execution {
     ///
     /// # Errors
     /// As [`Execution::pure`].
-    pub async fn idempotent<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T>
+    pub fn idempotent<T, F, Fut>(
+        &self,
+        name: &str,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + use<T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        let outcome = self.step(name, Effect::Idempotent, None, None, f).await?;
-        self.never_skipped(outcome)
+        let reserved = self.reserve(name);
+        async move { reserved?.idempotent(f).await }
     }
 
     /// Runs a guarded step: its intent is committed before the closure runs and its result after.
-    /// If a crash left the intent without a result, `policy` decides (see [`Policy`]).
+    /// If a crash left the intent without a result, `policy` decides (see [`Policy`]). Each
+    /// guarded step keeps its own policy and idempotency key, also when several run at once.
     ///
     /// # Errors
     /// As [`Execution::pure`], plus [`Error::Ambiguous`] under [`Policy::Fail`] and
     /// [`Error::ProbeFailed`] under [`Policy::Reconcile`].
-    pub async fn guarded<T, F, Fut>(
-        &mut self,
+    pub fn guarded<T, F, Fut>(
+        &self,
         name: &str,
         policy: Policy,
         f: F,
-    ) -> Result<Guarded<T>>
+    ) -> impl Future<Output = Result<Guarded<T>>> + use<T, F, Fut>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
     {
-        self.step(name, Effect::Guarded, Some(&policy), None, f)
-            .await
+        let reserved = self.reserve(name);
+        async move { reserved?.guarded(policy, f).await }
     }
 
     /// As [`Execution::guarded`], and runs `with_intent` in the transaction that records the
@@ -211,34 +215,23 @@ impl Execution {
     /// # Errors
     /// As [`Execution::guarded`], or `with_intent`'s own error, in which case neither the
     /// intent nor anything of `with_intent` was written and the closure did not run; the
-    /// handle is then halted at this step, as after any failed intent write.
-    pub async fn guarded_with<T, F, Fut, W>(
-        &mut self,
+    /// handle is then halted at this step, as after any failed intent write (a declining
+    /// [`Error::Aborted`] gives the seq back instead, see [`Execution::step_with`]).
+    pub fn guarded_with<T, F, Fut, W>(
+        &self,
         name: &str,
         policy: Policy,
         with_intent: W,
         f: F,
-    ) -> Result<Guarded<T>>
+    ) -> impl Future<Output = Result<Guarded<T>>> + use<T, F, Fut, W>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(StepKey) -> Fut,
         Fut: Future<Output = StepOutcome<T>>,
         W: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
-        let with_intent: IntentHook = Box::new(with_intent);
-        let hook = Hook::Intent(with_intent);
-        self.step(name, Effect::Guarded, Some(&policy), Some(hook), f)
-            .await
-    }
-
-    fn never_skipped<T>(&self, outcome: Guarded<T>) -> Result<T> {
-        match outcome {
-            Guarded::Done(value) => Ok(value),
-            Guarded::Skipped(skipped) => Err(Error::Inconsistent(format!(
-                "step {} of execution {} is recorded as skipped but is not guarded",
-                skipped.seq, self.id
-            ))),
-        }
+        let reserved = self.reserve(name);
+        async move { reserved?.guarded_with(policy, with_intent, f).await }
     }
 
     /// Refreshes this handle's lease heartbeat (for journals opened with a lease).
@@ -246,7 +239,7 @@ impl Execution {
     /// # Errors
     /// [`Error::LockLost`] when the lock was taken over.
     pub async fn heartbeat(&self) -> Result<()> {
-        self.fence.heartbeat().await
+        self.shared.fence.heartbeat().await
     }
 
     /// Finalizes the execution as completed with `output`, and releases its lock, in one
@@ -254,7 +247,8 @@ impl Execution {
     ///
     /// # Errors
     /// [`Error::LockLost`], [`Error::PayloadTooLarge`], [`Error::Halted`] after a step error
-    /// that stops the execution, [`Error::Refused`] while a step is in the ambiguous window,
+    /// that stops the execution (or while a step future of the handle is still alive, unfinished),
+    /// [`Error::Refused`] while a step is in the ambiguous window,
     /// or a storage error.
     pub async fn complete(self, output: &impl Serialize) -> Result<()> {
         self.complete_with(output, |_| Ok(())).await
@@ -287,16 +281,16 @@ impl Execution {
         let output = payload::encode(
             output,
             "the execution output",
-            self.settings.payload_bytes_max,
+            self.shared.settings.payload_bytes_max,
         )?;
-        self.refuse_if_released()?;
+        self.shared.refuse_if_released()?;
         // After an ambiguous step, a lost lock or non-determinism the journal is in doubt:
         // completing would bury the doubt under a final status. `fail` stays allowed. A lost
         // lock is the more useful answer when it is the reason, so the fence is asked first.
-        if let Some(seq) = self.halted_at {
-            self.fence.check().await?;
+        if let Some(seq) = self.shared.stopped_at() {
+            self.shared.fence.check().await?;
             return Err(Error::Halted {
-                execution_id: self.id,
+                execution_id: self.id(),
                 seq,
             });
         }
@@ -334,7 +328,7 @@ impl Execution {
         let error = payload::encode(
             error,
             "the execution error",
-            self.settings.payload_bytes_max,
+            self.shared.settings.payload_bytes_max,
         )?;
         self.finalize(Status::Failed, error, also).await
     }
@@ -349,33 +343,35 @@ impl Execution {
     /// [`Error::LockLost`], [`Error::PayloadTooLarge`] for a reason over
     /// [`crate::lifecycle::CANCEL_REASON_BYTES_MAX`], `also`'s own error (nothing is written
     /// then), or a storage error.
-    pub async fn finish_cancelled<F>(mut self, reason: &str, also: F) -> Result<()>
+    pub async fn finish_cancelled<F>(self, reason: &str, also: F) -> Result<()>
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
-        self.refuse_if_released()?;
-        let (id, reason) = (self.id, reason.to_owned());
-        let release = Arc::clone(&self.fence);
-        self.fence
+        self.shared.refuse_if_released()?;
+        let (id, reason) = (self.id(), reason.to_owned());
+        let release = Arc::clone(&self.shared.fence);
+        self.shared
+            .fence
             .write_admitted(move |conn, _, now| {
                 crate::lifecycle::cancel_row(conn, id, Status::Running, now, &reason)?;
                 also(conn)?;
                 release.release_in(conn)
             })
             .await?;
-        self.finalized = true;
-        tracing::info!(execution_id = %self.id, status = "cancelled", "finalized");
+        self.shared.state().finalized = true;
+        tracing::info!(execution_id = %id, status = "cancelled", "finalized");
         Ok(())
     }
 
-    async fn finalize<T, F>(mut self, status: Status, payload: String, also: F) -> Result<T>
+    async fn finalize<T, F>(self, status: Status, payload: String, also: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        self.refuse_if_released()?;
-        let (id, next_seq) = (self.id, self.next_seq);
-        let release = Arc::clone(&self.fence);
+        self.shared.refuse_if_released()?;
+        let (id, next_seq) = (self.id(), self.next_seq());
+        let fence = &self.shared.fence;
+        let release = Arc::clone(fence);
         let write = move |conn: &Connection, resource: &str, now: &str| {
             if status == Status::Completed
                 && let Some(seq) = step_rows::first_open_intent(conn, resource, next_seq)?
@@ -392,12 +388,12 @@ impl Execution {
         };
         // Completing loses to a committed cancel request; failing does not.
         let also = if status == Status::Completed {
-            self.fence.write(write).await?
+            fence.write(write).await?
         } else {
-            self.fence.write_admitted(write).await?
+            fence.write_admitted(write).await?
         };
-        self.finalized = true;
-        tracing::info!(execution_id = %self.id, status = status.as_str(), "finalized");
+        self.shared.state().finalized = true;
+        tracing::info!(execution_id = %id, status = status.as_str(), "finalized");
         Ok(also)
     }
 }
@@ -407,8 +403,8 @@ impl Drop for Execution {
         if let Some(heartbeat) = &self.heartbeat {
             heartbeat.abort();
         }
-        if !self.finalized {
-            self.fence.release_detached();
+        if !self.shared.state().finalized {
+            self.shared.fence.release_detached();
         }
     }
 }

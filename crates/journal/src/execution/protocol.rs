@@ -9,11 +9,10 @@ use std::future::Future;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tracing::Instrument;
 
-use super::Execution;
 use super::fence::CancelRequests;
 use super::hooks::{Hook, IntentHook, ResultHook, Timing};
+use super::reservation::Shared;
 use super::step_rows::{self, Awaited, Closing, IntentRow, ResultRow};
 use crate::error::{AmbiguityReason, Error, Result};
 use crate::events;
@@ -27,6 +26,8 @@ use crate::writer::Undo;
 /// A step being run: its place and identity.
 pub(super) struct StepCall<'a> {
     pub(super) seq: u32,
+    /// The outcomes pending when the step was called (W1, see [`Shared::confirm_durable`]).
+    depends_on: &'a [u32],
     pub(super) name: &'a str,
     pub(super) effect: Effect,
     pub(super) policy: Option<&'a Policy>,
@@ -36,7 +37,26 @@ pub(super) struct StepCall<'a> {
     execution_id: uuid::Uuid,
 }
 
-impl StepCall<'_> {
+impl<'a> StepCall<'a> {
+    pub(super) fn new(
+        seq: u32,
+        name: &'a str,
+        effect: Effect,
+        policy: Option<&'a Policy>,
+        execution_id: uuid::Uuid,
+        depends_on: &'a [u32],
+    ) -> Self {
+        Self {
+            seq,
+            depends_on,
+            name,
+            effect,
+            policy,
+            key: std::sync::OnceLock::new(),
+            execution_id,
+        }
+    }
+
     /// The step's idempotency key, the same on every run.
     fn key(&self) -> IdempotencyKey {
         *self
@@ -63,76 +83,10 @@ impl StepCall<'_> {
 
 pub(super) type StepOutcome<T> = std::result::Result<T, StepError>;
 
-impl Execution {
-    /// Runs one step call: replays it when it is recorded, runs it otherwise.
-    pub(super) async fn step<T, F, Fut>(
-        &mut self,
-        name: &str,
-        effect: Effect,
-        policy: Option<&Policy>,
-        hook: Option<Hook>,
-        f: F,
-    ) -> Result<Guarded<T>>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(StepKey) -> Fut,
-        Fut: Future<Output = StepOutcome<T>>,
-    {
-        self.refuse_if_released()?;
-        if let Some(seq) = self.halted_at {
-            return Err(Error::Halted {
-                execution_id: self.id,
-                seq,
-            });
-        }
-        let seq = self.next_seq;
-        let call = StepCall {
-            seq,
-            name,
-            effect,
-            policy,
-            key: std::sync::OnceLock::new(),
-            execution_id: self.id,
-        };
-        let span = tracing::info_span!(
-            "durably.step",
-            execution_id = %self.id,
-            seq,
-            name,
-            effect = effect.as_str(),
-            outcome = tracing::field::Empty,
-        );
-        // Halted until the step finishes: if the caller drops this future half way (a timeout,
-        // a select), the step's state is unknown and the handle must not go on.
-        self.halted_at = Some(seq);
-        let result = match self.replay.take(seq) {
-            Err(error) => Err(error),
-            Ok(Some(recorded)) => {
-                self.replay_step(&call, recorded, f)
-                    .instrument(span.clone())
-                    .await
-            }
-            Ok(None) => {
-                self.run_fresh(&call, hook, f)
-                    .instrument(span.clone())
-                    .await
-            }
-        };
-        span.record("outcome", outcome_word(&result));
-        match &result {
-            Ok(_) | Err(Error::StepFailed { .. }) => {
-                self.next_seq += 1;
-                self.halted_at = None;
-            }
-            // The caller's hook declined: nothing of the step was written, so the same step
-            // may be called again at the same seq.
-            Err(Error::Aborted(_)) => self.halted_at = None,
-            Err(_) => {}
-        }
-        result
-    }
-
-    async fn run_fresh<T, F, Fut>(
+impl Shared {
+    /// Runs a step that is not recorded. A halted handle starts no step: a sibling's error
+    /// stopped the execution.
+    pub(super) async fn run_fresh<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         hook: Option<Hook>,
@@ -148,6 +102,7 @@ impl Execution {
             Some(Hook::Intent(hook)) => (Some(hook), None),
             Some(Hook::Result(hook, timing)) => (None, Some((hook, timing))),
         };
+        self.refuse_if_halted()?;
         if let Some(policy) = call.policy {
             self.write_intent(call, policy, with_intent).await?;
             fail::fail_point!("journal::after-intent-commit", |_| std::process::abort());
@@ -155,7 +110,7 @@ impl Execution {
         self.run_and_record(call, 1, &mut f, with_result).await
     }
 
-    async fn replay_step<T, F, Fut>(
+    pub(super) async fn replay_step<T, F, Fut>(
         &self,
         call: &StepCall<'_>,
         recorded: RecordedStep,
@@ -303,6 +258,9 @@ impl Execution {
         Fut: Future<Output = StepOutcome<T>>,
     {
         self.before_closure(call.effect).await?;
+        if call.effect != Effect::Pure {
+            self.confirm_durable(call.depends_on).await?;
+        }
         let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
         fail::fail_point!("journal::after-effect", |_| std::process::abort());
         if self
@@ -531,7 +489,7 @@ impl Execution {
     }
 }
 
-fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
+pub(super) fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
     match result {
         Ok(Guarded::Done(_)) => "done",
         Ok(Guarded::Skipped(_)) => "skipped",

@@ -167,24 +167,25 @@ impl Execution {
     /// [`STATUS_DETAIL_BYTES_MAX`]; [`Error::Refused`] when the execution is no longer
     /// `running` (its own step parked it for an operator) or the handle was already released
     /// (neither writes anything); `also`'s own error; or a storage error.
-    pub async fn release_to<A>(&mut self, to: Release, detail: Value, also: A) -> Result<()>
+    pub async fn release_to<A>(&self, to: Release, detail: Value, also: A) -> Result<()>
     where
         A: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
-        self.refuse_if_released()?;
+        let shared = &self.shared;
+        shared.refuse_if_released()?;
         let bytes = detail.to_string().len();
         if !detail.is_null() && bytes > STATUS_DETAIL_BYTES_MAX {
             return Err(Error::PayloadTooLarge {
-                what: format!("the status detail of execution {}", self.id),
+                what: format!("the status detail of execution {}", shared.id),
                 bytes,
                 max: STATUS_DETAIL_BYTES_MAX,
             });
         }
         let parking = Parking::new(&to, detail);
         let status = parking.status;
-        let release = Arc::clone(&self.fence);
+        let release = Arc::clone(&shared.fence);
         // First in the transaction: if it declines, what is pending stays pending.
-        let released = self
+        let released = shared
             .fence
             .write_first(
                 Box::new(also),
@@ -203,26 +204,18 @@ impl Execution {
             // Any other failure took what was pending with it: the handle must not go on
             // past steps the journal does not hold.
             if !matches!(error, Error::Aborted(_)) {
-                self.halted_at.get_or_insert(self.next_seq);
+                let next_seq = shared.state().next_seq;
+                shared.halt_at(next_seq);
             }
             return Err(error);
         }
         fail::fail_point!("journal::after-release-commit", |_| std::process::abort());
-        self.released_to = Some(status);
-        self.finalized = true;
-        tracing::info!(execution_id = %self.id, status = status.as_str(), "released");
-        Ok(())
-    }
-
-    /// [`Error::Refused`] once the handle was released: the execution is parked, and only a
-    /// claim reopens it.
-    pub(super) fn refuse_if_released(&self) -> Result<()> {
-        match self.released_to {
-            None => Ok(()),
-            Some(status) => Err(Error::Refused(format!(
-                "execution {} was released {status}; this handle writes nothing more",
-                self.id
-            ))),
+        {
+            let mut state = shared.state();
+            state.released_to = Some(status);
+            state.finalized = true;
         }
+        tracing::info!(execution_id = %shared.id, status = status.as_str(), "released");
+        Ok(())
     }
 }

@@ -352,3 +352,18 @@ pub async fn send_approval(journal: Journal, id: Uuid) {
         "{sent:?}"
     );
 }
+
+/// Asserts that execution `id` recorded exactly the steps `names`, numbered 0, 1, ... in that
+/// order (call order, for steps run in parallel).
+pub fn assert_steps_in_order(journal: &Journal, id: Uuid, names: &[&str]) {
+    let recorded: Vec<(u32, String)> = journal
+        .steps(id)
+        .unwrap()
+        .into_iter()
+        .map(|step| (step.seq, step.name))
+        .collect();
+    let expected: Vec<(u32, String)> = (0..)
+        .zip(names.iter().map(|name| (*name).to_owned()))
+        .collect();
+    assert_eq!(recorded, expected, "the steps are not in call order");
+}

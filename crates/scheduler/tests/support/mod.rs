@@ -1,5 +1,6 @@
 //! Shared helpers of the in-process scheduler tests: a clock the test moves by hand, a journal
-//! on a scratch file, and a body that counts its calls per slot.
+//! on a scratch file, a runtime serving a workflow (`count`) that counts its runs per slot,
+//! and a scheduler over it whose passes wait for the fires they started to end.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,15 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use durably_journal::Journal;
 use durably_lock::Clock;
-use durably_scheduler::{FireContext, JobBuilder, Scheduler, Slot, StepError};
+use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
+use durably_scheduler::{Fire, FireOutcome, JobBuilder, PassReport, Scheduler, Slot};
+
+/// The workflow kind test jobs start: it counts its run in one step.
+pub const COUNT_KIND: &str = "count";
+
+/// A workflow kind that counts its run, then, for the slot at T0 only, waits for a message on
+/// topic `release` before it ends.
+pub const GATED_KIND: &str = "gated";
 
 /// 2026-01-01T00:00:00.000Z.
 pub const T0_MS: i64 = 1_767_225_600_000;
@@ -64,12 +73,66 @@ impl Scratch {
         Journal::builder(self.path()).clock(clock).open().unwrap()
     }
 
-    pub async fn scheduler(&self, clock: &Arc<ManualClock>) -> Scheduler {
-        Scheduler::builder(self.journal(clock))
-            .tick_max(Duration::from_millis(20))
-            .build()
+    /// A runtime serving `count` (recording into `calls`) on a journal of its own, and a
+    /// scheduler over it.
+    pub async fn scheduler(&self, clock: &Arc<ManualClock>, calls: &Calls) -> Harness {
+        let (calls, calls_gated) = (calls.clone(), calls.clone());
+        let runtime = Runtime::builder(self.journal(clock))
+            .register(COUNT_KIND, 1, move |ctx: WorkflowContext, fire: Fire| {
+                let calls = calls.clone();
+                async move {
+                    let slot = fire.slot.as_millis();
+                    let counted = ctx
+                        .pure("count", move || {
+                            calls.record(&fire);
+                            async move { Ok(slot) }
+                        })
+                        .await?;
+                    Ok::<i64, WorkflowError>(counted)
+                }
+            })
+            .register(GATED_KIND, 1, {
+                let calls = calls_gated;
+                move |ctx: WorkflowContext, fire: Fire| {
+                    let calls = calls.clone();
+                    async move {
+                        let at_t0 = fire.slot.as_millis() == T0_MS;
+                        ctx.pure("count", move || {
+                            calls.record(&fire);
+                            async move { Ok(()) }
+                        })
+                        .await?;
+                        if at_t0 {
+                            let _: Option<bool> =
+                                ctx.recv("release", Duration::from_hours(1)).await?;
+                        }
+                        Ok::<i64, WorkflowError>(0)
+                    }
+                }
+            })
+            .start()
             .await
+            .unwrap();
+        Harness::over(runtime).await
+    }
+
+    /// Inserts the `pending` row a scheduler from before fires were workflows left for `job`
+    /// at `slot`: registered, never opened, no execution.
+    pub fn insert_pending_fire(&self, job: &str, slot: Slot) {
+        let id = durably_scheduler::JobId::new(job).unwrap();
+        rusqlite::Connection::open(self.path())
             .unwrap()
+            .execute(
+                "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', '2025-12-31T23:59:00.000Z')",
+                rusqlite::params![
+                    job,
+                    slot.to_rfc3339(),
+                    slot.as_millis(),
+                    durably_scheduler::fire_id(&id, slot).to_string()
+                ],
+            )
+            .unwrap();
     }
 
     /// Reads one integer with plain SQL.
@@ -79,18 +142,97 @@ impl Scratch {
     }
 }
 
-/// Counts body calls per slot (epoch milliseconds) and remembers the keys handed out.
+/// One test's world: a scratch file, a clock, the workflow runs counted, and a harness.
+pub struct World {
+    pub scratch: Scratch,
+    pub clock: Arc<ManualClock>,
+    pub calls: Calls,
+    pub harness: Harness,
+}
+
+/// A world whose clock reads `at_ms`, with `job` registered.
+pub async fn world(at_ms: i64, job: durably_scheduler::Job) -> World {
+    let scratch = Scratch::new();
+    let clock = ManualClock::at_millis(at_ms);
+    let calls = Calls::default();
+    let harness = scratch.scheduler(&clock, &calls).await;
+    let _ = harness.register(job).await.unwrap();
+    World {
+        scratch,
+        clock,
+        calls,
+        harness,
+    }
+}
+
+/// A runtime and a scheduler over it. Derefs to the scheduler; `run_once` and `fire` wait
+/// for the executions they started to end, so the test reads settled counts.
+pub struct Harness {
+    pub runtime: Runtime,
+    pub scheduler: Scheduler,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Scheduler;
+
+    fn deref(&self) -> &Scheduler {
+        &self.scheduler
+    }
+}
+
+impl Harness {
+    /// A scheduler over `runtime`, whose loop wakes at least every 20 ms.
+    pub async fn over(runtime: Runtime) -> Self {
+        let scheduler = Scheduler::builder((*runtime).clone())
+            .tick_max(Duration::from_millis(20))
+            .build()
+            .await
+            .unwrap();
+        Self { runtime, scheduler }
+    }
+
+    pub async fn run_once(&self) -> PassReport {
+        let report = self.scheduler.run_once().await;
+        for fire in &report.fires {
+            self.settle(&fire.outcome).await;
+        }
+        report
+    }
+
+    pub async fn fire(
+        &self,
+        job: &durably_scheduler::JobId,
+        slot: Slot,
+    ) -> durably_scheduler::Result<FireOutcome> {
+        let outcome = self.scheduler.fire(job, slot).await?;
+        self.settle(&outcome).await;
+        Ok(outcome)
+    }
+
+    /// Waits for a started fire's execution to end.
+    pub async fn settle(&self, outcome: &FireOutcome) {
+        if outcome.started_here() {
+            let handle = self.runtime.handle::<i64>(outcome.execution_id());
+            tokio::time::timeout(Duration::from_secs(30), handle.result())
+                .await
+                .expect("the fire ended within 30 s")
+                .unwrap();
+        }
+    }
+}
+
+/// Counts workflow runs per slot (epoch milliseconds).
 #[derive(Debug, Clone, Default)]
-pub struct Calls(Arc<Mutex<BTreeMap<i64, Vec<FireContext>>>>);
+pub struct Calls(Arc<Mutex<BTreeMap<i64, Vec<Fire>>>>);
 
 impl Calls {
-    pub fn record(&self, context: &FireContext) {
+    pub fn record(&self, fire: &Fire) {
         self.0
             .lock()
             .unwrap()
-            .entry(context.slot.as_millis())
+            .entry(fire.slot.as_millis())
             .or_default()
-            .push(context.clone());
+            .push(fire.clone());
     }
 
     /// Slots called, each with its number of calls.
@@ -108,18 +250,11 @@ impl Calls {
     }
 }
 
-/// A job on a one-minute grid through T0 whose body records its call and succeeds.
-pub fn counting_job(id: &str, calls: &Calls) -> JobBuilder {
-    let calls = calls.clone();
+/// A job on a one-minute grid through T0 whose fires start `count`.
+pub fn counting_job(id: &str) -> JobBuilder {
     durably_scheduler::Job::builder(id)
         .interval(Duration::from_millis(MINUTE_MS as u64), T0_MS)
-        .body(move |context| {
-            let calls = calls.clone();
-            async move {
-                calls.record(&context);
-                Ok::<_, StepError>(serde_json::json!({ "slot": context.slot.as_millis() }))
-            }
-        })
+        .workflow(COUNT_KIND)
 }
 
 pub fn slot(millis: i64) -> Slot {
