@@ -90,7 +90,14 @@ pub(crate) async fn run(
     }
     match stopped {
         Some(Stop::Cancelled(reason)) => return watch.finish_cancelled(execution, &reason).await,
-        Some(Stop::TimedOut(timeout)) => return timeout.end(execution, now).await,
+        Some(Stop::TimedOut(timeout)) => {
+            return match timeout.end(execution, now).await {
+                // The failure was the run's first write (a deferred open), and another run of
+                // the id opened it first: that run goes on, this one lost the race.
+                Err(Error::Journal(durably_journal::Error::OpenRaced(_))) => Ok(Ran::Raced),
+                ended => ended,
+            };
+        }
         Some(Stop::Halted(_)) if ending.raced => {
             drop(execution);
             return Ok(Ran::Raced);
