@@ -54,12 +54,7 @@ pub struct Family {
 
 /// Whether the runtime's tables hold the parent link.
 fn linked(conn: &Connection) -> durably::Result<bool> {
-    Ok(conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions')
-                        WHERE name = 'parent_execution_id')",
-        [],
-        |row| row.get(0),
-    )?)
+    crate::runtime_rows::runtime_column_present(conn, "parent_execution_id")
 }
 
 /// The family of execution `id`: its parent, and its children to [`TREE_DEPTH_MAX`] levels,

@@ -181,7 +181,7 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
     let Some(mut row) = row else {
         return Ok(None);
     };
-    if forks_present(conn)? {
+    if runtime_column_present(conn, "forked_from")? {
         row.forked_from = conn
             .prepare_cached(
                 "SELECT forked_from, fork_seq FROM runtime_executions
@@ -201,13 +201,12 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
     Ok(Some(row))
 }
 
-/// Whether the runtime's schema has the fork link (runtime migration 3): a journal a runtime
-/// of an older build used has not.
-fn forks_present(conn: &Connection) -> durably::Result<bool> {
+/// Whether `runtime_executions` has `column`: a journal a runtime of an older build used lacks
+/// the columns of later runtime migrations (the parent link of 2, the fork link of 3).
+pub(crate) fn runtime_column_present(conn: &Connection, column: &str) -> durably::Result<bool> {
     Ok(conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions')
-                        WHERE name = 'forked_from')",
-        [],
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions') WHERE name = ?1)",
+        [column],
         |row| row.get(0),
     )?)
 }

@@ -246,7 +246,16 @@ impl WorkflowContext {
         let child_id = child_execution_id(self.id, seq);
         let fresh = !reserved.replays();
         let hook = if fresh {
-            let request = child_request::<I, O>(&client, kind, child_id, input, &options)?;
+            let request = match child_request::<I, O>(&client, kind, child_id, input, &options) {
+                Ok(request) => request,
+                Err(refused) => {
+                    // Nothing is written for a refused child: the next step takes its seq (or,
+                    // behind a later reserved step, the handle halts, and the refusal is still
+                    // what the caller needs to know).
+                    let _ = reserved.give_back("the child was refused");
+                    return Err(refused);
+                }
+            };
             start_hook(request, self.id)
         } else {
             // A replayed step runs no hook.

@@ -95,6 +95,9 @@ async fn a_fork_awaits_the_child_its_copied_start_step_started() {
 
     // The child waits for `go`: a fork after the start step would wait for it forever.
     let client = Client::new(scratch.journal.clone()).await.unwrap();
+    // Parked on its receive, the child writes nothing more until `go` comes, so a change to
+    // the snapshot is the refusal's.
+    wait_for_status(&scratch.journal, child, Status::Waiting).await;
     let before = support::snapshot(&scratch.journal);
     let refused = client.fork(id, ForkOptions::from_seq(1)).await;
     match refused {

@@ -380,18 +380,32 @@ impl Reservation {
     {
         let id = self.shared.id;
         if effect == Effect::Guarded {
-            let mut this = self;
-            this.settled = true;
-            // Nothing ran: the seq is given back when it is the last one reserved (else the
-            // handle halts there), as for a declined hook.
-            let _ = this
-                .shared
-                .settle::<()>(this.seq, Err(Error::Aborted("guarded")));
-            return Err(super::hooks::guarded_step_with(&this.name, id));
+            let name = self.name.clone();
+            // Nothing ran: the seq is given back, or the handle halts there.
+            let _ = self.give_back("guarded");
+            return Err(super::hooks::guarded_step_with(&name, id));
         }
         let hook = Some(Hook::Result(Box::new(also), timing));
         let outcome = self.run(effect, None, hook, f).await?;
         never_skipped(id, outcome)
+    }
+
+    /// Gives the seq back unused, for a step its caller refused before running it (bad
+    /// input): nothing is written, and the next step takes this seq when it is still the last
+    /// one reserved, as after a hook's declined write. Behind a later reserved step the seq
+    /// cannot be given back, and the handle halts at it.
+    ///
+    /// # Errors
+    /// [`Error::AbortedBehindLaterSteps`] when the handle halted.
+    pub fn give_back(mut self, reason: &'static str) -> Result<()> {
+        self.settled = true;
+        match self
+            .shared
+            .settle::<()>(self.seq, Err(Error::Aborted(reason)))
+        {
+            Err(Error::Aborted(_)) => Ok(()),
+            other => other,
+        }
     }
 
     /// Runs the step: replays it when it is recorded, runs it otherwise, then accounts for
