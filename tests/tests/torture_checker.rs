@@ -147,6 +147,25 @@ fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
     assert_eq!(report.reopened, 1, "{report:?}");
 }
 
+#[test]
+fn a_sibling_settling_after_its_step_parked_is_not_a_reopen() {
+    let dir = clean_run();
+    let conn = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
+    conn.execute_batch(
+        "INSERT INTO events (at, execution_id, seq, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, seq, kind, '{}'
+             FROM (SELECT execution_id FROM executions LIMIT 1),
+                  (SELECT 'ambiguity_failed' AS kind, 0 AS seq UNION ALL
+                   SELECT 'ambiguity_reconciled', 1)
+             ORDER BY kind;",
+    )
+    .unwrap();
+    drop(conn);
+    let report = check(dir.path()).unwrap();
+    assert_eq!(report.reopened, 0, "{report:?}");
+    assert!(report.passed(), "{report:?}");
+}
+
 /// Runs `sql`, which must change exactly one row of the journal.
 fn change_one(conn: &Connection, sql: &str) {
     assert_eq!(conn.execute(sql, []).unwrap(), 1, "{sql}");

@@ -23,9 +23,11 @@
 //!   in a cancelled execution, where an ambiguous intent is kept for people), or a scheduler
 //!   fire not finished (a completed fire whose execution is not completed is lost).
 //! - **reopened**: an execution run again while it awaited an operator: after its
-//!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision,
-//!   failed attempt or claim of it before the `operator_resolved` event that ends the wait.
-//!   Each reopen used to write another `ambiguity_failed`.
+//!   `ambiguity_failed` event (which parks it `awaiting_operator`), a claim of it, or another
+//!   ambiguity decision or failed attempt of the parked step, before the `operator_resolved`
+//!   event that ends the wait. Each reopen used to write another `ambiguity_failed`. A parallel
+//!   sibling already in flight in the run that parked it still settles and records its outcome
+//!   (no new step starts on a halted handle), so decisions at other seqs are not reopens.
 //! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
 //!   runtime's rules, see [`super::runtime_checks`].
 //! - **child_dups**, **patch_flips**, **fork_reruns**: the rules of children, patches and
@@ -376,7 +378,10 @@ fn check_executions(conn: &Connection, report: &mut Report) -> Result<(), BoxErr
 }
 
 /// No execution runs between the `ambiguity_failed` event that parks it `awaiting_operator`
-/// and the `operator_resolved` event that ends the wait (events in commit order).
+/// and the `operator_resolved` event that ends the wait (events in commit order): no claim,
+/// and no decision about the parked step. Any later run replays to the parked step and decides
+/// it again, so a reopen always shows there; siblings of the parked step that were in flight
+/// when it parked settle in the same run, at their own seqs.
 fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
         "SELECT execution_id, seq, kind FROM events
@@ -400,7 +405,9 @@ fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(),
             awaiting.remove(&id);
             continue;
         }
-        if let Some(parked_at) = awaiting.get(&id) {
+        if let Some(&parked_at) = awaiting.get(&id)
+            && (kind == "claimed" || seq == parked_at)
+        {
             report.reopened += 1;
             report.violation(format!(
                 "reopened: execution {id} ran again ({kind} at step {seq:?}) while step \

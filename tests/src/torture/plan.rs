@@ -172,11 +172,15 @@ pub const CHILD_QUEUE: &str = "children";
 pub const CHILD_INDEX_BASE: u64 = 1 << 60;
 
 /// The plan input of child `number` of the execution `parent` describes: a random runtime
-/// plan (with no children of its own).
+/// plan (with no children of its own), or, under a covering plan, [`Shape::ChildCovering`].
 pub fn child_input(parent: PlanInput, number: usize) -> PlanInput {
+    let shape = match parent.shape {
+        Shape::RuntimeCovering => Shape::ChildCovering,
+        _ => Shape::Runtime,
+    };
     PlanInput {
         index: CHILD_INDEX_BASE + (parent.index << 2) + number as u64,
-        shape: Shape::Runtime,
+        shape,
         ..parent
     }
 }
@@ -274,6 +278,11 @@ pub enum Shape {
     /// failpoint matrix runs through `Runtime::run` (see [`super::runs`]): a run waits for its
     /// execution's end, which one awaiting an operator does not have until one answers.
     RuntimeRun,
+    /// A child of a [`Shape::RuntimeCovering`] plan: one idempotent and one guarded
+    /// (Reconcile) step. The covering parent covers every kind; its children only have to be
+    /// killed on either side of a step, and a longer child plan multiplies the failpoint
+    /// matrix's hits.
+    ChildCovering,
 }
 
 impl Shape {
@@ -282,7 +291,7 @@ impl Shape {
     pub fn is_runtime(self) -> bool {
         matches!(
             self,
-            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun
+            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun | Self::ChildCovering
         )
     }
 }
@@ -328,6 +337,10 @@ impl ExecutionPlan {
             Shape::Runtime => runtime_kinds(&mut rng, input.index < CHILD_INDEX_BASE),
             Shape::Covering => covering_kinds(),
             Shape::RuntimeCovering => runtime_covering_kinds(),
+            Shape::ChildCovering => vec![
+                StepKind::Idempotent { flaky: false },
+                StepKind::Guarded(PolicyKind::Reconcile),
+            ],
             Shape::RuntimeRun => covering_kinds()
                 .into_iter()
                 .map(|kind| match kind {
@@ -342,7 +355,10 @@ impl ExecutionPlan {
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
                     Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
-                    Shape::Covering | Shape::RuntimeCovering | Shape::RuntimeRun => (0, 0),
+                    Shape::Covering
+                    | Shape::RuntimeCovering
+                    | Shape::RuntimeRun
+                    | Shape::ChildCovering => (0, 0),
                 };
                 StepPlan {
                     name: format!("{}-{seq}", kind_word(kind)),
