@@ -26,6 +26,7 @@ use durably::Journal;
 use self::ledger::Ledger;
 use self::scenario::Scenario;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::escape::escape;
 
 /// The demo's database when `--db` is not given, in the working directory.
@@ -80,6 +81,11 @@ pub fn run(db: Option<&Path>) -> Result<ExitCode> {
     }
 }
 
+/// The error of a part of the demo that could not run.
+pub fn failed(message: impl Into<String>) -> CliError {
+    CliError::new(ErrorCode::DemoFailed, message)
+}
+
 /// Prints one line of narration.
 ///
 /// # Errors
@@ -102,7 +108,7 @@ fn prepare(db: Option<&Path>) -> Result<PathBuf> {
             remove(&file)?;
         }
     } else if std::fs::metadata(&path).is_ok_and(|metadata| metadata.len() > 0) {
-        return Err(CliError::failure(format!(
+        return Err(failed(format!(
             "{shown} already exists and is not empty; the demo writes a fresh database, so give \
              --db a new path (or delete that file if it is an old demo)"
         )));
@@ -135,12 +141,10 @@ fn remove(path: &Path) -> Result<()> {
         std::fs::remove_file(path)
     };
     match outcome {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            Err(CliError::failure(format!(
-                "cannot remove the old demo file {}: {error}",
-                path.display()
-            )))
-        }
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(failed(format!(
+            "cannot remove the old demo file {}: {error}",
+            path.display()
+        ))),
         _ => Ok(()),
     }
 }

@@ -5,9 +5,9 @@ use uuid::Uuid;
 
 use super::child::{Stop, Worker, run_tool};
 use super::scenario::{CrashPoint, Scenario};
-use super::{Demo, narrate};
+use super::{Demo, failed, narrate};
 use crate::demo::worker::EXIT_AMBIGUOUS;
-use crate::error::{CliError, Result};
+use crate::error::Result;
 use crate::escape::escape;
 
 /// Runs one scenario and returns its execution id.
@@ -33,7 +33,7 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
         scenario.crash_point(),
     )?;
     if !matches!(worker.relay()?, Stop::Ready) {
-        return Err(CliError::failure(
+        return Err(failed(
             "the demo worker exited before reaching its crash point",
         ));
     }
@@ -52,7 +52,7 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
         code = finish_worker(demo, scenario, id)?;
     }
     if code != Some(0) {
-        return Err(CliError::failure(format!(
+        return Err(failed(format!(
             "the restarted demo worker for {id} ended with {code:?}"
         )));
     }
@@ -64,7 +64,7 @@ fn finish_worker(demo: &Demo, scenario: Scenario, id: Uuid) -> Result<Option<i32
     let mut worker = Worker::spawn(&demo.db, demo.ledger.path(), scenario, id, CrashPoint::None)?;
     match worker.relay()? {
         Stop::Exited(status) => Ok(status.code()),
-        Stop::Ready => Err(CliError::failure(
+        Stop::Ready => Err(failed(
             "the restarted demo worker stopped at a crash point it was not given",
         )),
     }
@@ -128,7 +128,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         .into_iter()
         .find(|step| step.state == durably::StepState::Intent)
     else {
-        return Err(CliError::failure(
+        return Err(failed(
             "the worker stopped on an ambiguous step, but the journal shows none",
         ));
     };
@@ -137,7 +137,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         .journal
         .operator()
         .seen_intent(id, step.seq)?
-        .ok_or_else(|| CliError::failure("the ambiguous step was resolved behind the demo's back"))?
+        .ok_or_else(|| failed("the ambiguous step was resolved behind the demo's back"))?
         .to_string();
     let charges = demo
         .ledger
@@ -159,9 +159,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
     narrate(&format!("   $ durably {}", args.join(" ")))?;
     let status = run_tool(&args)?;
     if !status.success() {
-        return Err(CliError::failure(format!(
-            "`durably resolve` failed with {status}"
-        )));
+        return Err(failed(format!("`durably resolve` failed with {status}")));
     }
     Ok(())
 }
@@ -205,7 +203,7 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
         CrashPoint::ChargeBefore,
     )?;
     if !matches!(worker.relay()?, Stop::Ready) {
-        return Err(CliError::failure(
+        return Err(failed(
             "the demo worker exited before reaching its crash point",
         ));
     }
@@ -216,7 +214,7 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
         .journal
         .operator()
         .seen_intent(id, LEFT_STEP)?
-        .ok_or_else(|| CliError::failure("the killed worker left no intent to resolve"))?;
+        .ok_or_else(|| failed("the killed worker left no intent to resolve"))?;
     narrate(&format!(
         "   SIGKILL -> pid {pid}. Its lock row and its intent stay in the file. Try:\n\
          \x20    durably --db {db} locks                 # the holder, judged dead\n\
