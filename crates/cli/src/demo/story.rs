@@ -1,5 +1,6 @@
-//! One run of the checkout workflow: start a worker, kill it inside a guarded step, sweep,
-//! restart it, play the operator when the policy asks for one, and narrate the audit trail.
+//! One run of the checkout workflow: start a worker, kill it inside a guarded step, restart
+//! it (no sweep: the restarted worker takes the dead worker's lock over itself), play the
+//! operator when the policy asks for one, and narrate the audit trail.
 
 use uuid::Uuid;
 
@@ -43,8 +44,10 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
     narrate(&format!(
         "   SIGKILL -> pid {pid}: it died inside the step, between the intent and the result."
     ))?;
-    sweep(demo, id)?;
-    narrate("   restarting the worker on the same execution:")?;
+    narrate(&format!(
+        "   restarting the worker on the same execution, with no sweep: it takes the lock over \
+         from dead pid {pid} itself:"
+    ))?;
     let mut code = finish_worker(demo, scenario, id)?;
     if code == Some(i32::from(EXIT_AMBIGUOUS)) {
         operator(demo, id)?;
@@ -94,29 +97,6 @@ fn show_blocked(demo: &Demo, id: Uuid, pid: u32) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn sweep(demo: &Demo, id: Uuid) -> Result<()> {
-    let report = demo
-        .runtime
-        .block_on(demo.journal.operator().sweep(false))?;
-    let resource = id.to_string();
-    for reclaimed in report
-        .reclaimed
-        .iter()
-        .filter(|one| one.resource == resource)
-    {
-        narrate(&format!(
-            "   durably sweep: reclaimed it from dead pid {} ({})",
-            reclaimed.pid,
-            escape(&reclaimed.reason)
-        ))?;
-    }
-    let status = demo
-        .journal
-        .get(id)?
-        .map_or("missing", |record| record.status.as_str());
-    narrate(&format!("   status is now {status}"))
 }
 
 /// Plays the operator: looks the charge up at the payment provider by its idempotency key and
@@ -219,7 +199,7 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
         "   SIGKILL -> pid {pid}. Its lock row and its intent stay in the file. Try:\n\
          \x20    durably --db {db} locks                 # the holder, judged dead\n\
          \x20    sqlite3 {db} 'select * from ambiguous_steps'\n\
-         \x20    durably --db {db} sweep                 # reclaim it\n\
+         \x20    durably --db {db} sweep                 # reclaim it, without resuming it\n\
          \x20    durably --db {db} show {id}\n\
          \x20    durably --db {db} resolve {id} {LEFT_STEP} --seen {seen} --not-done"
     ))?;
