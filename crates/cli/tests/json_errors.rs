@@ -15,7 +15,7 @@ mod common;
 
 use std::process::Output;
 
-use common::{assert_code, assert_one_error, durably, fixture, hold, runtime, stderr};
+use common::{assert_code, assert_one_error, durably, fixture, hold, on, runtime, stderr};
 use serde_json::Value;
 
 /// Asserts that the command exited with `exit_code` and printed nothing on standard output and
@@ -137,17 +137,8 @@ fn a_stale_resolve_token_has_code_ambiguous_token_stale_and_both_tokens() {
     let fixture = fixture();
     let ambiguous = fixture.ambiguous.to_string();
     let resolve = |token: &str| {
-        durably(&[
-            "--json",
-            "--db",
-            fixture.db_arg(),
-            "resolve",
-            &ambiguous,
-            "1",
-            "--seen",
-            token,
-            "--not-done",
-        ])
+        let command = ["resolve", &ambiguous, "1", "--seen", token, "--not-done"].map(String::from);
+        on(&fixture.db, &["--json"], &command)
     };
     // The step's intent is a1-r0: a token of another intent is stale, and nothing is written.
     let error = json_error(&resolve("a2-r0"), "ambiguous_token_stale", 1);
