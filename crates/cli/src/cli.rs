@@ -125,7 +125,7 @@ pub enum Command {
     ///
     /// Without --db it deletes and recreates ./durably-demo.db; with --db PATH it uses that
     /// path and refuses one that exists and is not empty. DURABLY_DB is ignored, so the demo
-    /// never writes into a real journal. --json does not apply.
+    /// never writes into a real journal. With --json, only an error is printed as JSON.
     Demo,
     /// The demo's child process (internal).
     #[command(hide = true)]

@@ -123,7 +123,7 @@ error_codes! {
     /// A file-system or system call failed: the liveness directory, `/proc`, standard
     /// output, a thread.
     IoError = "io_error", EXIT_FAILURE;
-    /// `durably demo` could not run one of its parts.
+    /// `durably demo` refused its `--db`, or could not run one of its parts.
     DemoFailed = "demo_failed", EXIT_FAILURE;
     /// Any other failure the library reports; the message says what.
     Failed = "failed", EXIT_FAILURE;
