@@ -397,7 +397,7 @@ impl Workload {
                 Ok(true)
             }
             // Another operator got there first; the next open sees what they decided.
-            Err(Error::Refused(_)) => Ok(true),
+            Err(Error::Refused(_) | Error::StaleSeenIntent { .. }) => Ok(true),
             Err(error) if error.is_retryable() => Ok(false),
             Err(error) => Err(error.into()),
         }
