@@ -29,7 +29,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use durably::runtime::{Runtime, StartOptions, WorkflowContext, WorkflowError};
-use durably::{Guarded, Journal, Policy, StepError};
+use durably::{Effect, Guarded, Journal, Policy, StepError};
 use fake_provider::FakeProvider;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -285,10 +285,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let reply = handle.result().await?;
     println!("execution {id} completed: {reply}");
-    let model_calls: usize = providers.model.requests()?.values().sum();
-    let refunds: usize = providers.payments.requests()?.values().sum();
-    println!(
-        "the fake model served {model_calls} call(s); the fake provider made {refunds} refund(s)"
-    );
+    // Each effect once: what the providers' ledgers hold for each guarded step's key.
+    for step in runtime.journal().steps(id)? {
+        let provider = match step.effect {
+            Effect::Guarded if step.name == "refund" => &providers.payments,
+            Effect::Guarded => &providers.model,
+            _ => continue,
+        };
+        let served = provider.served(step.idempotency_key)?;
+        println!("step {} ({}): served {served} time(s)", step.seq, step.name);
+    }
     Ok(())
 }

@@ -8,7 +8,6 @@
 //! the kernel in one `write` before `serve` returns, and a SIGKILL of the caller does not undo
 //! that (a power cut could; a real provider keeps its own records durable).
 
-use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -80,16 +79,17 @@ impl FakeProvider {
         })
     }
 
-    /// How many requests it served, by idempotency key.
+    /// How many requests it served with `key`.
     ///
     /// # Errors
     /// When the ledger exists but cannot be read.
-    pub fn requests(&self) -> io::Result<BTreeMap<String, usize>> {
-        let mut counts = BTreeMap::new();
-        for (key, _) in self.lines()? {
-            *counts.entry(key).or_default() += 1;
-        }
-        Ok(counts)
+    pub fn served(&self, key: IdempotencyKey) -> io::Result<usize> {
+        let key = key.to_string();
+        Ok(self
+            .lines()?
+            .iter()
+            .filter(|(served, _)| *served == key)
+            .count())
     }
 
     /// The ledger's lines as (key, answer); none before the first request.
