@@ -51,6 +51,17 @@ struct Ticket {
     customer: String,
 }
 
+impl Ticket {
+    /// One ticket, one execution: the id comes from the ticket, so a restarted process finds
+    /// the execution it started before instead of starting another.
+    fn execution_id(&self) -> Uuid {
+        Uuid::new_v5(
+            &Uuid::NAMESPACE_OID,
+            format!("{KIND}/{}", self.number).as_bytes(),
+        )
+    }
+}
+
 /// The message a person sends on the topic `approval`.
 #[derive(Serialize, Deserialize)]
 struct Decision {
@@ -257,16 +268,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         runtime.recovery_report().requeued
     );
 
-    // One ticket, one execution: the id comes from the ticket, so a restarted process finds
-    // the execution it started before instead of starting another.
     let ticket = Ticket {
         number: 42,
         customer: "ada@example.com".to_owned(),
     };
-    let id = Uuid::new_v5(
-        &Uuid::NAMESPACE_OID,
-        format!("{KIND}/{}", ticket.number).as_bytes(),
-    );
+    let id = ticket.execution_id();
     let handle = runtime
         .start::<_, String>(KIND, id, &ticket, StartOptions::default())
         .await?;

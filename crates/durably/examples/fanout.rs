@@ -23,16 +23,12 @@ mod fake_provider;
 #[path = "support/worker.rs"]
 mod worker;
 
-use std::path::{Path, PathBuf};
-
-use durably::runtime::{
-    ChildOptions, Runtime, StartOptions, WorkflowContext, WorkflowError, child_execution_id,
-};
+use durably::runtime::{ChildOptions, Runtime, WorkflowContext, WorkflowError, child_execution_id};
 use durably::{Effect, Guarded, Journal, Policy, StepError, event_kind};
 use fake_provider::FakeProvider;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-use worker::{WORKER_ARG, Worker, hang_until_killed};
+use worker::{BoxError, Crash, Env};
 
 /// The planner's workflow kind.
 const PLANNER: &str = "trip-planner";
@@ -57,21 +53,6 @@ struct Trip {
 struct Plan {
     tools: Vec<String>,
     packing_list: String,
-}
-
-/// Where the workflows run: in the worker that is killed mid-call, or in the process that
-/// resumes them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Worker,
-    Resume,
-}
-
-/// What the workflows need besides their input.
-#[derive(Clone)]
-struct Env {
-    mode: Mode,
-    db: PathBuf,
 }
 
 /// The planner: a sub-agent and three tools at once, then the sub-agent's answer.
@@ -111,14 +92,14 @@ async fn call_tool(
             let provider = &provider;
             async move {
                 let in_flight = format!("tool {tool} {IN_FLIGHT}");
-                if env.mode == Mode::Worker && !reaches_provider {
-                    hang_until_killed(&format!("{in_flight}, its request not sent")).await;
+                if !reaches_provider {
+                    env.crash_point(&format!("{in_flight}, its request not sent"))
+                        .await;
                 }
                 let answer = format!("{tool} for {} days in {}", trip.days, trip.destination);
                 let answer = provider.serve(key.idempotency_key(), &answer)?;
-                if env.mode == Mode::Worker {
-                    hang_until_killed(&format!("{in_flight}, served, its answer not back")).await;
-                }
+                env.crash_point(&format!("{in_flight}, served, its answer not back"))
+                    .await;
                 Ok::<_, StepError>(answer)
             }
         })
@@ -131,13 +112,10 @@ async fn packing_list(ctx: WorkflowContext, trip: Trip, env: Env) -> Result<Stri
     let model = FakeProvider::next_to(&env.db, "model");
     let drafted = ctx
         .guarded("draft packing list", Policy::Retry, |key| {
-            let model = &model;
-            let trip = &trip;
+            let (model, trip, env) = (&model, &trip, &env);
             async move {
-                if env.mode == Mode::Worker {
-                    hang_until_killed(&format!("sub-agent {IN_FLIGHT}, its model call not sent"))
-                        .await;
-                }
+                env.crash_point(&format!("sub-agent {IN_FLIGHT}, its model call not sent"))
+                    .await;
                 let list = format!("{} days of clothes for {}", trip.days, trip.destination);
                 model.serve(key.idempotency_key(), &list)
             }
@@ -153,14 +131,10 @@ fn done<T>(outcome: Guarded<T>) -> Result<T, WorkflowError> {
         .map_err(|skipped| WorkflowError::new(skipped.to_string()))
 }
 
-/// A runtime on `db` serving both workflows, running them as `mode` says.
-async fn runtime(db: &Path, mode: Mode) -> Result<Runtime, Box<dyn std::error::Error>> {
-    let env = Env {
-        mode,
-        db: db.to_owned(),
-    };
+/// A runtime serving both workflows, on `env`'s journal.
+async fn runtime(env: Env) -> Result<Runtime, BoxError> {
     let child_env = env.clone();
-    Ok(Runtime::builder(Journal::open(db)?)
+    Ok(Runtime::builder(Journal::open(&env.db)?)
         .register(PLANNER, 1, move |ctx, trip| {
             plan_trip(ctx, trip, env.clone())
         })
@@ -171,23 +145,20 @@ async fn runtime(db: &Path, mode: Mode) -> Result<Runtime, Box<dyn std::error::E
         .await?)
 }
 
-/// The worker: starts the planner and waits; it is killed while the calls hang.
-async fn work(db: &Path, id: Uuid) -> Result<(), Box<dyn std::error::Error>> {
-    let runtime = runtime(db, Mode::Worker).await?;
+/// The worker: starts the planner, whose calls hang at their crash points.
+async fn work(env: Env, id: Uuid) -> Result<(), BoxError> {
     let trip = Trip {
         destination: "Lisbon".to_owned(),
         days: 4,
     };
-    let handle = runtime
-        .start::<_, Plan>(PLANNER, id, &trip, StartOptions::default())
-        .await?;
-    handle.result().await?;
-    Err("the worker's calls returned; they were meant to hang until it was killed".into())
+    let runtime = runtime(env).await?;
+    worker::start_and_wait::<_, Plan>(&runtime, PLANNER, id, &trip).await
 }
 
 /// The resumed run, in this process, and what the providers' ledgers say.
-async fn resume(db: &Path, id: Uuid) -> Result<(), Box<dyn std::error::Error>> {
-    let runtime = runtime(db, Mode::Resume).await?;
+async fn resume(env: Env, id: Uuid) -> Result<(), BoxError> {
+    let db = env.db.clone();
+    let runtime = runtime(env).await?;
     println!(
         "resumed in this process: recovery put {} interrupted execution(s) back in their queue",
         runtime.recovery_report().requeued
@@ -217,7 +188,7 @@ async fn resume(db: &Path, id: Uuid) -> Result<(), Box<dyn std::error::Error>> {
             Some(false) => "not in its ledger after the kill, so called",
             None => "not in flight at the kill",
         };
-        let served = FakeProvider::next_to(db, tool).served(step.idempotency_key)?;
+        let served = FakeProvider::next_to(&db, tool).served(step.idempotency_key)?;
         println!("tool {tool}: {after_kill}; served {served} time(s)");
     }
     // The child's id derives from the planner's id and the seq of the step that started it.
@@ -228,7 +199,7 @@ async fn resume(db: &Path, id: Uuid) -> Result<(), Box<dyn std::error::Error>> {
         return Err("the planner started no sub-agent".into());
     };
     let child = child_execution_id(id, start.seq);
-    let model = FakeProvider::next_to(db, "model");
+    let model = FakeProvider::next_to(&db, "model");
     for step in journal.steps(child)? {
         if step.effect == Effect::Guarded {
             let served = model.served(step.idempotency_key)?;
@@ -241,26 +212,11 @@ async fn resume(db: &Path, id: Uuid) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let tokio = tokio::runtime::Runtime::new()?;
-    if let [first, db, id] = args.as_slice()
-        && first == WORKER_ARG
-    {
-        return tokio.block_on(work(Path::new(db), id.parse()?));
-    }
-    let db = match args.as_slice() {
-        [] => "fanout.db",
-        [db] => db.as_str(),
-        _ => return Err("usage: fanout [DATABASE]".into()),
+fn main() -> Result<(), BoxError> {
+    let crash = Crash {
+        default_db: "fanout.db",
+        needle: IN_FLIGHT,
+        count: TOOLS.len() + 1,
     };
-    // A new execution on every run, so the example can run again on the same file.
-    let id = durably::new_execution_id();
-    println!("execution {id}: planning a trip in a worker process");
-    let mut worker = Worker::spawn(&[db, &id.to_string()])?;
-    let pid = worker.pid();
-    worker.wait_for(IN_FLIGHT, TOOLS.len() + 1)?;
-    worker.kill()?;
-    println!("killed the worker (pid {pid}) with SIGKILL: three tools and the sub-agent in flight");
-    tokio.block_on(resume(Path::new(db), id))
+    worker::main(&crash, work, resume)
 }

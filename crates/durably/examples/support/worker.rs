@@ -1,84 +1,162 @@
-//! Crashing a workflow for real, for the examples: the example runs its workflow in a child
-//! process of itself (the same program, started again with [`WORKER_ARG`] first), reads the
-//! child's output until the workflow has reached the point to crash at, and kills it with
-//! SIGKILL there. The child announces that point itself, with a line on its standard output,
-//! and then waits to be killed ([`hang_until_killed`]): the kill lands exactly there, without
-//! failpoints and without guessing with sleeps.
+//! Crashing a workflow for real, for the examples: the example runs its workflow in a worker
+//! process (the same program, started again as `PROGRAM worker DATABASE ID`), reads the
+//! worker's output until the workflow has reached the point to crash at, and kills it with
+//! SIGKILL there. The workflow announces that point itself ([`Env::crash_point`]: a line on
+//! its standard output, then a wait that never ends), so the kill lands exactly there, without
+//! failpoints and without guessing with sleeps. The example then resumes the execution in its
+//! own process, where the same crash points return at once.
 
-use std::ffi::OsStr;
-use std::io::{self, BufRead, BufReader, Lines};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::error::Error;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use durably::runtime::{Runtime, StartOptions};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
 
 /// The first argument that makes the example a worker.
-pub const WORKER_ARG: &str = "worker";
+const WORKER_ARG: &str = "worker";
 
-/// A worker process: this program, started again as a worker.
-pub struct Worker {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+/// The error type of the examples' functions.
+pub type BoxError = Box<dyn Error>;
+
+/// Where an example's workflows run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// In the worker, which is killed at the crash points.
+    Worker,
+    /// In the example's own process, after the kill.
+    Resume,
 }
 
-impl Worker {
-    /// Starts this program again as `PROGRAM worker ARGS...`, its standard output piped here.
-    ///
-    /// # Errors
-    /// When this program's path cannot be found or the process cannot start.
-    pub fn spawn<S: AsRef<OsStr>>(args: &[S]) -> io::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg(WORKER_ARG)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| io::Error::other("the worker's standard output is not piped"))?;
-        let lines = BufReader::new(stdout).lines();
-        Ok(Self { child, lines })
-    }
+/// What an example's workflows need besides their input.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// Where they run.
+    pub mode: Mode,
+    /// The journal; the fake providers' ledgers sit next to it.
+    pub db: PathBuf,
+}
 
-    /// The worker's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Reads the worker's lines, printing each as `worker: LINE`, until `count` of them have
-    /// contained `needle`.
-    ///
-    /// # Errors
-    /// When the worker ends first, or its output cannot be read.
-    pub fn wait_for(&mut self, needle: &str, count: usize) -> io::Result<()> {
-        let mut seen = 0;
-        while seen < count {
-            let Some(line) = self.lines.next() else {
-                return Err(io::Error::other(format!(
-                    "the worker ended after {seen} of {count} lines containing {needle:?}"
-                )));
-            };
-            let line = line?;
-            println!("worker: {line}");
-            if line.contains(needle) {
-                seen += 1;
-            }
+impl Env {
+    /// A crash point: in the worker, prints `line` for the example and never returns (the
+    /// worker is killed while it waits here); after the kill, returns at once.
+    pub async fn crash_point(&self, line: &str) {
+        if self.mode == Mode::Worker {
+            println!("{line}");
+            std::future::pending::<()>().await;
         }
-        Ok(())
-    }
-
-    /// Kills the worker with SIGKILL (what `Child::kill` sends on Unix) and reaps it: no
-    /// destructor, no flush, no lock released, as in a real crash.
-    ///
-    /// # Errors
-    /// When the signal cannot be sent or the process cannot be reaped.
-    pub fn kill(mut self) -> io::Result<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
     }
 }
 
-/// Prints `line` for the example that runs this worker, then never returns: the worker is
-/// killed while it waits here.
-pub async fn hang_until_killed(line: &str) {
-    println!("{line}");
-    std::future::pending::<()>().await;
+/// Where an example crashes its worker.
+pub struct Crash {
+    /// The journal when the command line names none.
+    pub default_db: &'static str,
+    /// What the crash points' lines contain.
+    pub needle: &'static str,
+    /// How many crash points must be reached before the kill.
+    pub count: usize,
+}
+
+/// The whole program of an example that crashes its workflow: `PROGRAM [DATABASE]` makes a
+/// new execution id, runs `work` in a worker process until `crash.count` of its lines have
+/// contained `crash.needle`, kills the worker with SIGKILL, then runs `resume` in this
+/// process. `PROGRAM worker DATABASE ID` is the worker, which runs `work`.
+///
+/// # Errors
+/// Bad arguments, a worker that cannot start or ends before its crash points, and whatever
+/// `work` or `resume` returns.
+pub fn main<W, R>(
+    crash: &Crash,
+    work: impl FnOnce(Env, Uuid) -> W,
+    resume: impl FnOnce(Env, Uuid) -> R,
+) -> Result<(), BoxError>
+where
+    W: Future<Output = Result<(), BoxError>>,
+    R: Future<Output = Result<(), BoxError>>,
+{
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tokio = tokio::runtime::Runtime::new()?;
+    let env = |mode, db: &str| Env {
+        mode,
+        db: db.into(),
+    };
+    if let [first, db, id] = args.as_slice()
+        && first == WORKER_ARG
+    {
+        return tokio.block_on(work(env(Mode::Worker, db), id.parse()?));
+    }
+    let db = match args.as_slice() {
+        [] => crash.default_db,
+        [db] => db.as_str(),
+        _ => return Err("usage: EXAMPLE [DATABASE]".into()),
+    };
+    // A new execution on every run, so the example can run again on the same file.
+    let id = durably::new_execution_id();
+    kill_at(Path::new(db), id, crash)?;
+    tokio.block_on(resume(env(Mode::Resume, db), id))
+}
+
+/// Runs the worker for execution `id` on `db`, echoing its lines as `worker: LINE`, and kills
+/// it with SIGKILL (what `Child::kill` sends on Unix) once it has reached its crash points:
+/// no destructor runs, nothing is flushed, no lock is released, as in a real crash.
+fn kill_at(db: &Path, id: Uuid, crash: &Crash) -> Result<(), BoxError> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg(WORKER_ARG)
+        .arg(db)
+        .arg(id.to_string())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let pid = child.id();
+    println!("execution {id}: started in worker process {pid}");
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| io::Error::other("the worker's standard output is not piped"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut reached = 0;
+    while reached < crash.count {
+        let Some(line) = lines.next() else {
+            child.wait()?;
+            return Err(format!(
+                "the worker ended after {reached} of its {} crash points",
+                crash.count
+            )
+            .into());
+        };
+        let line = line?;
+        println!("worker: {line}");
+        if line.contains(crash.needle) {
+            reached += 1;
+        }
+    }
+    child.kill()?;
+    child.wait()?;
+    println!("killed worker process {pid} with SIGKILL at its crash points");
+    Ok(())
+}
+
+/// The worker's job: starts execution `id` of `kind` with `input` and waits for its end,
+/// which never comes: the workflow hangs at its crash points until the worker is killed.
+///
+/// # Errors
+/// A refused start, or a workflow that ended, which means it never reached a crash point.
+pub async fn start_and_wait<I, O>(
+    runtime: &Runtime,
+    kind: &str,
+    id: Uuid,
+    input: &I,
+) -> Result<(), BoxError>
+where
+    I: Serialize + 'static,
+    O: DeserializeOwned + 'static,
+{
+    let handle = runtime
+        .start::<_, O>(kind, id, input, StartOptions::default())
+        .await?;
+    handle.result().await?;
+    Err(format!("execution {id} ended in the worker without reaching its crash points").into())
 }
