@@ -16,8 +16,8 @@ mod common;
 
 use common::durably;
 use common::example::{
-    Example, assert_each_effect_once, execution_id, guarded_steps, journal, ledger, line_with,
-    status, wait_for_status,
+    Example, assert_each_effect_once, execution_id, guarded_steps, kill_while_parked, ledger,
+    line_with, status, value,
 };
 
 #[test]
@@ -25,12 +25,7 @@ fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("agent.db");
 
-    let mut first = Example::start("agent", &[&db]);
-    let id = execution_id(&first.line_containing("waits for the approval"));
-    first.line_containing("durably --db");
-    wait_for_status(&db, &id, "waiting");
-    first.kill();
-    assert_eq!(status(&db, &id), "waiting");
+    let id = kill_while_parked("agent", &db, "waits for the approval");
 
     let mut second = Example::start("agent", &[&db]);
     let waits = second.line_containing("waits for the approval");
@@ -87,19 +82,19 @@ fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
     assert_eq!(ledger(&db, "model").len(), 4);
     assert_eq!(ledger(&db, "payments").len(), 1);
 
-    let conn = journal(&db);
-    let count = |sql: &str| -> u32 { conn.query_row(sql, [&id], |row| row.get(0)).unwrap() };
-    assert_eq!(
-        count(
-            "SELECT count(*) FROM steps WHERE execution_id = ?1 \
-             AND name = 'durably:sleep/settlement' AND state = 'completed'"
-        ),
-        1
+    let timers: u32 = value(
+        &db,
+        "SELECT count(*) FROM steps WHERE execution_id = ?1 \
+         AND name = 'durably:sleep/settlement' AND state = 'completed'",
+        &id,
     );
-    assert_eq!(
-        count("SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL"),
-        1
+    assert_eq!(timers, 1);
+    let consumed: u32 = value(
+        &db,
+        "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
+        &id,
     );
+    assert_eq!(consumed, 1);
 
     // A third start finds the execution finished and replays nothing.
     let third = Example::start("agent", &[&db]).finish();

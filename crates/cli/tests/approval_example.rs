@@ -11,21 +11,14 @@
 mod common;
 
 use common::durably;
-use common::example::{Example, execution_id, journal, status, wait_for_status};
+use common::example::{Example, kill_while_parked, status, value};
 
 #[test]
 fn approval_survives_a_kill_while_parked_and_finishes_after_durably_send() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("approval.db");
 
-    let mut first = Example::start("approval", &[&db]);
-    let id = execution_id(&first.line_containing("awaiting approval"));
-    first.line_containing("durably --db");
-    wait_for_status(&db, &id, "waiting");
-
-    // Parked: the process holds nothing the journal depends on.
-    first.kill();
-    assert_eq!(status(&db, &id), "waiting");
+    let id = kill_while_parked("approval", &db, "awaiting approval");
 
     let mut second = Example::start("approval", &[&db]);
     second.line_containing("awaiting approval");
@@ -44,24 +37,19 @@ fn approval_survives_a_kill_while_parked_and_finishes_after_durably_send() {
     assert!(done.contains("refunded 2050 cents"), "{done}");
     second.finish();
 
-    let conn = journal(&db);
     assert_eq!(status(&db, &id), "completed");
-    let refunds: u32 = conn
-        .query_row(
-            "SELECT count(*) FROM steps WHERE execution_id = ?1 AND name = 'refund' \
-             AND state = 'completed'",
-            [&id],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let refunds: u32 = value(
+        &db,
+        "SELECT count(*) FROM steps WHERE execution_id = ?1 AND name = 'refund' \
+         AND state = 'completed'",
+        &id,
+    );
     assert_eq!(refunds, 1);
-    let consumed: u32 = conn
-        .query_row(
-            "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
-            [&id],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let consumed: u32 = value(
+        &db,
+        "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
+        &id,
+    );
     assert_eq!(consumed, 1);
 
     // A third start finds the execution finished and prints its outcome without waiting.

@@ -17,7 +17,7 @@ mod common;
 use std::path::Path;
 
 use common::example::{
-    assert_each_effect_once, execution_id, guarded_steps, journal, ledger, line_with, run, status,
+    assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, pairs, run, status,
 };
 
 /// The tools, each its own fake provider.
@@ -34,14 +34,11 @@ fn run_and_check(db: &Path) -> String {
     assert_each_effect_once(db, &id, |tool| {
         TOOLS.into_iter().find(|name| *name == tool).unwrap()
     });
-    let conn = journal(db);
-    let children: Vec<(String, String)> = conn
-        .prepare("SELECT child_id, status FROM runtime_children WHERE parent_id = ?1")
-        .unwrap()
-        .query_map([&id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let children: Vec<(String, String)> = pairs(
+        db,
+        "SELECT child_id, status FROM runtime_children WHERE parent_id = ?1",
+        &id,
+    );
     let [(child, child_status)] = children.as_slice() else {
         panic!("the planner has children {children:?}, not one");
     };
@@ -49,17 +46,13 @@ fn run_and_check(db: &Path) -> String {
     assert_each_effect_once(db, child, |_| "model");
 
     // Each tool settled by its policy as the crash left it.
-    let reconciled: Vec<(String, bool)> = conn
-        .prepare(
-            "SELECT s.name, json_extract(e.detail, '$.found') FROM events AS e
-             JOIN steps AS s ON s.execution_id = e.execution_id AND s.seq = e.seq
-             WHERE e.execution_id = ?1 AND e.kind = 'ambiguity_reconciled' ORDER BY s.seq",
-        )
-        .unwrap()
-        .query_map([&id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let reconciled: Vec<(String, bool)> = pairs(
+        db,
+        "SELECT s.name, json_extract(e.detail, '$.found') FROM events AS e
+         JOIN steps AS s ON s.execution_id = e.execution_id AND s.seq = e.seq
+         WHERE e.execution_id = ?1 AND e.kind = 'ambiguity_reconciled' ORDER BY s.seq",
+        &id,
+    );
     let expected = [("flights", true), ("hotels", true), ("weather", false)];
     let expected: Vec<(String, bool)> = expected
         .iter()

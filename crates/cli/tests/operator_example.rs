@@ -15,7 +15,7 @@
 mod common;
 
 use common::example::{
-    assert_each_effect_once, execution_id, guarded_steps, journal, ledger, line_with, run, status,
+    assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, run, status, value,
 };
 
 #[test]
@@ -54,23 +54,18 @@ fn an_ambiguous_transfer_is_resolved_with_its_token_and_completes_once() {
     assert_each_effect_once(&db, &id, |_| "bank");
     assert_eq!(ledger(&db, "bank").len(), 1);
 
-    let conn = journal(&db);
     let events = |kind: &str| -> u32 {
-        conn.query_row(
-            "SELECT count(*) FROM events WHERE execution_id = ?1 AND seq = 1 AND kind = ?2",
-            [id.as_str(), kind],
-            |row| row.get(0),
-        )
-        .unwrap()
+        let sql = format!(
+            "SELECT count(*) FROM events WHERE execution_id = ?1 AND seq = 1 AND kind = '{kind}'"
+        );
+        value(&db, &sql, &id)
     };
     assert_eq!(events("ambiguity_failed"), 1);
     assert_eq!(events("operator_resolved"), 1);
-    let result: String = conn
-        .query_row(
-            "SELECT json_extract(result, '$') FROM steps WHERE execution_id = ?1 AND seq = 1",
-            [&id],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let result: String = value(
+        &db,
+        "SELECT json_extract(result, '$') FROM steps WHERE execution_id = ?1 AND seq = 1",
+        &id,
+    );
     assert_eq!(result, "125000 cents to ada@example.com for invoice 0");
 }

@@ -14,7 +14,7 @@ mod common;
 
 use durably::scheduler::{JobId, Slot, fire_id};
 
-use common::example::{assert_each_effect_once, journal, ledger, line_with, run};
+use common::example::{assert_each_effect_once, ledger, line_with, pairs, run};
 
 /// The backfilled slots: 07:00 in Paris on 2026-01-01, -02 and -03 (06:00 UTC in winter).
 const BACKFILLED_MS: [i64; 3] = [1_767_247_200_000, 1_767_333_600_000, 1_767_420_000_000];
@@ -49,14 +49,12 @@ fn each_fire_of_the_daily_job_runs_once_across_two_runs() {
         assert!(line.contains("found completed: not run again"), "{line}");
     }
 
-    let conn = journal(&db);
-    let fires: Vec<(String, String)> = conn
-        .prepare("SELECT f.execution_id, e.status FROM fires AS f JOIN executions AS e USING (execution_id)")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let fires: Vec<(String, String)> = pairs(
+        &db,
+        "SELECT f.execution_id, e.status FROM fires AS f JOIN executions AS e USING (execution_id)
+         WHERE f.job = ?1",
+        job.as_str(),
+    );
     assert!(fires.len() >= 4, "{fires:?}");
     for id in &backfilled {
         assert!(

@@ -14,7 +14,7 @@ mod common;
 use std::ffi::OsStr;
 
 use common::durably;
-use common::example::{execution_id, journal, line_with, run};
+use common::example::{execution_id, line_with, pairs, run};
 
 #[test]
 fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
@@ -38,14 +38,11 @@ fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
         "{started}"
     );
 
-    let conn = journal(&db);
-    let answers: Vec<(String, i64)> = conn
-        .prepare("SELECT patch_id, answer FROM runtime_patches WHERE execution_id = ?1 ORDER BY 1")
-        .unwrap()
-        .query_map([&parked], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let answers: Vec<(String, i64)> = pairs(
+        &db,
+        "SELECT patch_id, answer FROM runtime_patches WHERE execution_id = ?1 ORDER BY 1",
+        &parked,
+    );
     assert_eq!(
         answers,
         [

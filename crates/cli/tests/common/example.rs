@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use rusqlite::types::FromSql;
 use rusqlite::{Connection, OpenFlags};
 
 /// How long any one stage (a line to come, an exit, a status to be reached) may take before
@@ -131,6 +132,20 @@ pub fn run<S: AsRef<OsStr>>(name: &str, args: &[S]) -> Vec<String> {
     Example::start(name, args).finish()
 }
 
+/// Starts example `name` on `db`, reads its line containing `parked` (which names the
+/// execution) and its `durably --db` hint, waits until the execution is `waiting`, kills the
+/// example with SIGKILL, and checks that the execution is still `waiting`: parked, the process
+/// held nothing the journal depends on. Returns the execution id.
+pub fn kill_while_parked(name: &str, db: &Path, parked: &str) -> String {
+    let mut example = Example::start(name, &[db]);
+    let id = execution_id(&example.line_containing(parked));
+    example.line_containing("durably --db");
+    wait_for_status(db, &id, "waiting");
+    example.kill();
+    assert_eq!(status(db, &id), "waiting");
+    id
+}
+
 /// The first printed line that contains `needle`.
 pub fn line_with<'a>(printed: &'a [String], needle: &str) -> &'a str {
     printed
@@ -157,15 +172,31 @@ pub fn journal(db: &Path) -> Connection {
     Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
 }
 
+/// The one value `sql` reads from the journal, `?1` bound to `param` (an execution id, say).
+pub fn value<T: FromSql>(db: &Path, sql: &str, param: &str) -> T {
+    journal(db)
+        .query_row(sql, [param], |row| row.get(0))
+        .unwrap()
+}
+
+/// The rows of two columns `sql` reads from the journal, `?1` bound to `param`.
+pub fn pairs<A: FromSql, B: FromSql>(db: &Path, sql: &str, param: &str) -> Vec<(A, B)> {
+    journal(db)
+        .prepare(sql)
+        .unwrap()
+        .query_map([param], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 /// The execution's status.
 pub fn status(db: &Path, id: &str) -> String {
-    journal(db)
-        .query_row(
-            "SELECT status FROM executions WHERE execution_id = ?1",
-            [id],
-            |row| row.get(0),
-        )
-        .unwrap()
+    value(
+        db,
+        "SELECT status FROM executions WHERE execution_id = ?1",
+        id,
+    )
 }
 
 /// Waits until the execution reads `wanted`, failing the test after [`STAGE_MAX`].
