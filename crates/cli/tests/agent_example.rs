@@ -16,8 +16,8 @@ mod common;
 
 use common::durably;
 use common::example::{
-    Example, assert_each_effect_once, execution_id, guarded_steps, kill_while_parked, ledger,
-    line_with, status, value,
+    Example, assert_each_effect_once, consumed_messages, execution_id, guarded_steps,
+    kill_while_parked, ledger, line_with, status, value,
 };
 
 #[test]
@@ -89,12 +89,7 @@ fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
         &id,
     );
     assert_eq!(timers, 1);
-    let consumed: u32 = value(
-        &db,
-        "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
-        &id,
-    );
-    assert_eq!(consumed, 1);
+    assert_eq!(consumed_messages(&db, &id), 1);
 
     // A third start finds the execution finished and replays nothing.
     let third = Example::start("agent", &[&db]).finish();

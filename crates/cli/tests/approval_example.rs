@@ -11,7 +11,7 @@
 mod common;
 
 use common::durably;
-use common::example::{Example, kill_while_parked, status, value};
+use common::example::{Example, consumed_messages, kill_while_parked, status, value};
 
 #[test]
 fn approval_survives_a_kill_while_parked_and_finishes_after_durably_send() {
@@ -45,12 +45,7 @@ fn approval_survives_a_kill_while_parked_and_finishes_after_durably_send() {
         &id,
     );
     assert_eq!(refunds, 1);
-    let consumed: u32 = value(
-        &db,
-        "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
-        &id,
-    );
-    assert_eq!(consumed, 1);
+    assert_eq!(consumed_messages(&db, &id), 1);
 
     // A third start finds the execution finished and prints its outcome without waiting.
     let mut third = Example::start("approval", &[&db]);

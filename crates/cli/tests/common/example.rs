@@ -199,6 +199,15 @@ pub fn status(db: &Path, id: &str) -> String {
     )
 }
 
+/// How many messages sent to the execution a receive has consumed.
+pub fn consumed_messages(db: &Path, id: &str) -> u32 {
+    value(
+        db,
+        "SELECT count(*) FROM messages WHERE execution_id = ?1 AND consumed_seq IS NOT NULL",
+        id,
+    )
+}
+
 /// Waits until the execution reads `wanted`, failing the test after [`STAGE_MAX`].
 pub fn wait_for_status(db: &Path, id: &str, wanted: &str) {
     let deadline = Instant::now() + STAGE_MAX;
