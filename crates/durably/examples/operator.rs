@@ -8,7 +8,7 @@
 //! behind the `durably` commands:
 //! 1. it starts a runtime, whose recovery resumes the execution; the run finds the step
 //!    ambiguous and, under `Fail`, parks the execution `awaiting_operator`;
-//! 2. it lists the steps awaiting an operator (`durably ls --status awaiting_operator`);
+//! 2. it lists the steps awaiting an operator (`durably ls --status awaiting-operator`);
 //! 3. it reads the step's seen token (`durably show ID`) before checking the outside world;
 //! 4. it asks the fake bank about the step's idempotency key;
 //! 5. it answers with the token: completed with the bank's receipt, or not done
