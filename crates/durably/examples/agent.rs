@@ -3,8 +3,8 @@
 //! model asks a person to approve a refund (a durable wait for a message, up to seven days),
 //! then has a payment provider refund the customer (a reconciled tool call), then waits for
 //! the refund to settle (a durable timer), then replies. The "model" is a deterministic fake
-//! function and the provider a fake that records its requests in a file next to the journal;
-//! there is no network.
+//! function and the provider a fake that records its requests in a file next to the journal
+//! (`examples/support/fake_provider.rs`); there is no network.
 //!
 //! It shows:
 //! - which step kind each call is: the model call is guarded with `Retry`, the refund guarded
@@ -61,6 +61,18 @@ impl Ticket {
         )
     }
 }
+
+/// Where the agent waits, published as its workflow event `waiting` for whoever watches it.
+#[derive(Serialize, Deserialize)]
+struct Waiting {
+    /// What it waits for, in words.
+    on: String,
+    /// The topic a message must be sent on to end the wait, if a message ends it.
+    topic: Option<String>,
+}
+
+/// The topic of the approval.
+const APPROVAL_TOPIC: &str = "approval";
 
 /// The message a person sends on the topic `approval`.
 #[derive(Serialize, Deserialize)]
@@ -140,21 +152,18 @@ async fn support_agent(
             Action::AskApproval { cents } => wait_for_approval(&ctx, cents).await?,
             Action::Refund { cents } => refund(&ctx, &providers.payments, &ticket, cents).await?,
             Action::WaitForSettlement { seconds } => {
-                ctx.set_event(
-                    "waiting",
-                    &format!("on the timer `settlement` ({seconds} s)"),
-                )
-                .await?;
+                let waiting = Waiting {
+                    on: format!("on the timer `settlement` ({seconds} s)"),
+                    topic: None,
+                };
+                ctx.set_event("waiting", &waiting).await?;
                 // A durable timer: its wake time is recorded once, so a run resumed after a
                 // crash waits only what is left.
                 ctx.sleep("settlement", Duration::from_secs(seconds))
                     .await?;
                 Observation::Settled
             }
-            Action::Reply { text } => {
-                ctx.set_event("waiting", &"nowhere: it has replied").await?;
-                return Ok(text);
-            }
+            Action::Reply { text } => return Ok(text),
         };
         seen.push(observation);
     }
@@ -200,17 +209,13 @@ async fn wait_for_approval(
     ctx: &WorkflowContext,
     cents: u32,
 ) -> Result<Observation, WorkflowError> {
-    ctx.set_event(
-        "waiting",
-        &format!("for the approval of a {cents}-cent refund on the topic `approval`"),
-    )
-    .await?;
-    Ok(
-        match ctx.recv::<Decision>("approval", APPROVAL_WAIT).await? {
-            Some(decision) => Observation::Decided(decision),
-            None => Observation::NoDecision,
-        },
-    )
+    let waiting = Waiting {
+        on: format!("for the approval of a {cents}-cent refund"),
+        topic: Some(APPROVAL_TOPIC.to_owned()),
+    };
+    ctx.set_event("waiting", &waiting).await?;
+    let decision = ctx.recv::<Decision>(APPROVAL_TOPIC, APPROVAL_WAIT).await?;
+    Ok(decision.map_or(Observation::NoDecision, Observation::Decided))
 }
 
 /// The tool call: a refund through the payment provider, as a guarded step with a
@@ -279,14 +284,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("execution {id}: ticket {}", ticket.number);
 
     let waiting = runtime
-        .get_event::<String>(id, "waiting", Duration::from_secs(10))
+        .get_event::<Waiting>(id, "waiting", Duration::from_secs(10))
         .await?;
     if let (Some(waiting), false) = (waiting, handle.status()?.is_final()) {
-        println!("execution {id} waits {waiting}");
-        println!("approve it from another terminal (this process may be killed meanwhile):");
-        println!(
-            "  durably --db {db} send {id} approval '{{\"approved\": true, \"by\": \"alice\"}}'"
-        );
+        println!("execution {id} waits {}", waiting.on);
+        if let Some(topic) = waiting.topic {
+            println!("approve it from another terminal (this process may be killed meanwhile):");
+            println!(
+                "  durably --db {db} send {id} {topic} '{{\"approved\": true, \"by\": \"alice\"}}'"
+            );
+        }
     }
 
     let reply = handle.result().await?;

@@ -13,6 +13,8 @@
 //! sub-agent's model call runs again under `Retry`, and the planner finishes. It prints what
 //! each provider's ledger says: every tool ran once.
 //!
+//! The fake providers and the worker harness are in `examples/support/`.
+//!
 //! ```sh
 //! cargo run -p durably --example fanout -- fanout.db
 //! durably --db fanout.db show ID    # the parent's steps and its child
@@ -63,7 +65,9 @@ async fn plan_trip(ctx: WorkflowContext, trip: Trip, env: Env) -> Result<Plan, W
     let packing = ctx
         .start_child::<_, String>(PACKER, &trip, ChildOptions::default())
         .await?;
-    // Seqs are reserved in call order, so the replay matches whichever tool finished first.
+    // Each step's seq is reserved when its method is called: here on each `call_tool`'s
+    // first poll, which `join!` makes in argument order. So the seqs follow the code, not
+    // which tool finishes first, and a resumed run replays them whatever order they end in.
     let [(flights, _), (hotels, _), (weather, _)] = TOOLS;
     let (flights, hotels, weather) = tokio::join!(
         call_tool(&ctx, &env, flights, &trip),

@@ -17,6 +17,8 @@
 //! 6. the runtime resumes the execution, which replays the answer and completes: the bank
 //!    served the transfer once.
 //!
+//! The fake bank and the worker harness are in `examples/support/`.
+//!
 //! ```sh
 //! cargo run -p durably --example operator -- operator.db
 //! ```

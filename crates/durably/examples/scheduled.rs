@@ -17,6 +17,8 @@
 //! every fire id, then exits. Run it again: every slot is found already done, and nothing is
 //! mailed twice.
 //!
+//! The fake mailer is in `examples/support/fake_provider.rs`.
+//!
 //! ```sh
 //! cargo run -p durably --example scheduled -- scheduled.db
 //! durably --db scheduled.db fires            # the fires, their slots and states
