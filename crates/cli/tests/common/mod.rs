@@ -10,6 +10,8 @@ use std::time::Duration;
 use durably::{Execution, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
+pub mod example;
+
 /// A name with a terminal escape sequence, to prove the tool escapes stored text.
 pub const EVIL_NAME: &str = "evil \u{1b}[31mred\u{1b}[0m name";
 
