@@ -105,6 +105,9 @@ pub(crate) enum StepEnd {
     NonDeterminism,
     CancelRequested,
     Error,
+    /// The step's future was dropped before its outcome (a timeout, the loser of a
+    /// `select!`): the handle halted at it.
+    Dropped,
 }
 
 impl StepEnd {
@@ -114,7 +117,7 @@ impl StepEnd {
     }
 }
 
-const STEP_ENDS: [&str; 8] = [
+const STEP_ENDS: [&str; 9] = [
     "done",
     "skipped",
     "failed",
@@ -123,12 +126,13 @@ const STEP_ENDS: [&str; 8] = [
     "non_determinism",
     "cancel_requested",
     "error",
+    "dropped",
 ];
 
-static STEPS: [[Key; 8]; 3] = keys!(METRIC_STEPS,
+static STEPS: [[Key; 9]; 3] = keys!(METRIC_STEPS,
     "effect" => ["pure", "idempotent", "guarded"],
     "outcome" => ["done", "skipped", "failed", "ambiguous", "lock_lost", "non_determinism",
-        "cancel_requested", "error"]);
+        "cancel_requested", "error", "dropped"]);
 static STEPS_REPLAYED: [Key; 3] =
     keys!(METRIC_STEPS_REPLAYED, "effect" => ["pure", "idempotent", "guarded"]);
 static STEP_SECONDS: [Key; 3] =
@@ -144,16 +148,53 @@ fn effect_index(effect: Effect) -> usize {
     }
 }
 
-/// Counts a step that ran (or was resolved), and how long it took.
-pub(crate) fn step_ran(effect: Effect, end: StepEnd, elapsed: Duration) {
-    let effect = effect_index(effect);
-    increment(&STEPS[effect][end as usize]);
-    record(&STEP_SECONDS[effect], elapsed.as_secs_f64());
+/// What a step call records when it ends: its span's `outcome` and its count, with its
+/// duration when it ran. A step whose future is dropped first records [`StepEnd::Dropped`].
+pub(crate) struct StepRecord {
+    span: tracing::Span,
+    effect: Effect,
+    replayed: bool,
+    began: std::time::Instant,
+    ended: bool,
 }
 
-/// Counts a step answered from its recorded outcome.
-pub(crate) fn step_replayed(effect: Effect) {
-    increment(&STEPS_REPLAYED[effect_index(effect)]);
+impl StepRecord {
+    /// Starts the record of a step call in `span`; `replayed` when its recorded outcome
+    /// answers it.
+    pub(crate) fn new(span: tracing::Span, effect: Effect, replayed: bool) -> Self {
+        Self {
+            span,
+            effect,
+            replayed,
+            began: std::time::Instant::now(),
+            ended: false,
+        }
+    }
+
+    /// Records the step's end.
+    pub(crate) fn end(mut self, end: StepEnd) {
+        self.ended = true;
+        self.record(end);
+    }
+
+    fn record(&self, end: StepEnd) {
+        self.span.record("outcome", end.as_str());
+        let effect = effect_index(self.effect);
+        if self.replayed {
+            increment(&STEPS_REPLAYED[effect]);
+        } else {
+            increment(&STEPS[effect][end as usize]);
+            record(&STEP_SECONDS[effect], self.began.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for StepRecord {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.record(StepEnd::Dropped);
+        }
+    }
 }
 
 /// Counts a retry of a step after a retryable error.

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::replay::{RecordedStep, Replay};
 use crate::states::{Status, StepState};
 use crate::step::{Effect, Guarded, Policy, StepKey};
-use crate::telemetry::{self, RunEnd};
+use crate::telemetry::{self, RunEnd, StepRecord};
 
 /// What every step of one handle shares: the fence it writes with, its settings, and the
 /// per-step state behind a mutex.
@@ -458,7 +458,7 @@ impl Reservation {
             replayed,
             outcome = tracing::field::Empty,
         );
-        let began = std::time::Instant::now();
+        let record = StepRecord::new(span.clone(), effect, replayed);
         let result = match self.recorded.take() {
             Some(recorded) => {
                 shared
@@ -473,13 +473,7 @@ impl Reservation {
                     .await
             }
         };
-        let end = step_end(&result);
-        span.record("outcome", end.as_str());
-        if replayed {
-            telemetry::step_replayed(effect);
-        } else {
-            telemetry::step_ran(effect, end, began.elapsed());
-        }
+        record.end(step_end(&result));
         self.settled = true;
         shared.settle(seq, result)
     }
