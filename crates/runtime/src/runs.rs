@@ -58,7 +58,12 @@ async fn run_claim(dispatch: &Arc<Dispatch>, claim: Claim, version: u32, hand_ov
     let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, row.execution_id);
     match task::run(execution, version, workflow, &watch, Some(hand_over)).await {
         Ok(Ran::Halted(reason)) => {
-            tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
+            // The reason may quote a payload (a recorded value that no longer decodes, in
+            // serde's words), so it goes to the journal, not to the trace.
+            tracing::warn!(
+                execution_id = %row.execution_id,
+                "a workflow run stopped; its reason is recorded as the execution's last failure"
+            );
             record_halt(dispatch, row.execution_id, reason).await;
         }
         Ok(_) => {}
