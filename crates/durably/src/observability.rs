@@ -21,34 +21,33 @@ pub use durably_scheduler::telemetry::{METRIC_FIRES, SPAN_FIRE};
 /// writer's batches, on the writer thread.
 pub const SPANS: [&str; 4] = [SPAN_FIRE, SPAN_EXECUTION, SPAN_STEP, SPAN_WRITER_BATCH];
 
-/// Every metric durably records.
-pub const METRICS: [&str; 17] = [
-    METRIC_STEPS,
-    METRIC_STEPS_REPLAYED,
-    METRIC_STEP_SECONDS,
-    METRIC_STEP_RETRIES,
-    METRIC_AMBIGUOUS,
-    METRIC_RUNS_STARTED,
-    METRIC_RUNS_ENDED,
-    METRIC_TAKEOVERS,
-    METRIC_COMMITS,
-    METRIC_BATCH_REQUESTS,
-    METRIC_COMMIT_SECONDS,
-    METRIC_FSYNC_SECONDS,
-    METRIC_WRITER_QUEUE_DEPTH,
-    METRIC_RUNS_HERE,
-    METRIC_EXECUTIONS,
-    METRIC_QUEUE_DEPTH,
-    METRIC_FIRES,
-];
+/// Every metric durably records: the journal's, the runtime's, then the scheduler's.
+pub const METRICS: [&str; 17] = concatenated([
+    &durably_journal::telemetry::METRICS,
+    &durably_runtime::telemetry::METRICS,
+    &durably_scheduler::telemetry::METRICS,
+]);
 
-// The list above holds each crate's list, so a metric added to a crate is added here too.
-const _: () = assert!(
-    METRICS.len()
-        == durably_journal::telemetry::METRICS.len()
-            + durably_runtime::telemetry::METRICS.len()
-            + durably_scheduler::telemetry::METRICS.len()
-);
+/// The lists `parts` end to end; fails to compile unless they hold exactly `N` names, so a
+/// metric added to a crate's list must be counted here.
+const fn concatenated<const N: usize>(parts: [&[&'static str]; 3]) -> [&'static str; N] {
+    let mut names = [""; N];
+    let (mut filled, mut part) = (0, 0);
+    while part < parts.len() {
+        let mut at = 0;
+        while at < parts[part].len() {
+            names[filled] = parts[part][at];
+            filled += 1;
+            at += 1;
+        }
+        part += 1;
+    }
+    assert!(
+        filled == N,
+        "METRICS's length is not the sum of the crates' lists"
+    );
+    names
+}
 
 /// docs/observability.md's code, compiled and run as doctests so it cannot rot.
 #[doc = include_str!("../../../docs/observability.md")]
