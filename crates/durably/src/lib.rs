@@ -18,6 +18,7 @@
 //!   management (list, pause, resume, trigger, backfill);
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
+//! - [`observability`]: the names of the `tracing` spans and `metrics` metrics it records;
 //! - [`sqlite`]: the database driver, for programs that keep their own rows in the journal's
 //!   transactions.
 //!
@@ -122,6 +123,8 @@ pub mod sqlite {
         ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,
     };
 }
+
+pub mod observability;
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;
