@@ -133,7 +133,6 @@ pub use durably_runtime as runtime;
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.
 pub use durably_scheduler as scheduler;
 
-/// The README's code, compiled as a doctest so it cannot rot.
-#[doc = include_str!("../../../README.md")]
+/// The README's and the user docs' code, compiled and run as doctests so it cannot rot.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+mod user_docs;
