@@ -25,7 +25,8 @@
 //!
 //! The first run below stops inside the third step, after its intent committed: it is the
 //! crash. (A real crash would be a killed process; dropping the handle mid-step leaves the same
-//! journal behind.) The second run replays the first two steps without calling their closures,
+//! journal behind. The closure runs only once the intent is durable, so its start is the
+//! moment to "crash".) The second run replays the first two steps without calling their closures,
 //! finds the third step ambiguous, and its `Retry` policy runs it once more with the same
 //! idempotency key.
 //!
@@ -48,18 +49,21 @@
 //!     }).await?;
 //!     let ticket: u32 = run.idempotent("fetch ticket", |_key| async { Ok(7) }).await?;
 //!     let plan = &plan; // Closures may run more than once, so they borrow rather than move.
+//!     let intent_durable = &tokio::sync::Notify::new();
 //!     let sent = run.guarded("send email", Policy::Retry, |key| async move {
 //!         if crash {
 //!             // Simulated crash: the intent is durable, the effect never reports back.
+//!             intent_durable.notify_one();
 //!             std::future::pending::<()>().await;
 //!         }
 //!         EMAILS.fetch_add(1, Ordering::SeqCst);
 //!         Ok::<_, StepError>(format!("ticket {ticket}: {plan} (key {key})"))
 //!     });
 //!     if crash {
-//!         // Give the step long enough to commit its intent, then "crash".
-//!         let _ = tokio::time::timeout(std::time::Duration::from_millis(200), sent).await;
-//!         return Ok(());
+//!         tokio::select! {
+//!             _ = sent => unreachable!("the crashed step never reports back"),
+//!             () = intent_durable.notified() => return Ok(()), // "crash" here
+//!         }
 //!     }
 //!     match sent.await? {
 //!         Guarded::Done(receipt) => run.complete(&receipt).await,
