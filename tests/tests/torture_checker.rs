@@ -11,8 +11,10 @@
 //! missing, a consumed message its receive does not hold, a receive that returned another
 //! message than the journal holds, a step written before its timer woke, an effect after its
 //! run saw it was asked to stop, a step row newer than a cancel request, a timeout cancel of
-//! an execution started without a deadline — and check that the matching figure, and a
-//! failing verdict, comes out.
+//! an execution started without a deadline, two children of one start step, a flipped patch
+//! answer, a run told another patch answer than the journal holds, a parallel step's effect
+//! appended twice or missing, an effect of a fork's copied step — and check that the matching
+//! figure, and a failing verdict, comes out.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
 use std::fs::OpenOptions;
@@ -143,6 +145,25 @@ fn a_run_of_an_execution_awaiting_an_operator_is_reopened() {
         .unwrap();
     });
     assert_eq!(report.reopened, 1, "{report:?}");
+}
+
+#[test]
+fn a_sibling_settling_after_its_step_parked_is_not_a_reopen() {
+    let dir = clean_run();
+    let conn = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
+    conn.execute_batch(
+        "INSERT INTO events (at, execution_id, seq, kind, detail)
+             SELECT '2026-12-01T10:00:00.000Z', execution_id, seq, kind, '{}'
+             FROM (SELECT execution_id FROM executions LIMIT 1),
+                  (SELECT 'ambiguity_failed' AS kind, 0 AS seq UNION ALL
+                   SELECT 'ambiguity_reconciled', 1)
+             ORDER BY kind;",
+    )
+    .unwrap();
+    drop(conn);
+    let report = check(dir.path()).unwrap();
+    assert_eq!(report.reopened, 0, "{report:?}");
+    assert!(report.passed(), "{report:?}");
 }
 
 /// Runs `sql`, which must change exactly one row of the journal.
@@ -387,4 +408,141 @@ fn a_timeout_of_an_execution_started_without_a_deadline_is_a_wrong_end() {
         .unwrap();
     });
     assert_eq!(report.wrong_end, 1, "{report:?}");
+}
+
+/// A child of a start step, and the start step of a sibling, as `(child, parent, seq)`.
+fn two_children(conn: &Connection) -> [(String, String, i64); 2] {
+    let mut statement = conn
+        .prepare(
+            "SELECT execution_id, parent_execution_id, parent_seq FROM runtime_executions
+             WHERE parent_execution_id IN (SELECT parent_execution_id FROM runtime_executions
+                                           GROUP BY parent_execution_id HAVING count(*) >= 2)
+             ORDER BY parent_execution_id, parent_seq LIMIT 2",
+        )
+        .unwrap();
+    let rows: Vec<(String, String, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    [rows[0].clone(), rows[1].clone()]
+}
+
+#[test]
+fn two_children_of_one_start_step_are_child_dups() {
+    let report = damaged(|_, conn| {
+        let [(_, parent, seq), (second, ..)] = two_children(conn);
+        // The second child now claims the first one's start step, which has two.
+        change_one(
+            conn,
+            &format!(
+                "UPDATE runtime_executions SET parent_seq = {seq}
+                 WHERE execution_id = '{second}' AND parent_execution_id = '{parent}'"
+            ),
+        );
+    });
+    assert!(report.child_dups >= 2, "{report:?}");
+}
+
+#[test]
+fn a_flipped_patch_answer_is_a_patch_flip() {
+    let report = damaged(|_, conn| {
+        change_one(
+            conn,
+            "UPDATE runtime_patches SET answer = 1 - answer
+             WHERE execution_id = (SELECT execution_id FROM runtime_patches
+                                   WHERE patch_id = 'p1' LIMIT 1)",
+        );
+    });
+    assert!(report.patch_flips >= 1, "{report:?}");
+}
+
+#[test]
+fn a_run_told_another_patch_answer_is_a_patch_flip() {
+    let report = damaged(|dir, conn| {
+        let (id, answer): (String, bool) = conn
+            .query_row(
+                "SELECT execution_id, answer FROM runtime_patches WHERE patch_id = 'p1' LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        let acks = dir.join(durably_tests::torture::ledger::ACKS_DIR);
+        let log = RecordFile::open(&acks.join("damage.log")).unwrap();
+        let told = if answer { "false" } else { "true" };
+        log.append(&["P", &id, told, "1", "0"]).unwrap();
+    });
+    assert_eq!(report.patch_flips, 1, "{report:?}");
+}
+
+/// Whether ledger record `record` is the effect of a parallel guarded member under `policy`
+/// (its value is `v<index>-<seq>.<member>`).
+fn parallel_member(record: &[String], policy: &str) -> bool {
+    record[4] == "guarded" && record[5] == policy && record[8].contains('.')
+}
+
+#[test]
+fn a_parallel_steps_effect_appended_twice_is_duplicated() {
+    let report = damaged(|dir, _| {
+        let line = ledger::read(&dir.join(LEDGER_FILE))
+            .unwrap()
+            .into_iter()
+            .find(|record| parallel_member(record, "skip"))
+            .unwrap();
+        let fields: Vec<&str> = line.iter().map(String::as_str).collect();
+        RecordFile::open(&dir.join(LEDGER_FILE))
+            .unwrap()
+            .append(&fields)
+            .unwrap();
+    });
+    assert!(report.duplicated >= 1, "{report:?}");
+}
+
+#[test]
+fn a_parallel_steps_missing_effect_is_lost() {
+    let report = damaged(|dir, _| {
+        let path = dir.join(LEDGER_FILE);
+        let mut records = ledger::read(&path).unwrap();
+        let at = records
+            .iter()
+            .position(|record| parallel_member(record, "reconcile"))
+            .unwrap();
+        let key = records[at][3].clone();
+        records.retain(|record| record[3] != key);
+        std::fs::remove_file(&path).unwrap();
+        let file = RecordFile::open(&path).unwrap();
+        for record in &records {
+            let fields: Vec<&str> = record.iter().map(String::as_str).collect();
+            file.append(&fields).unwrap();
+        }
+    });
+    assert!(report.lost >= 1, "{report:?}");
+}
+
+#[test]
+fn an_effect_of_a_forks_copied_step_is_a_fork_rerun() {
+    let report = damaged(|dir, conn| {
+        let (fork, original, fork_seq): (String, String, i64) = conn
+            .query_row(
+                "SELECT r.execution_id, r.forked_from, r.fork_seq FROM runtime_executions r
+                   JOIN executions e ON e.execution_id = r.forked_from
+                 WHERE e.kind = 'torture' LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        let mut copied = ledger::read(&dir.join(LEDGER_FILE))
+            .unwrap()
+            .into_iter()
+            .find(|record| record[1] == original && record[2].parse::<i64>().unwrap() < fork_seq)
+            .unwrap();
+        // The fork's run made the copied step's effect again.
+        copied[1] = fork;
+        let fields: Vec<&str> = copied.iter().map(String::as_str).collect();
+        RecordFile::open(&dir.join(LEDGER_FILE))
+            .unwrap()
+            .append(&fields)
+            .unwrap();
+    });
+    assert!(report.fork_reruns >= 1, "{report:?}");
 }

@@ -18,7 +18,8 @@ Exit codes: 0 ok, 1 the command failed (missing or foreign database, refused ope
 refused start or send, start --wait that did not complete, storage error), 2 the command line \
 is wrong (unknown flag, bad id, bad JSON, bad duration, a name with a control character). \
 Errors print as `durably: error: ...` and `durably: hint: ...` on standard error, or with \
---json as one JSON object {error, hint, exit_code}.
+--json as one JSON object {code, message, hint, exit_code, ...}: code is stable (the codes \
+are listed in docs/cli.md), and ids and paths the error names are fields of their own.
 
 Reading commands (ls, show, locks, fires, sweep --dry-run) only read: they never create, \
 migrate or change a file, and read access to the journal is enough. sweep, cancel and gc first \
@@ -40,7 +41,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DUR", default_value_t = read_timeout_default(), value_parser = parse_timeout)]
     pub read_timeout: humantime::Duration,
 
-    /// Print JSON instead of tables (fields documented in docs/cli.md).
+    /// Print JSON instead of tables, and errors as JSON (fields and error codes documented in
+    /// docs/cli.md).
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -123,7 +125,7 @@ pub enum Command {
     ///
     /// Without --db it deletes and recreates ./durably-demo.db; with --db PATH it uses that
     /// path and refuses one that exists and is not empty. DURABLY_DB is ignored, so the demo
-    /// never writes into a real journal. --json does not apply.
+    /// never writes into a real journal. With --json, only an error is printed as JSON.
     Demo,
     /// The demo's child process (internal).
     #[command(hide = true)]

@@ -8,6 +8,8 @@ use durably::runtime::Client;
 use durably::{Inspector, Journal};
 
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
+use crate::error_fields;
 use crate::escape::escape;
 
 /// The journal a command works on, and how long one of its reads may take.
@@ -27,12 +29,14 @@ impl Target {
             Some(path) => path.to_owned(),
             None => match std::env::var_os("DURABLY_DB") {
                 Some(path) if path.is_empty() => {
-                    return Err(CliError::usage("DURABLY_DB is set but empty")
-                        .hint("set it to the journal's path, or unset it and pass --db PATH"));
+                    return Err(
+                        CliError::new(ErrorCode::BadInput, "DURABLY_DB is set but empty")
+                            .hint("set it to the journal's path, or unset it and pass --db PATH"),
+                    );
                 }
                 Some(path) => PathBuf::from(path),
                 None => {
-                    return Err(CliError::usage("no database given")
+                    return Err(CliError::new(ErrorCode::BadInput, "no database given")
                         .hint("pass --db PATH, or set DURABLY_DB=PATH"));
                 }
             },
@@ -79,10 +83,14 @@ impl Target {
                 } else {
                     ""
                 };
-                return Err(CliError::failure(format!(
-                    "{} fails SQLite's integrity check: {first}{more}",
-                    self.shown(),
-                ))
+                return Err(CliError::new(
+                    ErrorCode::IntegrityCheckFailed,
+                    format!(
+                        "{} fails SQLite's integrity check: {first}{more}",
+                        self.shown()
+                    ),
+                )
+                .with(error_fields::path(&self.path))
                 .hint(
                     "this command changes the journal, and could damage a damaged file further: \
                      keep a copy, see what is wrong with `sqlite3 PATH 'PRAGMA integrity_check'`, \
@@ -118,17 +126,27 @@ impl Target {
 
     fn check_exists(&self) -> Result<()> {
         let shown = self.shown();
+        let refused = |code, message: String| {
+            CliError::new(code, message).with(error_fields::path(&self.path))
+        };
         match std::fs::metadata(&self.path) {
             Ok(metadata) if metadata.is_file() => Ok(()),
-            Ok(_) => Err(CliError::failure(format!("{shown} is not a file"))
-                .hint("pass the journal's database file with --db")),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                Err(CliError::failure(format!("no database at {shown}")).hint(
-                    "check --db or DURABLY_DB; this command never creates a journal (`durably \
-                     demo` makes a sample)",
-                ))
-            }
-            Err(error) => Err(CliError::failure(format!("cannot read {shown}: {error}"))),
+            Ok(_) => Err(
+                refused(ErrorCode::DatabaseMissing, format!("{shown} is not a file"))
+                    .hint("pass the journal's database file with --db"),
+            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(refused(
+                ErrorCode::DatabaseMissing,
+                format!("no database at {shown}"),
+            )
+            .hint(
+                "check --db or DURABLY_DB; this command never creates a journal (`durably demo` \
+                 makes a sample)",
+            )),
+            Err(error) => Err(refused(
+                ErrorCode::CannotOpen,
+                format!("cannot read {shown}: {error}"),
+            )),
         }
     }
 }
@@ -141,5 +159,10 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .map_err(|error| CliError::failure(format!("cannot start the async runtime: {error}")))
+        .map_err(|error| {
+            CliError::new(
+                ErrorCode::IoError,
+                format!("cannot start the async runtime: {error}"),
+            )
+        })
 }

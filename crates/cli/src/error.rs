@@ -1,56 +1,58 @@
 //! The tool's one error type, its exit codes, and how errors are printed.
 //!
 //! Errors come in layers: the library's error says what happened, naming the path and the ids;
-//! this module adds what to do about it (the hint) and the exit code. Every error, a usage
-//! error included, is printed the same way (docs/cli.md, "Errors"):
+//! this module adds what to do about it (the hint), and [`ErrorCode`] the stable code and the
+//! exit code. Every error, a usage error included, is printed the same way (docs/cli.md,
+//! "Errors"):
 //!
 //! ```text
 //! durably: error: <what happened>
 //! durably: hint: <what to do>
 //! ```
 //!
-//! or, with `--json`, as one JSON object `{"error", "hint", "exit_code"}` on standard error.
+//! or, with `--json`, as one JSON object on standard error: `{"code", "message", "hint",
+//! "exit_code"}`, then the ids and paths the error concerns (see [`crate::error_fields`]).
 
 use std::fmt;
 use std::io::Write;
 use std::process::ExitCode;
 
+use crate::error_code::ErrorCode;
+use crate::error_fields::{self, Fields};
 use crate::escape::escape;
 use durably::UnsafeFileReason;
 use durably::lock::Refusal;
+use serde_json::Value;
 
 /// Exit code of a command that failed: the database, the journal or the world said no.
 pub const EXIT_FAILURE: u8 = 1;
 /// Exit code of a command line that cannot be run as written.
 pub const EXIT_USAGE: u8 = 2;
 
-/// A failed command: what went wrong, what to do about it, and the exit code.
+/// The keys every `--json` error has; an error's own fields never take one of them.
+const JSON_KEYS: [&str; 4] = ["code", "message", "hint", "exit_code"];
+
+/// A failed command: what went wrong, what to do about it, its code and what it concerns.
 #[derive(Debug)]
 pub struct CliError {
     /// What went wrong.
     pub message: String,
     /// What to do about it, when there is something to say.
     pub hint: Option<String>,
-    /// [`EXIT_FAILURE`] or [`EXIT_USAGE`].
-    pub code: u8,
+    /// What kind of error it is; it decides the exit code.
+    pub code: ErrorCode,
+    /// The ids and paths it concerns, for `--json`.
+    pub fields: Fields,
 }
 
 impl CliError {
-    /// A failure (exit code 1).
-    pub fn failure(message: impl Into<String>) -> Self {
+    /// An error of kind `code` that says `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             hint: None,
-            code: EXIT_FAILURE,
-        }
-    }
-
-    /// A usage error (exit code 2).
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint: None,
-            code: EXIT_USAGE,
+            code,
+            fields: Fields::new(),
         }
     }
 
@@ -61,9 +63,21 @@ impl CliError {
         self
     }
 
+    /// This error with `field` (an id or a path, from [`crate::error_fields`]) for `--json`.
+    #[must_use]
+    pub fn with(mut self, field: (&'static str, Value)) -> Self {
+        debug_assert!(
+            !JSON_KEYS.contains(&field.0),
+            "{} is a key of every error",
+            field.0
+        );
+        self.fields.push(field);
+        self
+    }
+
     /// The process exit code.
     pub fn exit_code(&self) -> ExitCode {
-        ExitCode::from(self.code)
+        ExitCode::from(self.code.exit_code())
     }
 
     /// Prints the error on standard error: two lines of text, or one JSON object with `json`.
@@ -72,17 +86,33 @@ impl CliError {
         let message = escape(&self.message);
         let hint = self.hint.as_deref().map(escape);
         let text = if json {
-            let object = serde_json::json!({
-                "error": message,
-                "hint": hint,
-                "exit_code": self.code,
-            });
-            format!("{object}\n")
+            format!("{}\n", self.json(message, hint))
         } else {
             let hint = hint.map(|hint| format!("durably: hint: {hint}\n"));
             format!("durably: error: {message}\n{}", hint.unwrap_or_default())
         };
         let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
+
+    /// The `--json` object, its keys in a fixed order: the code first, then the message, the
+    /// hint (`null` when there is none), the exit code, and the error's own fields.
+    fn json(&self, message: String, hint: Option<String>) -> String {
+        let common = [
+            ("code", Value::from(self.code.as_str())),
+            ("message", Value::from(message)),
+            ("hint", Value::from(hint)),
+            ("exit_code", Value::from(self.code.exit_code())),
+        ];
+        let own = self.fields.iter().map(|(name, value)| match value {
+            Value::String(text) => (*name, Value::from(escape(text))),
+            other => (*name, other.clone()),
+        });
+        let members: Vec<String> = common
+            .into_iter()
+            .chain(own)
+            .map(|(name, value)| format!("{}:{value}", Value::from(name)))
+            .collect();
+        format!("{{{}}}", members.join(","))
     }
 }
 
@@ -94,11 +124,10 @@ impl fmt::Display for CliError {
 
 impl From<durably::Error> for CliError {
     fn from(error: durably::Error) -> Self {
-        let hint = hint(&error);
-        let failure = Self::failure(error.to_string());
-        match hint {
-            Some(hint) => failure.hint(hint),
-            None => failure,
+        Self {
+            hint: hint(&error),
+            fields: error_fields::of_journal(&error),
+            ..Self::new(ErrorCode::of_journal(&error), error.to_string())
         }
     }
 }
@@ -108,40 +137,45 @@ impl From<durably::scheduler::Error> for CliError {
     /// id, a slot) this adds what to pass instead.
     fn from(error: durably::scheduler::Error) -> Self {
         use durably::scheduler::Error;
+        let error = match error {
+            Error::Journal(journal) => return journal.into(),
+            other => other,
+        };
         let advice = match &error {
             Error::InvalidJobId { .. } => "; pass the job id as the program registers it",
             Error::SlotOutOfRange { .. } => "; pass a slot from year 1970 to 9999",
-            Error::Journal(_) => return Self::failure(error.to_string()),
             _ => "",
         };
-        let hint = match &error {
-            Error::UnknownJob { .. } => "`durably schedules` lists the jobs of this journal",
-            Error::JobPaused { job } => {
-                return Self::usage(error.to_string()).hint(format!(
-                    "`durably schedules resume {}` first",
-                    crate::escape::escape(job)
-                ));
-            }
-            Error::JobNeedsWorkflow { .. } => {
-                "register the job again from its program, naming a workflow"
-            }
-            Error::RangeReversed { .. } => "pass a --from at or before --to",
-            Error::EmptyRange { .. } => {
-                "widen the range to hold a slot (`durably schedules` shows the schedule)"
-            }
-            Error::RangeInFuture { .. } => "end the range at or before now",
-            Error::TooManySlots { .. } => "backfill the range in smaller pieces",
-            Error::NoSlotsLeft { .. } => "give the job a schedule with slots to come",
-            Error::Start(_) => {
-                return Self::failure(error.to_string()).hint(
-                    "start a runtime that registers the job's workflow kind (and configures its \
-                     queue) on this journal, then run this again",
-                );
-            }
-            _ => return Self::usage(format!("{error}{advice}")),
-        };
-        Self::usage(error.to_string()).hint(hint)
+        Self {
+            hint: scheduler_hint(&error),
+            fields: error_fields::of_scheduler(&error),
+            ..Self::new(ErrorCode::of_scheduler(&error), format!("{error}{advice}"))
+        }
     }
+}
+
+/// What the operator can do about a scheduler error; `None` where the message says all there
+/// is.
+fn scheduler_hint(error: &durably::scheduler::Error) -> Option<String> {
+    use durably::scheduler::Error;
+    Some(match error {
+        Error::UnknownJob { .. } => "`durably schedules` lists the jobs of this journal".to_owned(),
+        Error::JobPaused { job } => format!("`durably schedules resume {}` first", escape(job)),
+        Error::JobNeedsWorkflow { .. } => {
+            "register the job again from its program, naming a workflow".to_owned()
+        }
+        Error::RangeReversed { .. } => "pass a --from at or before --to".to_owned(),
+        Error::EmptyRange { .. } => {
+            "widen the range to hold a slot (`durably schedules` shows the schedule)".to_owned()
+        }
+        Error::RangeInFuture { .. } => "end the range at or before now".to_owned(),
+        Error::TooManySlots { .. } => "backfill the range in smaller pieces".to_owned(),
+        Error::NoSlotsLeft { .. } => "give the job a schedule with slots to come".to_owned(),
+        Error::Start(_) => "start a runtime that registers the job's workflow kind (and \
+                            configures its queue) on this journal, then run this again"
+            .to_owned(),
+        _ => return None,
+    })
 }
 
 /// What the operator can do about a library error; `None` where the message says all there is.
@@ -166,6 +200,11 @@ fn hint(error: &durably::Error) -> Option<String> {
             "check the outside world with the step's key (`durably show {execution_id}` prints \
              it and a token), then `durably resolve {execution_id} {seq} --seen TOKEN \
              --completed JSON` or `--not-done`"
+        ),
+        E::StaleSeenIntent { execution_id, .. } => format!(
+            "`durably show {execution_id}` shows the step as it is now: if it is still \
+             ambiguous, check the outside world again with its key and answer with the token \
+             it prints now"
         ),
         E::Busy { .. } => {
             "another process held the journal's write lock; run this again in a moment".to_owned()
@@ -259,8 +298,8 @@ pub type Result<T, E = CliError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     //! What these prove: the layers hold. Every library error an operator can meet gets a hint
-    //! from this tool, exit code 1, and the library's own message unchanged, and no library
-    //! message names a `durably` command: only the hint does.
+    //! from this tool, a code of its own with exit code 1, and the library's own message
+    //! unchanged, and no library message names a `durably` command: only the hint does.
     use std::path::PathBuf;
 
     use durably::lock::{Error as LockError, Refusal};
@@ -268,6 +307,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::{CliError, EXIT_FAILURE};
+    use crate::error_code::ErrorCode;
 
     fn errors() -> Vec<Error> {
         let (path, id) = (PathBuf::from("/srv/app.db"), Uuid::nil());
@@ -307,6 +347,12 @@ mod tests {
             Error::AwaitingOperator {
                 execution_id: id,
                 seq: 2,
+            },
+            Error::StaleSeenIntent {
+                execution_id: id,
+                seq: 2,
+                seen: "a1-r0".parse().unwrap(),
+                now: Some("a2-r0".parse().unwrap()),
             },
             Error::Busy {
                 busy_timeout_ms: 5_000,
@@ -402,7 +448,12 @@ mod tests {
             );
             let shown = CliError::from(error);
             assert_eq!(shown.message, message);
-            assert_eq!(shown.code, EXIT_FAILURE);
+            assert_eq!(shown.code.exit_code(), EXIT_FAILURE);
+            assert_ne!(
+                shown.code,
+                ErrorCode::Failed,
+                "no code of its own: {message}"
+            );
             assert!(shown.hint.is_some(), "no hint for: {message}");
         }
     }

@@ -9,6 +9,8 @@ mod commands;
 mod db;
 mod demo;
 mod error;
+mod error_code;
+mod error_fields;
 mod escape;
 mod output;
 mod runtime_errors;
@@ -24,6 +26,7 @@ use clap::{CommandFactory, FromArgMatches};
 use crate::cli::{Cli, Command};
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 
 /// Where the last panic happened, for the one line a bug is reported with.
 static PANIC_PLACE: Mutex<Option<String>> = Mutex::new(None);
@@ -41,8 +44,11 @@ fn main() -> ExitCode {
                 .ok()
                 .and_then(|mut place| place.take())
                 .unwrap_or_default();
-            CliError::failure(format!("internal error{place}; this is a bug"))
-                .hint("please report it with the command you ran")
+            CliError::new(
+                ErrorCode::Internal,
+                format!("internal error{place}; this is a bug"),
+            )
+            .hint("please report it with the command you ran")
         }
     };
     error.report(json);
@@ -117,7 +123,8 @@ fn shown_or_usage_error(error: &clap::Error) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            Err(CliError::usage("no command given").hint("`durably --help` lists the commands"))
+            Err(CliError::new(ErrorCode::BadInput, "no command given")
+                .hint("`durably --help` lists the commands"))
         }
         _ => Err(usage_error(error)),
     }
@@ -154,7 +161,7 @@ fn usage_error(error: &clap::Error) -> CliError {
     if hints.is_empty() {
         hints.push("`durably --help` describes every command and option".to_owned());
     }
-    CliError::usage(message.join(" ")).hint(hints.join("; "))
+    CliError::new(ErrorCode::BadInput, message.join(" ")).hint(hints.join("; "))
 }
 
 /// A bug must still end with one error (in the chosen format) and exit code 1, never a stack

@@ -6,6 +6,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 
 /// A table with a header row, printed with columns padded to their widest cell.
 #[derive(Debug)]
@@ -75,7 +76,8 @@ pub fn print(text: &str) -> Result<()> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
-        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::failure(
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::new(
+            ErrorCode::IoError,
             format!("cannot write to standard output: {error}"),
         )),
         _ => Ok(()),
@@ -84,8 +86,9 @@ pub fn print(text: &str) -> Result<()> {
 
 /// Prints `value` as pretty JSON and a newline.
 pub fn print_json(value: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)
-        .map_err(|error| CliError::failure(format!("cannot render JSON: {error}")))?;
+    let text = serde_json::to_string_pretty(value).map_err(|error| {
+        CliError::new(ErrorCode::Internal, format!("cannot render JSON: {error}"))
+    })?;
     print(&format!("{text}\n"))
 }
 

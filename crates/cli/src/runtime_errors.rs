@@ -1,6 +1,6 @@
-//! The runtime's errors as this tool reports them: the runtime's message, the exit code (2 for
-//! a name or option the command line gave wrong, 1 for everything else, §9 of the runtime
-//! plan), and what to do about it. The journal's own errors keep the hints of
+//! The runtime's errors as this tool reports them: the runtime's message, its code (see
+//! [`crate::error_code`]; exit code 2 for a name or option the command line gave wrong, 1 for
+//! everything else, §9 of the runtime plan), and what to do about it. The journal's own errors keep the hints of
 //! [`crate::error`].
 
 use durably::runtime::{Error, ForkRefusal};
@@ -8,6 +8,8 @@ use durably::{Journal, Status};
 use uuid::Uuid;
 
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
+use crate::error_fields;
 
 /// The refusal of a command on execution `id` in a journal no runtime has used (see
 /// [`crate::db::Target::client`]): `unknown` when no execution has this id, and otherwise
@@ -43,16 +45,10 @@ impl From<Error> for CliError {
         if let Error::Journal(journal) = error {
             return journal.into();
         }
-        let message = error.to_string();
-        let shown = match &error {
-            // A topic, key, kind or queue with a control character, or a deadline that is
-            // already past: the command line is wrong.
-            Error::InvalidName { .. } | Error::InvalidOption(_) => CliError::usage(message),
-            _ => CliError::failure(message),
-        };
-        match hint(&error) {
-            Some(hint) => shown.hint(hint),
-            None => shown,
+        Self {
+            hint: hint(&error),
+            fields: error_fields::of_runtime(&error),
+            ..Self::new(ErrorCode::of_runtime(&error), error.to_string())
         }
     }
 }
@@ -160,13 +156,15 @@ fn not_resumable_hint(id: Uuid, status: Status) -> String {
 #[cfg(test)]
 mod tests {
     //! What these prove: the runtime's refusals of what a command line gives keep the
-    //! runtime's message, get exit code 2 for a bad name or option and 1 for the rest, and a
-    //! hint naming what to do; no runtime message names a `durably` command itself.
+    //! runtime's message, get a code of their own with exit code 2 for a bad name or option and
+    //! 1 for the rest, and a hint naming what to do; no runtime message names a `durably`
+    //! command itself.
     use durably::Status;
     use durably::runtime::{Error, ForkRefusal};
     use uuid::Uuid;
 
     use crate::error::{CliError, EXIT_FAILURE, EXIT_USAGE};
+    use crate::error_code::ErrorCode;
 
     fn errors() -> Vec<(Error, u8)> {
         let id = Uuid::nil();
@@ -274,7 +272,12 @@ mod tests {
             );
             let shown = CliError::from(error);
             assert_eq!(shown.message, message);
-            assert_eq!(shown.code, code, "{message}");
+            assert_eq!(shown.code.exit_code(), code, "{message}");
+            assert_ne!(
+                shown.code,
+                ErrorCode::Failed,
+                "no code of its own: {message}"
+            );
             assert!(shown.hint.is_some(), "no hint for: {message}");
         }
     }

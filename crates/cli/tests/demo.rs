@@ -1,7 +1,11 @@
 //! What these prove: `durably demo` runs end to end in well under 30 seconds, demonstrates
 //! every policy with the effect counts its policies promise (it exits non-zero otherwise),
 //! refuses to overwrite a database the user named, and, killed mid-run, leaves no child
-//! process behind. Method: run the built binary on a scratch path, then check its output and
+//! process behind. It teaches what a newcomer needs and nothing false: it defines the three
+//! step kinds before it names them, restarts a killed worker with no sweep (the restart takes
+//! the dead worker's lock over, as the audit trail shows), says in one line what `sweep` is for,
+//! and its POLICY AT WORK column reports the policy that acted, read from the journal, not the
+//! one configured. Method: run the built binary on a scratch path, then check its output and
 //! the database it left, or kill it and watch its child.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -36,6 +40,9 @@ fn the_demo_proves_each_policy_and_leaves_a_readable_database() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
     assert!(!text.contains("| NO"), "{text}");
+    assert_kinds_defined_before_use(&text);
+    assert_no_sweep_before_restarts(&text);
+    assert_policy_at_work_is_what_acted(&text);
     let table: Vec<&str> = text
         .lines()
         .filter(|line| line.starts_with("tick "))
@@ -67,6 +74,96 @@ fn the_demo_proves_each_policy_and_leaves_a_readable_database() {
         "{}",
         stderr(&again)
     );
+}
+
+/// Each step kind is defined, on a line of its own, before the demo first names it.
+fn assert_kinds_defined_before_use(text: &str) {
+    for kind in ["pure", "idempotent", "guarded"] {
+        let defined = text
+            .find(&format!("\n  {kind} "))
+            .unwrap_or_else(|| panic!("{kind} is not defined:\n{text}"));
+        let used = text
+            .find(&format!("({kind})"))
+            .unwrap_or_else(|| panic!("{kind} is never used:\n{text}"));
+        assert!(
+            defined < used,
+            "{kind} is used before it is defined:\n{text}"
+        );
+    }
+}
+
+/// The four killed workers are restarted with no sweep: nothing is swept before the section left
+/// for the reader, each restart takes the lock over itself, and one line says what `sweep` is
+/// for.
+fn assert_no_sweep_before_restarts(text: &str) {
+    let (stories, left) = text
+        .split_once("Left for you")
+        .expect("a section left for the reader");
+    assert!(!stories.contains("durably sweep:"), "{stories}");
+    assert!(!stories.contains("orphan_reclaimed"), "{stories}");
+    let takeovers = stories
+        .lines()
+        .filter(|line| line.contains("audit trail: takeover,"))
+        .count();
+    assert_eq!(takeovers, 4, "each restart takes the lock over:\n{stories}");
+    assert!(
+        stories.contains(
+            "`durably sweep` exists to reclaim the executions of dead processes \
+                          without resuming them"
+        ),
+        "{stories}"
+    );
+    assert!(
+        left.contains("sweep"),
+        "the reader is shown the command:\n{left}"
+    );
+}
+
+/// The POLICY AT WORK cell of each row of the table, by (effect, order): the policy the journal
+/// says acted, "not needed" where no crash made the step ambiguous, "-" for the idempotent fetch.
+fn assert_policy_at_work_is_what_acted(text: &str) {
+    let cells: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|line| {
+            ["fetch ", "charge ", "email "]
+                .iter()
+                .any(|start| line.starts_with(start))
+        })
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .collect()
+        })
+        .collect();
+    let acted = |effect: &str, order: u32| {
+        let place = format!("order {order}");
+        cells
+            .iter()
+            .find(|row| row[0] == effect && row[1] == place)
+            .unwrap_or_else(|| panic!("no row for {effect} of {place}:\n{text}"))[2]
+    };
+    let expected = [
+        ("charge", 1001, "reconcile (found it)"),
+        ("email", 1001, "not needed"),
+        ("charge", 1002, "fail, operator: not-done"),
+        ("email", 1002, "not needed"),
+        ("charge", 1003, "not needed"),
+        ("email", 1003, "skip"),
+        ("charge", 1004, "not needed"),
+        ("email", 1004, "retry (ran it again, same key)"),
+        ("charge", 1005, "not yet (left ambiguous)"),
+    ];
+    for (effect, order, policy) in expected {
+        assert_eq!(
+            acted(effect, order),
+            policy,
+            "{effect} of order {order}:\n{text}"
+        );
+    }
+    for order in 1001..=1004 {
+        assert_eq!(acted("fetch", order), "-", "{text}");
+    }
 }
 
 /// A demo killed mid-run (SIGKILL: nothing of it runs after) takes its children with it. Its

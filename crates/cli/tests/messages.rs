@@ -1,6 +1,6 @@
 //! What these prove: every error, a usage error included, is printed one documented way (a
 //! `durably: error:` line, then a `durably: hint:` line; with `--json`, one JSON object
-//! `{error, hint, exit_code}` on standard error), and names the real thing: an empty
+//! `{code, message, hint, exit_code, ...}` on standard error), and names the real thing: an empty
 //! `DURABLY_DB`, an age too long for `--since`, a path too long for SQLite (not "read-only"),
 //! and a corruption found after the open, with the path and no claim that the file was left
 //! untouched. `sweep`, `cancel` and `gc` refuse a journal that fails SQLite's integrity check,
@@ -68,8 +68,9 @@ fn with_json_every_error_is_one_object_on_standard_error() {
         let text = stderr(&output);
         assert_eq!(text.lines().count(), 1, "{text}");
         let error: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(error["code"].as_str().is_some(), "{text}");
         assert!(
-            error["error"]
+            error["message"]
                 .as_str()
                 .is_some_and(|message| !message.is_empty()),
             "{text}"

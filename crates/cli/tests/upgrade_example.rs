@@ -11,51 +11,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::ffi::OsStr;
 
 use common::durably;
-
-/// The example's binary, beside this test's directory in the target tree.
-fn example_binary() -> PathBuf {
-    let test = std::env::current_exe().unwrap();
-    let profile_dir = test.parent().and_then(Path::parent).unwrap();
-    let binary = profile_dir.join("examples").join("upgrade");
-    assert!(
-        binary.exists(),
-        "{} is missing: build it with `cargo build -p durably --example upgrade`",
-        binary.display()
-    );
-    binary
-}
-
-/// Runs the example on `code` and returns what it printed.
-fn run(code: &str, db: &Path) -> String {
-    let output = Command::new(example_binary())
-        .arg(code)
-        .arg(db)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout).unwrap()
-}
+use common::example::{execution_id, line_with, pairs, run};
 
 #[test]
 fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("upgrade.db");
 
-    let old = run("old", &db);
-    let parked = old.split_whitespace().nth(1).unwrap().to_owned();
-    assert!(old.contains("parked on the old code"), "{old}");
+    let old = run("upgrade", &[OsStr::new("old"), db.as_os_str()]);
+    let parked = execution_id(line_with(&old, "parked on the old code"));
 
-    let new = run("new", &db);
-    let line = |needle: &str| {
-        new.lines()
-            .find(|line| line.contains(needle))
-            .unwrap_or_else(|| panic!("no line with {needle:?} in {new}"))
-            .to_owned()
-    };
+    let new = run("upgrade", &[OsStr::new("new"), db.as_os_str()]);
+    let line = |needle: &str| line_with(&new, needle);
     let resumed = line("(parked on the old code)");
     assert!(resumed.contains(&parked), "{resumed}");
     assert!(
@@ -68,14 +38,11 @@ fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
         "{started}"
     );
 
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let answers: Vec<(String, i64)> = conn
-        .prepare("SELECT patch_id, answer FROM runtime_patches WHERE execution_id = ?1 ORDER BY 1")
-        .unwrap()
-        .query_map([&parked], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let answers: Vec<(String, i64)> = pairs(
+        &db,
+        "SELECT patch_id, answer FROM runtime_patches WHERE execution_id = ?1 ORDER BY 1",
+        &parked,
+    );
     assert_eq!(
         answers,
         [

@@ -18,6 +18,7 @@
 //!   management (list, pause, resume, trigger, backfill);
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
+//! - [`observability`]: the names of the `tracing` spans and `metrics` metrics it records;
 //! - [`sqlite`]: the database driver, for programs that keep their own rows in the journal's
 //!   transactions.
 //!
@@ -26,9 +27,9 @@
 //! The first run below stops inside the third step, after its intent committed: it is the
 //! crash. (A real crash would be a killed process; dropping the handle mid-step leaves the same
 //! journal behind. The closure runs only once the intent is durable, so its start is the
-//! moment to "crash".) The second run replays the first two steps without calling their closures,
-//! finds the third step ambiguous, and its `Retry` policy runs it once more with the same
-//! idempotency key.
+//! moment to "crash".) The second run replays the first two steps without calling their
+//! closures, finds the third step ambiguous, and its `Retry` policy runs it once more with the
+//! same idempotency key.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU32, Ordering};
@@ -126,6 +127,8 @@ pub mod sqlite {
         ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,
     };
 }
+
+pub mod observability;
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;

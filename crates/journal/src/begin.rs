@@ -76,6 +76,7 @@ impl Journal {
             input,
             replay: Replay::empty(self, id),
             claim,
+            span: crate::telemetry::execution_span(id, kind),
         })))
     }
 }

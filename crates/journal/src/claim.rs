@@ -220,6 +220,7 @@ impl Journal {
             input: std::mem::take(&mut claim.input),
             replay,
             claim: handle,
+            span: crate::telemetry::execution_span(id, &claim.row.kind),
         }))
     }
 }

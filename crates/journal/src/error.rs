@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
+use crate::seen_intent::SeenIntent;
 use crate::step::StepError;
 
 /// Everything that can go wrong in `durably-journal`.
@@ -358,6 +359,20 @@ pub enum Error {
     /// An operator action does not apply to the state it found.
     #[error("{0}")]
     Refused(String),
+    /// An operator's answer named the intent they checked ([`crate::Operator::resolve_seen`]),
+    /// and the step no longer has that intent: it ran again, or was answered, since. What was
+    /// checked may not describe the step any more, so nothing was written.
+    #[error("{}", stale_seen_message(execution_id, *seq, seen, now.as_ref()))]
+    StaleSeenIntent {
+        /// The execution.
+        execution_id: Uuid,
+        /// The step.
+        seq: u32,
+        /// The intent the operator checked.
+        seen: SeenIntent,
+        /// The step's intent now; `None` when it is no longer in the ambiguous window.
+        now: Option<SeenIntent>,
+    },
     /// A deferred open lost its race ([`crate::Journal::begin_execution`]): the handle's first
     /// write found the execution's row already there, or its lock held by a live process.
     /// Nothing of that write was written; the execution is another handle's.
@@ -630,5 +645,25 @@ fn locked_message(execution_id: &Uuid, pid: i64, since: &str, in_this_process: b
         )
     } else {
         format!("execution {execution_id} is held by live process pid {pid} since {since}")
+    }
+}
+
+/// The message of [`Error::StaleSeenIntent`]: what became of the intent the operator checked.
+fn stale_seen_message(
+    execution_id: &Uuid,
+    seq: u32,
+    seen: &SeenIntent,
+    now: Option<&SeenIntent>,
+) -> String {
+    match now {
+        Some(now) => format!(
+            "step {seq} of execution {execution_id} changed since it was looked at (then {seen}, \
+             now {now}): it ran again, or another operator answered, so what was checked may not \
+             describe it any more"
+        ),
+        None => format!(
+            "step {seq} of execution {execution_id} is no longer in the ambiguous window: since \
+             it was looked at ({seen}) it was answered, or it ran to a result"
+        ),
     }
 }

@@ -72,6 +72,7 @@ mod states;
 mod step;
 mod storage;
 mod sweep;
+pub mod telemetry;
 mod writer;
 
 pub use begin::Begun;

@@ -163,6 +163,29 @@ pub fn running_in_queue(conn: &Connection, queue: &str) -> Result<u32> {
         .query_row(params![queue], |row| row.get(0))?)
 }
 
+/// How many executions are in `status` now, over the whole file (one range of the status
+/// index: the cost grows with that count, so it suits the statuses of unfinished work).
+///
+/// # Errors
+/// A storage error.
+pub fn count_in_status(conn: &Connection, status: Status) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached("SELECT count(*) FROM executions WHERE status = ?1")?
+        .query_row(params![status.as_str()], |row| row.get(0))?;
+    Ok(count.unsigned_abs())
+}
+
+/// How many executions of `queue` (`None`: no queue) are `queued`, due or not.
+///
+/// # Errors
+/// A storage error.
+pub fn queued_in_queue(conn: &Connection, queue: Option<&str>) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached("SELECT count(*) FROM executions WHERE status = 'queued' AND queue IS ?1")?
+        .query_row(params![queue], |row| row.get(0))?;
+    Ok(count.unsigned_abs())
+}
+
 /// Executions whose `due_at` has passed at `now`, earliest first, at most `max`: waiting ones
 /// to [`wake`], queued ones to [`clear_not_before`].
 ///

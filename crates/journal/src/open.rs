@@ -85,7 +85,7 @@ impl Journal {
         let Some(claim) = HandleClaim::claim(&self.inner.handles, id) else {
             return Err(self.locked_here(id));
         };
-        let span = tracing::info_span!("durably.open", execution_id = %id, kind, resumed = tracing::field::Empty);
+        let span = crate::telemetry::execution_span(id, kind);
         let (locker, now) = (Arc::clone(&self.inner.locker), self.now());
         let (kind, name) = (kind.to_owned(), name.to_owned());
         let bytes_max = self.payload_bytes_max();
@@ -108,7 +108,6 @@ impl Journal {
             OpenFound::Finished(finished) => return Ok(Opened::Finished(finished)),
             OpenFound::Opened(outcome) => outcome,
         };
-        span.record("resumed", outcome.is_resume);
         let fence = Arc::new(Fence::new(self, id, outcome.epoch));
         let replay = match Replay::open(self, id) {
             Ok(replay) => replay,
@@ -126,6 +125,7 @@ impl Journal {
             input: outcome.input,
             replay,
             claim,
+            span,
         })))
     }
 

@@ -147,7 +147,7 @@ impl Operator<'_> {
     /// that was checked may no longer describe this intent.
     ///
     /// # Errors
-    /// As [`Operator::resolve`]; [`Error::Refused`] when the step changed.
+    /// As [`Operator::resolve`]; [`Error::StaleSeenIntent`] when the step changed.
     pub async fn resolve_seen(
         &self,
         id: Uuid,
@@ -177,7 +177,7 @@ impl Operator<'_> {
         self.with_lock(id, move |conn, now| {
             let resource = id.to_string();
             if let Some(seen) = seen {
-                check_unchanged(conn, &resource, seq, seen)?;
+                check_unchanged(conn, id, seq, seen)?;
             }
             resolve_step(conn, &resource, seq, value.as_deref(), now)
         })
@@ -260,19 +260,17 @@ where
 }
 
 /// Refuses an answer about an intent other than the one the operator looked at.
-fn check_unchanged(conn: &Connection, resource: &str, seq: u32, seen: SeenIntent) -> Result<()> {
-    match seen_intent::current(conn, resource, seq)? {
-        Some(current) if current == seen => Ok(()),
-        Some(current) => Err(Error::Refused(format!(
-            "step {seq} of execution {resource} changed since it was looked at (then {seen}, now \
-             {current}): it ran again, or another operator answered, so what was checked may \
-             not describe it any more"
-        ))),
-        None => Err(Error::Refused(format!(
-            "step {seq} of execution {resource} is no longer in the ambiguous window: since it \
-             was looked at ({seen}) it was answered, or it ran to a result"
-        ))),
+fn check_unchanged(conn: &Connection, id: Uuid, seq: u32, seen: SeenIntent) -> Result<()> {
+    let now = seen_intent::current(conn, &id.to_string(), seq)?;
+    if now == Some(seen) {
+        return Ok(());
     }
+    Err(Error::StaleSeenIntent {
+        execution_id: id,
+        seq,
+        seen,
+        now,
+    })
 }
 
 fn resolve_step(

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::events;
 use crate::records::event_kind;
 use crate::states::Status;
+use crate::telemetry::{self, TakenBecause, TakenBy};
 
 /// What to do with a lock that this journal's own instance holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +75,14 @@ pub(crate) fn acquire_or_locked(
         "from_epoch": from_epoch,
         "reason": reason,
     });
-    if let Some(takeover) = takeover {
-        note_lease_expired_holder(&mut detail, &takeover.from, &takeover.reason);
-    }
+    let because = match &takeover {
+        Some(takeover) => {
+            note_lease_expired_holder(&mut detail, &takeover.from, &takeover.reason);
+            TakenBecause::of(&takeover.reason)
+        }
+        None => TakenBecause::Leaked,
+    };
+    telemetry::taken_over(TakenBy::Acquire, because);
     events::record(
         conn,
         now,

@@ -356,6 +356,8 @@ fn reclaim_one(
         &detail,
     )?;
     locker.release(conn, &row.resource, epoch)?;
+    let because = crate::telemetry::TakenBecause::of(reason);
+    crate::telemetry::taken_over(crate::telemetry::TakenBy::Sweep, because);
     Ok(true)
 }
 

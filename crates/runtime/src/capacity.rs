@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::claims::Place;
+use crate::telemetry;
 
 /// A queue as this process sees it; `None` is "no queue".
 pub(crate) type QueueKey = Option<String>;
@@ -83,6 +84,12 @@ impl Capacity {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let count = running.entry(queue.clone()).or_default();
         *count = u32::try_from(i64::from(*count) + delta).unwrap_or(0);
+        telemetry::runs_here(running.values().sum());
+    }
+
+    /// The queues this process serves, `None` for no queue among them.
+    pub(crate) fn queues(&self) -> Vec<QueueKey> {
+        self.process_concurrency_max.keys().cloned().collect()
     }
 
     /// The queues this process serves, starting after `queue` and ending with it: the order in
@@ -131,5 +138,6 @@ impl Places<'_> {
             *count = count.saturating_sub(1);
         }
         *self.running.entry(queue.clone()).or_default() += 1;
+        telemetry::runs_here(self.running.values().sum());
     }
 }

@@ -11,6 +11,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::handle::WorkflowHandle;
 use crate::registry::Registry;
+use crate::telemetry::SpanParents;
 use crate::{store, watcher};
 
 /// A handle on the runtime's side of a journal, for processes that start, message and observe
@@ -34,6 +35,8 @@ struct Inner {
     /// this process announces its own changes at once. Holding the receiver keeps the watcher
     /// running for as long as the client lives.
     changes: Mutex<Option<(watch::Sender<u64>, watch::Receiver<u64>)>>,
+    /// Spans the next runs of executions here nest under ([`Client::set_parent_span`]).
+    span_parents: SpanParents,
 }
 
 /// What [`Client::send`] did.
@@ -77,6 +80,7 @@ impl Client {
                 registry,
                 clock,
                 changes: Mutex::new(None),
+                span_parents: SpanParents::default(),
             }),
         })
     }
@@ -84,6 +88,22 @@ impl Client {
     /// The clock this client's waits are measured on.
     pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+
+    /// Makes `span` the parent of the `durably.execution` span of the next run of execution
+    /// `id`, of `kind`, that this process claims (a scheduler's `durably.fire` span, so that a
+    /// fire's run nests under it). The span stays open until that run begins. It is kept only
+    /// when this process runs `kind`, at most [`crate::telemetry::SPAN_PARENTS_MAX`] are kept
+    /// (the oldest forgotten first), and a disabled span (no subscriber wants it) is not kept.
+    pub fn set_parent_span(&self, id: Uuid, kind: &str, span: tracing::Span) {
+        if self.inner.registry.latest(kind).is_some() {
+            self.inner.span_parents.keep(id, span);
+        }
+    }
+
+    /// Takes the span [`Client::set_parent_span`] kept for execution `id`.
+    pub(crate) fn take_parent_span(&self, id: Uuid) -> Option<tracing::Span> {
+        self.inner.span_parents.take(id)
     }
 
     pub(crate) fn registry(&self) -> &Registry {

@@ -26,6 +26,7 @@ use crate::parking::wake_parked;
 use crate::recovery::recover;
 use crate::runs;
 use crate::store;
+use crate::telemetry;
 use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
 use durably_journal::lifecycle::{Wake, clear_not_before, due};
@@ -70,14 +71,16 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
     let mut sweep = tokio::time::interval(dispatch.sweep_interval);
     // The runtime's start has just recovered: the first periodic pass waits a full interval.
     sweep.reset();
+    publish_counts(&dispatch);
     loop {
         if *stop.borrow_and_update() {
             return Ok(());
         }
-        if dispatch.recover_soon.swap(false, Ordering::SeqCst)
-            && let Err(error) = recover(&dispatch.client, dispatch.resume_failures_max).await
-        {
-            tracing::warn!(%error, "a recovery pass failed");
+        if dispatch.recover_soon.swap(false, Ordering::SeqCst) {
+            if let Err(error) = recover(&dispatch.client, dispatch.resume_failures_max).await {
+                tracing::warn!(%error, "a recovery pass failed");
+            }
+            publish_counts(&dispatch);
         }
         // A failed pass (a busy file, a full disk) claimed nothing that commits; the next
         // wake-up, at the latest the safety tick, tries again.
@@ -129,6 +132,14 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
     }
     claim_pass(dispatch, rooms, now).await?;
     Ok(dispatch.client.journal().read(deadlines::next_wake)?)
+}
+
+/// Sets the gauges of the journal's unfinished executions ([`telemetry::publish_counts`]).
+pub(crate) fn publish_counts(dispatch: &Dispatch) {
+    let queues = dispatch.capacity.queues();
+    if let Err(error) = telemetry::publish_counts(&dispatch.client, &queues) {
+        tracing::warn!(%error, "cannot read the execution counts for the metrics");
+    }
 }
 
 fn watcher_ended() -> crate::Error {

@@ -144,6 +144,7 @@ mod start;
 mod steps;
 mod store;
 mod task;
+pub mod telemetry;
 mod timers;
 mod waiting;
 mod watcher;

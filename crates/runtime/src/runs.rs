@@ -36,7 +36,13 @@ pub(crate) fn spawn(dispatch: &Arc<Dispatch>, claim: Claim, version: u32, place:
 /// `hand_over`.
 async fn run_claim(dispatch: &Arc<Dispatch>, claim: Claim, version: u32, hand_over: &HandOver) {
     let row = claim.row().clone();
-    let execution = match dispatch.client.journal().open_claim(claim) {
+    let journal = dispatch.client.journal();
+    // The run's span nests under the span kept for it (a fire's), else it is a root.
+    let opened = match dispatch.client.take_parent_span(row.execution_id) {
+        Some(parent) => parent.in_scope(|| journal.open_claim(claim)),
+        None => journal.open_claim(claim),
+    };
+    let execution = match opened {
         Ok(execution) => execution,
         Err(error) => {
             // The claim's lock is released: the execution is `running` with no holder, which
@@ -52,7 +58,12 @@ async fn run_claim(dispatch: &Arc<Dispatch>, claim: Claim, version: u32, hand_ov
     let watch = RunWatch::start(&dispatch.waits, &dispatch.runs, row.execution_id);
     match task::run(execution, version, workflow, &watch, Some(hand_over)).await {
         Ok(Ran::Halted(reason)) => {
-            tracing::warn!(execution_id = %row.execution_id, %reason, "a workflow run stopped");
+            // The reason may quote a payload (a recorded value that no longer decodes, in
+            // serde's words), so it goes to the journal, not to the trace.
+            tracing::warn!(
+                execution_id = %row.execution_id,
+                "a workflow run stopped; its reason is recorded as the execution's last failure"
+            );
             record_halt(dispatch, row.execution_id, reason).await;
         }
         Ok(_) => {}

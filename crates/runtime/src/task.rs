@@ -6,6 +6,7 @@
 
 use durably_journal::Execution;
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::cancel::RunWatch;
 use crate::context::{Stop, WorkflowContext};
@@ -51,8 +52,22 @@ pub(crate) enum Ran {
 /// Runs `workflow` (registered at `version`) on `execution` and ends it: completed or failed
 /// with what the workflow returned, in the transaction that releases the lock (and, with a
 /// `hand_over`, claims the run's successor); parked by one of its waits; or `cancelled` when
-/// the run was asked to stop, whatever the workflow returned.
+/// the run was asked to stop, whatever the workflow returned. The workflow's code and the
+/// end run inside the execution's span, so what they trace nests under the run.
 pub(crate) async fn run(
+    execution: Execution,
+    version: u32,
+    workflow: &Workflow,
+    watch: &RunWatch,
+    hand_over: Option<&HandOver>,
+) -> Result<Ran> {
+    let span = execution.span().clone();
+    run_in_span(execution, version, workflow, watch, hand_over)
+        .instrument(span)
+        .await
+}
+
+async fn run_in_span(
     mut execution: Execution,
     version: u32,
     workflow: &Workflow,

@@ -108,6 +108,7 @@ mod run;
 mod schedule;
 mod scheduler;
 mod slot;
+pub mod telemetry;
 
 pub use catch_up::{
     CATCH_UP_SLOTS_MAX, CatchUp, DueSlots, Overlap, SKIP_LATENESS_MS_MAX,

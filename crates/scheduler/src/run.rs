@@ -26,6 +26,7 @@ use crate::ledger::{self, REASON_OVERLAP};
 use crate::outcome::{FireOutcome, FireReport, PassReport};
 use crate::scheduler::{Scheduler, lock};
 use crate::slot::Slot;
+use crate::telemetry;
 
 /// The most old `pending` fires (registered by a scheduler from before fires were workflows,
 /// never opened) one pass starts for a job.
@@ -196,6 +197,7 @@ impl Scheduler {
         ));
         Ok(match decided {
             Decided::Planned(planned) => {
+                telemetry::fires_decided(&self.inner.client, job, &planned.fires);
                 if let Some(cursor) = planned.copy_cursor {
                     lock(&self.inner.copy_cursors).insert(job.id.clone(), cursor);
                 }

@@ -355,6 +355,7 @@ impl Scheduler {
             .map_err(|error| rolled_back.explain(error))??;
         fail::fail_point!("scheduler::after-fire-registered", |_| std::process::abort(
         ));
+        crate::telemetry::fires_decided(&self.inner.client, job, &decided);
         Ok(decided)
     }
 }

@@ -15,19 +15,24 @@
 //!   ledger.
 //! - **unexpected**: a ledger effect whose key no step row has (or a different step has), or an
 //!   effect of a step the journal holds as failed (planned failures have no effect). A pure or
-//!   idempotent effect with no row in a cancelled execution is not one: its result was never
-//!   recorded, and nothing runs it again; nor is one of an execution that does not exist, made
+//!   idempotent effect with no row in a cancelled execution (or one failed after a cancel was
+//!   asked of it) is not one: its result was never recorded, and nothing runs it again; nor is one of an execution that does not exist, made
 //!   before a run's deferred open (fencing token 0) by a process that died before the open
 //!   committed (both counted as `abandoned`).
 //! - **stuck**: an execution not finalized at the end, a step still in the intent state (but
 //!   in a cancelled execution, where an ambiguous intent is kept for people), or a scheduler
 //!   fire not finished (a completed fire whose execution is not completed is lost).
 //! - **reopened**: an execution run again while it awaited an operator: after its
-//!   `ambiguity_failed` event (which parks it `awaiting_operator`), another ambiguity decision,
-//!   failed attempt or claim of it before the `operator_resolved` event that ends the wait.
-//!   Each reopen used to write another `ambiguity_failed`.
+//!   `ambiguity_failed` event (which parks it `awaiting_operator`), a claim of it, or another
+//!   ambiguity decision or failed attempt of the parked step, before the `operator_resolved`
+//!   event that ends the wait. Each reopen used to write another `ambiguity_failed`. A parallel
+//!   sibling already in flight in the run that parked it still settles and records its outcome
+//!   (no new step starts on a halted handle), so decisions at other seqs are not reopens.
 //! - **over_limit**, **wrong_end**, **bad_messages**, **after_cancel**, **early_wakes**: the
 //!   runtime's rules, see [`super::runtime_checks`].
+//! - **child_dups**, **patch_flips**, **fork_reruns**: the rules of children, patches and
+//!   forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
+//!   keys: the rules above hold the original's row to its key's effects.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -37,6 +42,7 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 
 use super::BoxError;
+use super::composition_checks::{self, Composition};
 use super::ledger::{LEDGER_FILE, read, read_acks};
 use super::runtime_checks;
 use super::workload::DATABASE_FILE;
@@ -84,6 +90,20 @@ pub struct Report {
     pub after_cancel: u64,
     /// Timers that ended, or let a later step run, before their wake time.
     pub early_wakes: u64,
+    /// Parent start steps with another number of children than one, or another child.
+    pub child_dups: u64,
+    /// Executions whose patch answer, marker step and branch disagree.
+    pub patch_flips: u64,
+    /// Copied steps of forks that were run again or differ from the original's.
+    pub fork_reruns: u64,
+    /// Child executions (not a violation).
+    pub children: u64,
+    /// Executions that answered `true` to the patch (not a violation).
+    pub patched: u64,
+    /// Executions that answered `false` to the patch (not a violation).
+    pub unpatched: u64,
+    /// Forks (not a violation).
+    pub forks: u64,
     /// Receives that returned a message (not a violation).
     pub received: u64,
     /// Receives that timed out (not a violation).
@@ -119,6 +139,9 @@ impl Report {
             && self.bad_messages == 0
             && self.after_cancel == 0
             && self.early_wakes == 0
+            && self.child_dups == 0
+            && self.patch_flips == 0
+            && self.fork_reruns == 0
             && self.integrity_ok
     }
 
@@ -128,7 +151,7 @@ impl Report {
             "torture: iterations={iterations} kills={kills} executions={} effects={} retried={} \
              duplicated={} lost={} unexpected={} stuck={} reopened={} leaked_locks={} \
              over_limit={} wrong_end={} bad_messages={} after_cancel={} early_wakes={} \
-             integrity={} seed={seed}",
+             child_dups={} patch_flips={} fork_reruns={} integrity={} seed={seed}",
             self.executions,
             self.effects,
             self.retried,
@@ -143,6 +166,9 @@ impl Report {
             self.bad_messages,
             self.after_cancel,
             self.early_wakes,
+            self.child_dups,
+            self.patch_flips,
+            self.fork_reruns,
             if self.integrity_ok { "ok" } else { "FAIL" },
         )
     }
@@ -195,17 +221,29 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
         integrity_ok: integrity(&conn)?,
         ..Report::default()
     };
-    let steps = load_steps(&conn)?;
+    let rows = load_steps(&conn)?;
     let effects = load_effects(dir)?;
     let acks = read_acks(dir)?;
     let statuses = load_statuses(&conn)?;
+    let composition = composition_checks::load(&conn, &effects)?;
+    // A fork's copied rows share their keys with the original's, which made the effects.
+    let steps: HashMap<&str, &StepRow> = rows
+        .iter()
+        .filter(|(_, row)| {
+            !composition
+                .copied
+                .contains(&(row.execution_id.clone(), row.seq))
+        })
+        .map(|(key, row)| (key.as_str(), row))
+        .collect();
     report.effects = effects.values().map(|list| list.len() as u64).sum();
     check_executions(&conn, &mut report)?;
     check_awaiting_operator(&conn, &mut report)?;
     check_fires(&conn, &mut report)?;
-    check_steps(&steps, &effects, &statuses, &mut report);
-    check_acks(&acks, &statuses, &steps, &effects, &mut report)?;
-    runtime_checks::check(&conn, &acks, &effects, &mut report)?;
+    check_steps(&steps, &effects, &statuses, &composition, &mut report);
+    check_acks(&acks, &statuses, &rows, &effects, &mut report)?;
+    runtime_checks::check(&conn, &acks, &effects, &composition, &mut report)?;
+    composition_checks::check(&conn, &composition, &acks, &effects, &mut report)?;
     Ok(report)
 }
 
@@ -221,7 +259,8 @@ fn integrity(conn: &Connection) -> Result<bool, BoxError> {
     Ok(rows == ["ok"] && foreign == 0)
 }
 
-fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
+/// Every step row with its key.
+fn load_steps(conn: &Connection) -> Result<Vec<(String, StepRow)>, BoxError> {
     let mut statement = conn.prepare(
         "SELECT s.idempotency_key, s.execution_id, s.seq, s.effect, s.policy, s.state, s.result,
                 s.attempts, e.status, s.name
@@ -243,12 +282,21 @@ fn load_steps(conn: &Connection) -> Result<HashMap<String, StepRow>, BoxError> {
             },
         ))
     })?;
-    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Every execution's status.
+/// The status [`load_statuses`] gives an execution that failed after a cancel was asked of it
+/// (a step timeout's failure, which then stands): like a cancelled one, nothing runs it again.
+const FAILED_AFTER_REQUEST: &str = "failed after a cancel request";
+
+/// Every execution's status ([`FAILED_AFTER_REQUEST`] for a failed one a cancel was asked of).
 fn load_statuses(conn: &Connection) -> Result<HashMap<String, String>, BoxError> {
-    let mut statement = conn.prepare("SELECT execution_id, status FROM executions")?;
+    let mut statement = conn.prepare(&format!(
+        "SELECT execution_id,
+                CASE WHEN status = 'failed' AND cancel_requested_at IS NOT NULL
+                     THEN '{FAILED_AFTER_REQUEST}' ELSE status END
+         FROM executions"
+    ))?;
     let rows = statement.query_map([], |row| {
         Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
     })?;
@@ -330,7 +378,10 @@ fn check_executions(conn: &Connection, report: &mut Report) -> Result<(), BoxErr
 }
 
 /// No execution runs between the `ambiguity_failed` event that parks it `awaiting_operator`
-/// and the `operator_resolved` event that ends the wait (events in commit order).
+/// and the `operator_resolved` event that ends the wait (events in commit order): no claim,
+/// and no decision about the parked step. Any later run replays to the parked step and decides
+/// it again, so a reopen always shows there; siblings of the parked step that were in flight
+/// when it parked settle in the same run, at their own seqs.
 fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
         "SELECT execution_id, seq, kind FROM events
@@ -354,7 +405,9 @@ fn check_awaiting_operator(conn: &Connection, report: &mut Report) -> Result<(),
             awaiting.remove(&id);
             continue;
         }
-        if let Some(parked_at) = awaiting.get(&id) {
+        if let Some(&parked_at) = awaiting.get(&id)
+            && (kind == "claimed" || seq == parked_at)
+        {
             report.reopened += 1;
             report.violation(format!(
                 "reopened: execution {id} ran again ({kind} at step {seq:?}) while step \
@@ -401,14 +454,15 @@ fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
 }
 
 fn check_steps(
-    steps: &HashMap<String, StepRow>,
+    steps: &HashMap<&str, &StepRow>,
     effects: &HashMap<String, Vec<EffectRecord>>,
     statuses: &HashMap<String, String>,
+    composition: &Composition,
     report: &mut Report,
 ) {
     for (key, list) in effects {
-        let Some(row) = steps.get(key) else {
-            if abandoned(list, statuses) {
+        let Some(row) = steps.get(key.as_str()) else {
+            if abandoned(list, statuses) || composition.superseded.contains(key) {
                 report.abandoned += list.len() as u64;
                 continue;
             }
@@ -456,19 +510,21 @@ fn check_steps(
         if row.name.starts_with("durably:") {
             continue;
         }
-        let count = effects.get(key).map_or(0, Vec::len);
-        check_state(key, row, count, effects.get(key), report);
+        let count = effects.get(*key).map_or(0, Vec::len);
+        check_state(key, row, count, effects.get(*key), report);
     }
 }
 
 /// Whether the effects of one key, which no step row holds, belong to a step whose result
 /// nothing will ever record, which its kind allows: pure or idempotent effects of a cancelled
 /// execution, or of a run that died before its deferred open wrote the execution (its
-/// closures ran with fencing token 0, or none for a pure step).
+/// closures ran with fencing token 0, or none for a pure step). (Old-branch effects of a patch
+/// point that the execution left for the new branch are too; see
+/// [`super::composition_checks`].)
 fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
     let repeatable = list.iter().all(|effect| effect.effect != "guarded");
     match statuses.get(&list[0].execution_id).map(String::as_str) {
-        Some("cancelled") => repeatable,
+        Some("cancelled" | FAILED_AFTER_REQUEST) => repeatable,
         None => repeatable && list.iter().all(|effect| effect.token.unwrap_or(0) == 0),
         Some(_) => false,
     }
@@ -548,7 +604,7 @@ fn check_state(
 fn check_acks(
     acks: &[Vec<String>],
     statuses: &HashMap<String, String>,
-    steps: &HashMap<String, StepRow>,
+    steps: &[(String, StepRow)],
     effects: &HashMap<String, Vec<EffectRecord>>,
     report: &mut Report,
 ) -> Result<(), BoxError> {
@@ -583,7 +639,11 @@ fn check_acks(
             }
             ["R", ..] => report.resolved += 1,
             ["F", id, status, _pid, _at] => {
-                if statuses.get(*id).map(String::as_str) != Some(*status) {
+                let held = match statuses.get(*id).map(String::as_str) {
+                    Some(FAILED_AFTER_REQUEST) => Some("failed"),
+                    held => held,
+                };
+                if held != Some(*status) {
                     report.lost += 1;
                     report.violation(format!(
                         "lost: execution {id} was acknowledged {status} but is {:?}",
@@ -592,7 +652,7 @@ fn check_acks(
                 }
             }
             // The runtime roles' records, checked by `runtime_checks`.
-            ["S" | "c" | "C" | "D" | "M" | "T" | "O", ..] => {}
+            ["S" | "c" | "C" | "D" | "M" | "T" | "O" | "P", ..] => {}
             _ => return Err(format!("malformed acknowledgement {record:?}").into()),
         }
     }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::BoxError;
 use super::checker::{Report, check};
 use super::plan::SeededRng;
+use super::runtime_workflow::CODE_ENV;
 
 /// How long the final worker may take to drive everything to completion.
 const FINISH_TIMEOUT_MS: u64 = 300_000;
@@ -127,7 +128,14 @@ impl Fleet<'_> {
             .dir
             .join("logs")
             .join(format!("worker-{slot}-{}.log", self.started));
-        let child = worker_command(self.options, &self.options.role_args(slot), &log)?.spawn()?;
+        let args = self.options.role_args(slot);
+        let mut command = worker_command(self.options, &args, &log)?;
+        // Runtime workers are upgraded and downgraded at every restart, so executions started
+        // on one code are resumed on the other.
+        if args[0] == "runtime" && self.started.is_multiple_of(2) {
+            command.env(CODE_ENV, "old");
+        }
+        let child = command.spawn()?;
         Ok(Worker { slot, child, log })
     }
 
@@ -183,6 +191,7 @@ fn worker_command(options: &Options, args: &[String], log: &Path) -> Result<Comm
         .args(["--seed", &options.seed.to_string()])
         .args(["--durability", &options.durability])
         .env_remove("FAILPOINTS")
+        .env_remove(CODE_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(log)?);
@@ -279,8 +288,8 @@ pub fn print(outcome: &Outcome, options: &Options) {
     let report = &outcome.report;
     println!(
         "torture: detail reran={} abandoned={} skipped={} resolved={} runtime_executions={} \
-         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} worker_errors={} \
-         finished={} dir={}",
+         queue_peak={} parked={} sent={} received={} timed_out={} cancelled={} children={} \
+         patched={} unpatched={} forks={} worker_errors={} finished={} dir={}",
         report.reran,
         report.abandoned,
         report.skipped,
@@ -292,6 +301,10 @@ pub fn print(outcome: &Outcome, options: &Options) {
         report.received,
         report.timed_out,
         report.cancelled,
+        report.children,
+        report.patched,
+        report.unpatched,
+        report.forks,
         outcome.worker_errors.len(),
         outcome.finished,
         options.dir.display()

@@ -26,13 +26,14 @@ use std::sync::Arc;
 
 use durably_journal::Durability;
 use durably_runtime::{
-    ChildOptions, Client, Deadline, Error, Runtime, StartOptions, WorkflowContext, WorkflowError,
-    child_execution_id,
+    ChildOptions, Client, Deadline, Error, ForkOptions, Runtime, StartOptions, WorkflowContext,
+    WorkflowError, child_execution_id,
 };
 use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
 
 use super::BoxError;
+use super::forks::fork_seqs;
 use super::matrix::{open_journal, run_orphan_maker};
 use super::matrix_versions::{patch_and_fork, serving_patched};
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
@@ -117,6 +118,8 @@ pub async fn run(
         let runtime = &runtimes[(number % 2) as usize];
         start_and_send(workload, runtime, input, options).await?;
     }
+    drain(workload, &runtimes[0]).await?;
+    fork_covering(workload, &runtimes[0], seed).await?;
     drain(workload, &runtimes[0]).await?;
     for runtime in &runtimes {
         runtime.shutdown();
@@ -284,6 +287,28 @@ async fn cancel_running(
         Ok(()) | Err(Error::Cancelled { .. }) => Ok(()),
         Err(error) => Err(error.into()),
     }
+}
+
+/// Forks the first covering execution (once: a rerun after a crash finds the fork) from the
+/// last seq [`fork_seqs`] allows, so the fork copies its steps up to the patch point and
+/// runs the rest.
+async fn fork_covering(workload: &Workload, client: &Client, seed: u64) -> Result<(), BoxError> {
+    let plan = ExecutionPlan::from_input(covering(seed, 0));
+    let original = plan.id.to_string();
+    let forked: bool = workload.journal().read(|conn| {
+        Ok(conn.query_row(
+            "SELECT count(*) > 0 FROM runtime_executions WHERE forked_from = ?1",
+            [&original],
+            |row| row.get(0),
+        )?)
+    })?;
+    if !forked {
+        let from_seq = fork_seqs(&plan).last().copied().unwrap_or_default();
+        client
+            .fork(plan.id, ForkOptions::from_seq(from_seq))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Starts an execution that no runtime may claim for a year with a deadline a moment away:

@@ -6,17 +6,21 @@
 //! - [`ledger`]: the ledger and acknowledgement logs (append-only, one `write` per record).
 //! - [`workload`]: driving executions through the engine, and playing the operator.
 //! - [`fires`]: scheduler fires from several scheduler processes.
+//! - [`forks`]: forks of ended runtime executions.
 //! - [`runtime_roles`]: runtime workers, a sender and a canceller, on the runtime's workflows
 //!   ([`runtime_workflow`]).
 //! - [`matrix`]: the small deterministic workload of the failpoint matrix
 //!   ([`runs`]: its executions run through `Runtime::run`; [`matrix_runtime`]: its runtime
 //!   part).
-//! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's).
+//! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's; [`composition_checks`]:
+//!   children, patches and forks).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
 
 pub mod checker;
+pub mod composition_checks;
 pub mod driver;
 pub mod fires;
+pub mod forks;
 pub mod ledger;
 pub mod matrix;
 pub mod matrix_runtime;

@@ -120,6 +120,69 @@ pub enum RuntimeStep {
         /// The policy of a guarded slow step; `None` for an idempotent one.
         policy: Option<PolicyKind>,
     },
+    /// Parallel steps: `guarded` guarded steps under distinct policies (`PolicyKind::ALL`
+    /// from `first` on, wrapping) and one pure step, started in that order and joined; each
+    /// member is named `<name>.<member>` and records one journal step.
+    Parallel {
+        /// How many guarded members (3 or 4).
+        guarded: u8,
+        /// The index in `PolicyKind::ALL` of the first guarded member's policy.
+        first: u8,
+    },
+    /// `count` child executions (runtime plans of their own, see [`child_input`]), started one
+    /// after the other (`durably:child/<kind>`, one journal step each; the first in
+    /// [`CHILD_QUEUE`]) and then awaited in order (three journal steps each). Only top-level
+    /// plans have children.
+    Children {
+        /// How many (2 or 3).
+        count: u8,
+    },
+    /// A patch point ([`PATCH_ID`]): code without the patch runs the idempotent step
+    /// [`patch_step_name`]`(seq, false)`; patched code asks `patched` and runs
+    /// [`patch_step_name`]`(seq, true)` on `true` (after the marker step, so it records two
+    /// journal steps), the old step on `false`.
+    Patch,
+}
+
+/// The patch id of [`RuntimeStep::Patch`].
+pub const PATCH_ID: &str = "p1";
+
+/// The name of the step a patch point at plan step `seq` runs: the new branch's or the old.
+pub fn patch_step_name(seq: usize, new: bool) -> String {
+    format!("patch-{}-{seq}", if new { "new" } else { "old" })
+}
+
+/// The value the new branch of the patch point at plan step `seq` of execution `index`
+/// returns (the old branch returns [`effect_value`]): the ledger shows which branch ran.
+pub fn patched_value(index: u64, seq: usize) -> String {
+    format!("n{index}-{seq}")
+}
+
+/// The value member `member` of the parallel steps at plan step `seq` of execution `index`
+/// returns.
+pub fn member_value(index: u64, seq: usize, member: usize) -> String {
+    format!("v{index}-{seq}.{member}")
+}
+
+/// The queue of the first child of a [`RuntimeStep::Children`] step.
+pub const CHILD_QUEUE: &str = "children";
+
+/// Child executions' indexes start here: child `number` of the execution of index `parent`
+/// has index `CHILD_INDEX_BASE + parent * 4 + number`.
+pub const CHILD_INDEX_BASE: u64 = 1 << 60;
+
+/// The plan input of child `number` of the execution `parent` describes: a random runtime
+/// plan (with no children of its own), or, under a covering plan, [`Shape::ChildCovering`].
+pub fn child_input(parent: PlanInput, number: usize) -> PlanInput {
+    let shape = match parent.shape {
+        Shape::RuntimeCovering => Shape::ChildCovering,
+        _ => Shape::Runtime,
+    };
+    PlanInput {
+        index: CHILD_INDEX_BASE + (parent.index << 2) + number as u64,
+        shape,
+        ..parent
+    }
 }
 
 /// The topic of a receive.
@@ -144,11 +207,18 @@ pub const SLOW_TIMEOUT_MS: u64 = 30;
 pub const SLOW_HANG_MS: u64 = 1_000;
 
 impl RuntimeStep {
-    /// How many journal steps it records.
+    /// How many journal steps it records (a [`RuntimeStep::Patch`] answered `true` records one
+    /// more).
     pub fn journal_steps(self) -> u32 {
         match self {
             Self::Recv { .. } => 2,
-            Self::Sleep { .. } | Self::SendOwn | Self::SetEvent | Self::Slow { .. } => 1,
+            Self::Sleep { .. }
+            | Self::SendOwn
+            | Self::SetEvent
+            | Self::Slow { .. }
+            | Self::Patch => 1,
+            Self::Parallel { guarded, .. } => u32::from(guarded) + 1,
+            Self::Children { count } => 4 * u32::from(count),
         }
     }
 }
@@ -166,9 +236,10 @@ pub fn topic(kind: StepKind, seq: usize) -> Option<String> {
     }
 }
 
-/// The payload an execution sends itself at plan step `seq`.
-pub fn own_message(id: Uuid, seq: usize) -> String {
-    format!("own-{id}-{seq}")
+/// The payload execution `index` sends itself at plan step `seq`: a function of the plan, so
+/// a fork, which replays its original's receive, gets the message it expects.
+pub fn own_message(index: u64, seq: usize) -> String {
+    format!("own-{index}-{seq}")
 }
 
 /// The value plan step `seq` of execution `index` publishes.
@@ -207,6 +278,11 @@ pub enum Shape {
     /// failpoint matrix runs through `Runtime::run` (see [`super::runs`]): a run waits for its
     /// execution's end, which one awaiting an operator does not have until one answers.
     RuntimeRun,
+    /// A child of a [`Shape::RuntimeCovering`] plan: one idempotent and one guarded
+    /// (Reconcile) step. The covering parent covers every kind; its children only have to be
+    /// killed on either side of a step, and a longer child plan multiplies the failpoint
+    /// matrix's hits.
+    ChildCovering,
 }
 
 impl Shape {
@@ -215,7 +291,7 @@ impl Shape {
     pub fn is_runtime(self) -> bool {
         matches!(
             self,
-            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun
+            Self::Runtime | Self::RuntimeCovering | Self::RuntimeRun | Self::ChildCovering
         )
     }
 }
@@ -258,9 +334,13 @@ impl ExecutionPlan {
         let id = uuid::Builder::from_random_bytes(*id.as_bytes()).into_uuid();
         let kinds = match input.shape {
             Shape::Random => random_kinds(&mut rng),
-            Shape::Runtime => runtime_kinds(&mut rng),
+            Shape::Runtime => runtime_kinds(&mut rng, input.index < CHILD_INDEX_BASE),
             Shape::Covering => covering_kinds(),
             Shape::RuntimeCovering => runtime_covering_kinds(),
+            Shape::ChildCovering => vec![
+                StepKind::Idempotent { flaky: false },
+                StepKind::Guarded(PolicyKind::Reconcile),
+            ],
             Shape::RuntimeRun => covering_kinds()
                 .into_iter()
                 .map(|kind| match kind {
@@ -275,7 +355,10 @@ impl ExecutionPlan {
             .map(|(seq, kind)| {
                 let (before_ms, after_ms) = match input.shape {
                     Shape::Random | Shape::Runtime => (wait_ms(&mut rng), wait_ms(&mut rng)),
-                    Shape::Covering | Shape::RuntimeCovering | Shape::RuntimeRun => (0, 0),
+                    Shape::Covering
+                    | Shape::RuntimeCovering
+                    | Shape::RuntimeRun
+                    | Shape::ChildCovering => (0, 0),
                 };
                 StepPlan {
                     name: format!("{}-{seq}", kind_word(kind)),
@@ -345,8 +428,62 @@ fn random_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
 }
 
 /// The steps of a runtime plan: the hand-driven kinds, with timers, receives, self-sends and
-/// published events among them.
-fn runtime_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
+/// published events among them, and some of the time parallel steps, a patch point and (in a
+/// top-level plan) children.
+fn runtime_kinds(rng: &mut SeededRng, top_level: bool) -> Vec<StepKind> {
+    let mut kinds = sequential_kinds(rng);
+    let mut insert = |rng: &mut SeededRng, kind| {
+        let at = rng.between(0, kinds.len() as u64) as usize;
+        // Never between a self-send and its receive.
+        let at = if at > 0 && kinds[at - 1] == StepKind::Runtime(RuntimeStep::SendOwn) {
+            at - 1
+        } else {
+            at
+        };
+        kinds.insert(at, StepKind::Runtime(kind));
+    };
+    if rng.percent(PARALLEL_PERCENT) {
+        let kind = RuntimeStep::Parallel {
+            guarded: rng.between(3, 4) as u8,
+            first: rng.between(0, 3) as u8,
+        };
+        insert(rng, kind);
+    }
+    if rng.percent(PATCH_PERCENT) {
+        insert(rng, RuntimeStep::Patch);
+    }
+    if top_level && rng.percent(CHILDREN_PERCENT) {
+        let kind = RuntimeStep::Children {
+            count: rng.between(2, 3) as u8,
+        };
+        insert(rng, kind);
+    }
+    renumber_own_receives(&mut kinds);
+    kinds
+}
+
+/// In percent: runtime plans with parallel steps, with a patch point, and (top-level ones)
+/// with children.
+const PARALLEL_PERCENT: u64 = 25;
+const PATCH_PERCENT: u64 = 30;
+const CHILDREN_PERCENT: u64 = 20;
+
+/// Points each receive of an own message at the self-send right before it, after steps were
+/// inserted.
+fn renumber_own_receives(kinds: &mut [StepKind]) {
+    for (seq, kind) in kinds.iter_mut().enumerate() {
+        if let StepKind::Runtime(RuntimeStep::Recv {
+            topic: RecvTopic::Own(sent_at),
+            ..
+        }) = kind
+        {
+            *sent_at = seq.saturating_sub(1);
+        }
+    }
+}
+
+/// The sequential steps of a runtime plan.
+fn sequential_kinds(rng: &mut SeededRng) -> Vec<StepKind> {
     let count = rng.between(3, RANDOM_STEPS_MAX);
     let fatal_at = rng.percent(4).then(|| rng.between(0, count - 1));
     let mut kinds = Vec::new();
@@ -406,7 +543,8 @@ pub const COVERING_RECV_TIMEOUT_MS: u64 = 60_000;
 
 /// Every kind of [`covering_kinds`] and every runtime step: a short and a parked timer, a
 /// self-send and its receive, a receive of the driver's message, a receive that times out
-/// while parked, a published event, and a slow idempotent and a slow guarded (Retry) step.
+/// while parked, a published event, a slow idempotent and a slow guarded (Retry) step,
+/// parallel steps under every policy, the patch point and two children.
 fn runtime_covering_kinds() -> Vec<StepKind> {
     let mut kinds = covering_kinds();
     let first = kinds.len();
@@ -434,6 +572,12 @@ fn runtime_covering_kinds() -> Vec<StepKind> {
             RuntimeStep::Slow {
                 policy: Some(PolicyKind::Retry),
             },
+            RuntimeStep::Parallel {
+                guarded: 4,
+                first: 0,
+            },
+            RuntimeStep::Patch,
+            RuntimeStep::Children { count: 2 },
         ]
         .map(StepKind::Runtime),
     );
@@ -465,6 +609,9 @@ fn kind_word(kind: StepKind) -> &'static str {
         StepKind::Runtime(RuntimeStep::SendOwn) => "send",
         StepKind::Runtime(RuntimeStep::SetEvent) => "event",
         StepKind::Runtime(RuntimeStep::Slow { .. }) => "slow",
+        StepKind::Runtime(RuntimeStep::Parallel { .. }) => "parallel",
+        StepKind::Runtime(RuntimeStep::Children { .. }) => "children",
+        StepKind::Runtime(RuntimeStep::Patch) => "patch",
     }
 }
 

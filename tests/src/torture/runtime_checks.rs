@@ -10,11 +10,13 @@
 //!   could not be recounted) is a violation.
 //! - **wrong_end**: every runtime execution ends as its plan and the cancels explain:
 //!   completed with its plan's output, the value of its plan's last published event, and no
-//!   fatal step in its plan, and not after a cancel was asked of it; failed at its planned
+//!   fatal step in its plan, and not after a cancel was asked of it unless the operator
+//!   resumed it since (a resume clears the request); failed at its planned
 //!   fatal step (not at a receive that got what its plan rules out), or by a step timeout only
 //!   when a cancel was asked of it (otherwise the operator resumes it); cancelled only after a
 //!   canceller asked (`c` record), or with reason `timeout` when it was started with a deadline
-//!   (`D` record); and
+//!   (`D` record), or at all when a cancel of an ancestor was asked or an ancestor had a
+//!   deadline (the cancel of a parent cascades to its children); and
 //!   one cancelled at once (`C … cancelled`) ends cancelled. (Unfinished ones count as
 //!   `stuck`.)
 //! - **bad_messages**: every acknowledged send (`S`) is in `messages` exactly once for its
@@ -40,6 +42,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
+use super::composition_checks::{Composition, has_column};
 use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RuntimeStep, StepKind, progress_value,
 };
@@ -67,6 +70,7 @@ pub(super) fn check(
     conn: &Connection,
     acks: &[Vec<String>],
     effects: &HashMap<String, Vec<EffectRecord>>,
+    composition: &Composition,
     report: &mut Report,
 ) -> Result<(), BoxError> {
     if !table_exists(conn, "runtime_executions")? {
@@ -75,7 +79,7 @@ pub(super) fn check(
     check_queue_limits(conn, report)?;
     check_ends(conn, acks, report)?;
     check_messages(conn, acks, report)?;
-    check_receives(conn, acks, report)?;
+    check_receives(conn, acks, composition, report)?;
     check_after_cancel(conn, acks, effects, report)?;
     check_timers(conn, acks, report)?;
     report.parked = conn.query_row(
@@ -86,7 +90,8 @@ pub(super) fn check(
     Ok(())
 }
 
-fn table_exists(conn: &Connection, name: &str) -> Result<bool, BoxError> {
+/// Whether the journal has table `name`.
+pub(super) fn table_exists(conn: &Connection, name: &str) -> Result<bool, BoxError> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
@@ -222,6 +227,36 @@ struct Cancels<'a> {
     cancelled: HashSet<&'a str>,
     requested: HashSet<&'a str>,
     deadlines: HashSet<&'a str>,
+    /// Each child execution's parent.
+    parents: HashMap<String, String>,
+}
+
+impl Cancels<'_> {
+    /// Whether a cancel of an ancestor of `id` was asked, or an ancestor had a deadline: the
+    /// cancel of a parent cascades to its unfinished children.
+    fn cascades_to(&self, id: &str) -> bool {
+        let mut id = id;
+        while let Some(parent) = self.parents.get(id) {
+            if self.asked.contains(parent.as_str()) || self.deadlines.contains(parent.as_str()) {
+                return true;
+            }
+            id = parent;
+        }
+        false
+    }
+}
+
+/// Each child execution's parent (none before the runtime had children).
+fn parents(conn: &Connection) -> Result<HashMap<String, String>, BoxError> {
+    if !has_column(conn, "runtime_executions", "parent_execution_id")? {
+        return Ok(HashMap::new());
+    }
+    let mut statement = conn.prepare(
+        "SELECT execution_id, parent_execution_id FROM runtime_executions
+         WHERE parent_execution_id IS NOT NULL",
+    )?;
+    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
 }
 
 fn cancels(acks: &[Vec<String>]) -> Cancels<'_> {
@@ -260,6 +295,9 @@ struct End {
     detail_reason: Option<String>,
     /// Whether a cancel was asked of it while it ran.
     cancel_requested: bool,
+    /// Whether the operator resumed it after the last cancel asked of it (a resume clears the
+    /// request).
+    resumed_since_request: bool,
     /// Its last published progress event.
     progress: Option<String>,
 }
@@ -270,7 +308,12 @@ fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
                 e.error ->> '$.cancelled', e.status_detail ->> '$.reason',
                 e.cancel_requested_at IS NOT NULL,
                 (SELECT value FROM workflow_events w
-                 WHERE w.execution_id = e.execution_id AND w.key = ?1)
+                 WHERE w.execution_id = e.execution_id AND w.key = ?1),
+                EXISTS (SELECT 1 FROM events r
+                        WHERE r.execution_id = e.execution_id AND r.kind = 'resumed'
+                          AND r.id > (SELECT max(c.id) FROM events c
+                                      WHERE c.execution_id = e.execution_id
+                                        AND c.kind = 'cancel_requested'))
          FROM executions e JOIN runtime_executions r ON r.execution_id = e.execution_id
          WHERE e.kind IN (?2, ?3)",
     )?;
@@ -285,6 +328,7 @@ fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
             detail_reason: row.get(6)?,
             cancel_requested: row.get(7)?,
             progress: row.get(8)?,
+            resumed_since_request: row.get(9)?,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -295,8 +339,9 @@ fn check_ends(
     acks: &[Vec<String>],
     report: &mut Report,
 ) -> Result<(), BoxError> {
-    let cancels = cancels(acks);
+    let mut cancels = cancels(acks);
     report.cancelled = (cancels.cancelled.len() + cancels.requested.len()) as u64;
+    cancels.parents = parents(conn)?;
     // Every runtime execution of a plan.
     for end in ends(conn)? {
         let input: PlanInput = serde_json::from_str(&end.input)?;
@@ -340,7 +385,9 @@ fn wrong_end(
         status if cancels.cancelled.contains(id) && status != "cancelled" => {
             Some("it was cancelled at once")
         }
-        "completed" if cancels.requested.contains(id) => Some("a cancel was asked of it"),
+        "completed" if cancels.requested.contains(id) && !end.resumed_since_request => {
+            Some("a cancel was asked of it")
+        }
         "completed" if fatal => Some("its plan has a fatal step"),
         "completed" if steps != Some(plan.steps.len() as u64) => {
             Some("its output is not its plan's")
@@ -354,6 +401,7 @@ fn wrong_end(
         "failed" if !timed_out && (!fatal || end.message.as_deref() != Some(FATAL_MESSAGE)) => {
             Some("it did not fail at its planned fatal step")
         }
+        "cancelled" if cancels.cascades_to(id) => None,
         "cancelled" if end.cancel_reason.as_deref() == Some(DEADLINE_REASON) => {
             (!cancels.deadlines.contains(id)).then_some("it was started with no deadline")
         }
@@ -561,6 +609,7 @@ struct Consumed {
 fn check_receives(
     conn: &Connection,
     acks: &[Vec<String>],
+    composition: &Composition,
     report: &mut Report,
 ) -> Result<(), BoxError> {
     let steps = receive_steps(conn)?;
@@ -608,7 +657,11 @@ fn check_receives(
         } else {
             report.received += 1;
         }
-        if received.message_id.is_some() && !consumed_by_step.contains(place) {
+        // A fork's copied receive holds the message its original consumed.
+        if received.message_id.is_some()
+            && !consumed_by_step.contains(place)
+            && !composition.copied.contains(place)
+        {
             report.bad_messages += 1;
             report.violation(format!(
                 "bad_messages: receive step {} of {} on {topic} recorded message {:?}, which is \

@@ -30,9 +30,10 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::BoxError;
+use super::forks::fork_one;
 use super::plan::{
-    ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep, SeededRng, Shape, StepKind,
-    topic,
+    CHILD_INDEX_BASE, CHILD_QUEUE, ExecutionPlan, PARK_AFTER_MS, PlanInput, RecvTopic, RuntimeStep,
+    SeededRng, Shape, StepKind, topic,
 };
 use super::runtime_workflow::{RUNTIME_KIND, RUNTIME_VERSION, RuntimeOutput, ack_end, workflow};
 use super::workload::{OperatorLock, Workload};
@@ -43,6 +44,8 @@ pub const QUEUE: &str = "q";
 pub const QUEUE_LIMIT: u32 = 3;
 /// The most executions of [`QUEUE`] one process runs at once.
 pub const QUEUE_PROCESS_LIMIT: u32 = 2;
+/// The most executions of [`CHILD_QUEUE`] running at once across every process.
+pub const CHILD_QUEUE_LIMIT: u32 = 2;
 /// The most executions one runtime process runs at once, over all queues.
 pub const RUNTIME_CONCURRENCY_MAX: u32 = 4;
 /// Runtime executions' indexes start here, apart from the hand-driven ones (ids are derived
@@ -70,6 +73,8 @@ const CONTENDED_PERCENT: u64 = 10;
 const DEADLINE_PERCENT: u64 = 10;
 const DEADLINE_MS_MIN: u64 = 20;
 const DEADLINE_MS_MAX: u64 = 400;
+/// In percent: the canceller's rounds that fork an ended execution.
+const FORK_PERCENT: u64 = 50;
 /// In percent: sends that repeat an earlier send's key (and payload).
 const REPEATED_SEND_PERCENT: u64 = 20;
 /// In percent: sends on [`UNRECEIVED_TOPIC`].
@@ -168,6 +173,13 @@ pub fn runtime_builder(workload: &Arc<Workload>) -> RuntimeBuilder {
                 process_concurrency_max: Some(QUEUE_PROCESS_LIMIT),
             },
         )
+        .queue(
+            CHILD_QUEUE,
+            QueueConfig {
+                concurrency_max: Some(CHILD_QUEUE_LIMIT),
+                process_concurrency_max: None,
+            },
+        )
         .concurrency_max(RUNTIME_CONCURRENCY_MAX)
         .sweep_interval(SWEEP_INTERVAL)
         .park_after(Duration::from_millis(PARK_AFTER_MS))
@@ -229,8 +241,8 @@ fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErr
         Ok(conn.query_row(
             "SELECT max(json_extract(input, '$.index')) FROM executions
              WHERE kind = ?1 AND json_extract(input, '$.shape') = 'runtime'
-               AND json_extract(input, '$.slot') = ?2",
-            rusqlite::params![RUNTIME_KIND, slot as i64],
+               AND json_extract(input, '$.slot') = ?2 AND json_extract(input, '$.index') < ?3",
+            rusqlite::params![RUNTIME_KIND, slot as i64, CHILD_INDEX_BASE as i64],
             |row| row.get(0),
         )?)
     })?;
@@ -478,9 +490,9 @@ pub async fn run_sender(workload: Arc<Workload>, seed: u64) -> Result<(), BoxErr
     Ok(())
 }
 
-/// A canceller: cancels a random unfinished runtime execution now and then, until it is
-/// killed. It records its intent before each cancel, so the checker can tell a cancelled
-/// execution nobody asked to cancel.
+/// A canceller: cancels a random unfinished runtime execution now and then, and forks an ended
+/// one half of the time (see [`super::forks`]), until it is killed. It records its intent
+/// before each cancel, so the checker can tell a cancelled execution nobody asked to cancel.
 ///
 /// # Errors
 /// A journal error the workload never expects, or an acknowledgement log error.
@@ -490,6 +502,9 @@ pub async fn run_canceller(workload: Arc<Workload>, seed: u64) -> Result<(), Box
     loop {
         let pause = rng.between(100, 300);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        if rng.percent(FORK_PERCENT) {
+            fork_one(&workload, &client, &mut rng).await?;
+        }
         let Some(id) = random_unfinished(workload.journal(), &mut rng)? else {
             continue;
         };

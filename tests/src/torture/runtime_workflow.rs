@@ -20,13 +20,16 @@
 //! and `O <execution> <seq>` when step `seq` stops the workflow because the run was asked to
 //! stop (a cancel request, a deadline), appended at once, since it says when the stop was seen
 //! rather than that anything is durable.
+//!
+//! Parallel steps, children and the patch point are run by [`composition`]; a patch answer is
+//! acknowledged at once as `P <execution> true|false`, since `patched` returns it durable.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Duration;
 
 use chrono::Utc;
-use durably_journal::{Guarded, StepError};
+use durably_journal::{Guarded, StepError, StepKey};
 use durably_runtime::{Error, WorkflowContext, WorkflowError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -35,7 +38,11 @@ use super::plan::{
     ExecutionPlan, PROGRESS_EVENT, PlanInput, RecvTopic, RuntimeStep, SLOW_TIMEOUT_MS, StepKind,
     own_message, progress_value, topic,
 };
-use super::workload::Workload;
+use super::workload::{Effect, Workload};
+
+mod composition;
+
+pub use composition::{CODE_ENV, Code};
 
 /// The kind the runtimes register (the hand-driven workload's kind too: a runtime must leave
 /// the executions it did not start alone).
@@ -160,8 +167,12 @@ async fn run_plan(
     if !input.shape.is_runtime() {
         return Err(WorkflowError::new("not a runtime plan"));
     }
-    let plan = ExecutionPlan::from_input(input);
+    let mut plan = ExecutionPlan::from_input(input);
+    // A child's id derives from its parent's, a fork's is new: the plan's is the top-level
+    // execution's.
+    plan.id = context.id();
     let mut run = Run {
+        code: Code::of_process(),
         acks: PendingAcks {
             workload: Arc::clone(&workload),
             records: Arc::default(),
@@ -185,6 +196,18 @@ async fn run_plan(
         steps: run.plan.steps.len() as u64,
         acks: run.acks.all(),
     })
+}
+
+/// The closure of an idempotent or guarded step: acknowledges every pending outcome (all
+/// durable once such a closure runs), then makes `effect` under `key`.
+async fn keyed_effect(
+    acks: PendingAcks,
+    effect: Effect,
+    key: StepKey,
+) -> Result<String, StepError> {
+    acks.flush()
+        .map_err(|error| StepError::fatal(format!("ack write failed: {error}")))?;
+    effect.run_keyed(key).await
 }
 
 /// Why a step stopped the workflow.
@@ -211,6 +234,8 @@ struct Run {
     acks: PendingAcks,
     /// The plan step inside which the process aborts, after the effect.
     abort_at: Option<usize>,
+    /// Whether this process runs the code with the patch.
+    code: Code,
 }
 
 impl Run {
@@ -237,21 +262,15 @@ impl Run {
     }
 
     /// A step with an effect in the ledger: pure, idempotent, fatal, guarded, or slow.
-    async fn effect_step(&mut self, seq: usize) -> Result<(), Stopped> {
+    async fn effect_step(&self, seq: usize) -> Result<(), Stopped> {
         let step = &self.plan.steps[seq];
         let abort = (self.abort_at == Some(seq)).then_some(true);
-        let effect = self.workload.effect(&self.plan, seq, abort);
+        let effect = self
+            .workload
+            .effect_at(&self.plan, seq, self.journal_seqs[seq], abort);
         let expected = effect.value().to_owned();
-        let acks = self.acks.clone();
-        let keyed = |key| {
-            let (effect, acks) = (effect.clone(), acks.clone());
-            async move {
-                acks.flush()
-                    .map_err(|error| StepError::fatal(format!("ack write failed: {error}")))?;
-                effect.run_keyed(key).await
-            }
-        };
-        let context = &mut self.context;
+        let keyed = |key| keyed_effect(self.acks.clone(), effect.clone(), key);
+        let context = &self.context;
         let slow = context
             .step(&step.name)
             .timeout(Duration::from_millis(SLOW_TIMEOUT_MS));
@@ -308,6 +327,11 @@ impl Run {
         let topic = topic(StepKind::Runtime(step), seq).unwrap_or_default();
         match step {
             RuntimeStep::Slow { .. } => self.effect_step(seq).await,
+            RuntimeStep::Parallel { guarded, first } => {
+                self.parallel_step(seq, guarded, first).await
+            }
+            RuntimeStep::Children { count } => self.children_step(count).await,
+            RuntimeStep::Patch => self.patch_step(seq).await,
             RuntimeStep::Sleep { ms } => {
                 self.context.sleep(&name, Duration::from_millis(ms)).await?;
                 // When it returned, but acknowledged only once the timer's step is durable:
@@ -332,7 +356,7 @@ impl Run {
                     }
                     (RecvTopic::Own(sent_at), received)
                         if received.as_deref()
-                            != Some(&own_message(self.context.id(), sent_at)) =>
+                            != Some(&own_message(self.plan.input.index, sent_at)) =>
                     {
                         format!("the receive on {topic} did not get the execution's own message")
                     }
@@ -341,7 +365,7 @@ impl Run {
                 Err(Stopped::Workflow(WorkflowError::new(unexpected)))
             }
             RuntimeStep::SendOwn => {
-                let own = own_message(self.context.id(), seq);
+                let own = own_message(self.plan.input.index, seq);
                 let id = self.context.id();
                 Ok(self.context.send(id, &topic, &own).await?)
             }

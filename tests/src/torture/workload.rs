@@ -266,9 +266,20 @@ impl Workload {
     /// The closure of step `seq` of `plan`, aborting the process inside it as `abort` says
     /// (see [`Stop::abort_after_effect`]).
     pub(super) fn effect(&self, plan: &ExecutionPlan, seq: usize, abort: Option<bool>) -> Effect {
-        let step = &plan.steps[seq];
         // The journal numbers its steps, and a runtime step may record several.
-        let journal_seq = plan.journal_seqs()[seq];
+        self.effect_at(plan, seq, plan.journal_seqs()[seq], abort)
+    }
+
+    /// As [`Workload::effect`], for a step at journal seq `journal_seq` (a patch point
+    /// answered `true` shifts the steps after it).
+    pub(super) fn effect_at(
+        &self,
+        plan: &ExecutionPlan,
+        seq: usize,
+        journal_seq: u32,
+        abort: Option<bool>,
+    ) -> Effect {
+        let step = &plan.steps[seq];
         let (effect, policy) = match step.kind {
             StepKind::Idempotent { .. }
             | StepKind::Fatal
@@ -284,20 +295,47 @@ impl Workload {
             _ => 0,
         };
         Effect {
+            hang_ms,
+            fatal: step.kind == StepKind::Fatal,
+            flaky: matches!(step.kind, StepKind::Idempotent { flaky: true }),
+            abort,
+            ..self.inner_effect(
+                plan,
+                seq,
+                (journal_seq, &step.name),
+                (effect, policy),
+                effect_value(plan.input.index, seq),
+            )
+        }
+    }
+
+    /// The closure of a step that plan step `seq` runs inside it (a member of parallel steps,
+    /// a patch point's branch): step `name` at journal seq `journal_seq`, of `effect` kind
+    /// under `policy` (`-` for none), returning `value`.
+    pub(super) fn inner_effect(
+        &self,
+        plan: &ExecutionPlan,
+        seq: usize,
+        (journal_seq, name): (u32, &str),
+        (effect, policy): (&'static str, &'static str),
+        value: String,
+    ) -> Effect {
+        let step = &plan.steps[seq];
+        Effect {
             ledger: Arc::clone(&self.ledger),
             execution_id: plan.id.to_string(),
             seq: journal_seq,
-            key: IdempotencyKey::derive(plan.id, journal_seq, &step.name),
+            key: IdempotencyKey::derive(plan.id, journal_seq, name),
             kind: effect,
             policy,
-            value: effect_value(plan.input.index, seq),
+            value,
             before_ms: step.before_ms,
             after_ms: step.after_ms,
-            fatal: step.kind == StepKind::Fatal,
-            flaky: matches!(step.kind, StepKind::Idempotent { flaky: true }),
-            hang_ms,
+            fatal: false,
+            flaky: false,
+            hang_ms: 0,
             first_attempts: Arc::clone(&self.first_attempts),
-            abort,
+            abort: None,
         }
     }
 
@@ -359,7 +397,7 @@ impl Workload {
                 Ok(true)
             }
             // Another operator got there first; the next open sees what they decided.
-            Err(Error::Refused(_)) => Ok(true),
+            Err(Error::Refused(_) | Error::StaleSeenIntent { .. }) => Ok(true),
             Err(error) if error.is_retryable() => Ok(false),
             Err(error) => Err(error.into()),
         }

@@ -6,7 +6,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::db::Target;
-use crate::error::Result;
+use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
+use crate::error_fields;
 use crate::output::{print, print_json};
 
 /// `cancel --json`. Stable fields: `status` is `cancelled`, or `cancel_requested` with the
@@ -30,7 +32,15 @@ pub fn run(target: &Target, id: Uuid, reason: &str, force: bool, json: bool) -> 
         let client = runtime.block_on(durably::runtime::Client::new(journal))?;
         runtime.block_on(client.cancel(id, reason))?
     } else {
-        runtime.block_on(journal.operator().cancel(id, reason))?
+        match runtime.block_on(journal.operator().cancel(id, reason)) {
+            // The journal refuses a cancel only of an execution that has ended: the code is
+            // the runtime's for the same refusal, so a program sees one code either way.
+            Err(durably::Error::Refused(message)) => {
+                return Err(CliError::new(ErrorCode::AlreadyEnded, message)
+                    .with(error_fields::execution(&id)));
+            }
+            cancelled => cancelled?,
+        }
     };
     let (status, pid) = match outcome {
         CancelOutcome::Requested { pid } => ("cancel_requested", Some(pid)),

@@ -4,6 +4,7 @@ use durably::scheduler::{JobId, Slot, fire_id};
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::output::{print, print_json};
 
 /// `fire-id --json`. Stable fields.
@@ -19,10 +20,13 @@ struct FireId {
 pub fn run(job: &str, slot: &str, json: bool) -> Result<()> {
     let job = JobId::new(job)?;
     let time = chrono::DateTime::parse_from_rfc3339(slot).map_err(|error| {
-        CliError::usage(format!(
-            "slot {:?} is not an RFC 3339 time ({error}); write it like 2026-01-01T02:00:00Z",
-            crate::escape::escape(slot)
-        ))
+        CliError::new(
+            ErrorCode::BadInput,
+            format!(
+                "slot {:?} is not an RFC 3339 time ({error}); write it like 2026-01-01T02:00:00Z",
+                crate::escape::escape(slot)
+            ),
+        )
     })?;
     let slot = Slot::from_datetime(time.with_timezone(&chrono::Utc))?;
     let id = fire_id(&job, slot);

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::cli::PatchesArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::escape::escape;
 use crate::output::{Table, print, print_json};
 
@@ -39,10 +40,11 @@ struct Shown {
 pub fn run(target: &Target, args: &PatchesArgs, json: bool) -> Result<()> {
     let runtime = crate::db::runtime()?;
     let client = target.client(&runtime, |_| {
-        Ok(
-            CliError::failure("no runtime has used this journal, so no execution answered a patch")
-                .hint("patches are answered by workflows run by a program's durably runtime"),
+        Ok(CliError::new(
+            ErrorCode::NotRuntime,
+            "no runtime has used this journal, so no execution answered a patch",
         )
+        .hint("patches are answered by workflows run by a program's durably runtime"))
     })?;
     let holdouts = client.patch_holdouts(&args.patch)?;
     let shown = shown(&args.patch, holdouts);

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::cli::ResolveArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::output::{print, print_json};
 
 /// `resolve --json`. Stable fields.
@@ -24,7 +25,8 @@ pub fn run(target: &Target, args: &ResolveArgs, json: bool) -> Result<()> {
         (Some(value), false) => (Resolution::Completed(value.clone()), "completed"),
         (None, true) => (Resolution::NotDone, "not-done"),
         _ => {
-            return Err(CliError::usage(
+            return Err(CliError::new(
+                ErrorCode::BadInput,
                 "give exactly one of --completed JSON or --not-done",
             ));
         }

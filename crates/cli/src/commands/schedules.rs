@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::cli::SchedulesAction;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::escape::escape;
 use crate::output::{or_dash, print, print_json, print_rows};
 
@@ -172,10 +173,13 @@ fn print_decided(job: &str, decided: &[(Slot, FireOutcome)], json: bool) -> Resu
 /// A slot given on the command line, RFC 3339.
 fn slot(text: &str, flag: &str) -> Result<Slot> {
     let time = chrono::DateTime::parse_from_rfc3339(text).map_err(|error| {
-        CliError::usage(format!(
-            "{flag} {:?} is not an RFC 3339 time ({error}); write it like 2026-01-01T02:00:00Z",
-            escape(text)
-        ))
+        CliError::new(
+            ErrorCode::BadInput,
+            format!(
+                "{flag} {:?} is not an RFC 3339 time ({error}); write it like 2026-01-01T02:00:00Z",
+                escape(text)
+            ),
+        )
     })?;
     Ok(Slot::from_datetime(time.with_timezone(&chrono::Utc))?)
 }

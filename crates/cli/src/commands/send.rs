@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::cli::SendArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::escape::escape;
 use crate::output::{print, print_json};
 use crate::runtime_errors::not_the_runtimes;
@@ -34,9 +35,12 @@ pub fn run(target: &Target, args: &SendArgs, json: bool) -> Result<()> {
         SendOutcome::Sent { message_id } => ("sent", message_id),
         SendOutcome::AlreadySent { message_id } => ("already_sent", message_id),
         _ => {
-            return Err(CliError::failure(format!(
-                "the message to {id} was handled as {outcome:?}, which this tool does not know"
-            ))
+            return Err(CliError::new(
+                ErrorCode::Internal,
+                format!(
+                    "the message to {id} was handled as {outcome:?}, which this tool does not know"
+                ),
+            )
             .hint("use the `durably` of the same release as the library"));
         }
     };

@@ -20,6 +20,8 @@ use super::show_runtime::{self, RuntimeShown};
 use crate::cli::ShowArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
+use crate::error_fields;
 use crate::escape::{escape, preview, preview_opt};
 use crate::output::{Table, or_dash, print, print_json};
 use crate::runtime_rows::{self, Pages};
@@ -142,8 +144,12 @@ pub fn run(target: &Target, args: &ShowArgs, json: bool) -> Result<()> {
 fn load(inspector: &Inspector, args: &ShowArgs) -> Result<Shown> {
     let (id, previews) = (args.id, inspector.previews());
     let record = previews.get(id)?.ok_or_else(|| {
-        CliError::failure(format!("no execution {id} in this journal"))
-            .hint("`durably ls` lists the executions of this journal")
+        CliError::new(
+            ErrorCode::NotFound,
+            format!("no execution {id} in this journal"),
+        )
+        .with(error_fields::execution(&id))
+        .hint("`durably ls` lists the executions of this journal")
     })?;
     let resource = id.to_string();
     let holder = super::locks::holders(inspector)?

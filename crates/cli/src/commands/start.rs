@@ -14,6 +14,8 @@ use uuid::Uuid;
 use crate::cli::StartArgs;
 use crate::db::Target;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
+use crate::error_fields;
 use crate::escape::preview_opt;
 use crate::output::{print, print_json};
 
@@ -105,20 +107,30 @@ pub fn run(target: &Target, args: &StartArgs, json: bool) -> Result<()> {
     }
     match waited {
         None | Some(Waited::Completed) => Ok(()),
-        Some(Waited::Ended(error)) => Err(ended(&error, &started)),
-        Some(Waited::NeedsOperator) => Err(CliError::failure(format!(
-            "execution {id} is {}: it runs again only after an operator acts",
-            started.status
-        ))
+        Some(Waited::Ended(error)) => {
+            Err(ended(&error, &started).with(error_fields::execution(&id)))
+        }
+        Some(Waited::NeedsOperator) => Err(CliError::new(
+            ErrorCode::NeedsOperator,
+            format!(
+                "execution {id} is {}: it runs again only after an operator acts",
+                started.status
+            ),
+        )
+        .with(error_fields::execution(&id))
         .hint(format!(
             "`durably show {id}` says why; `durably resume {id}` once a stuck execution's \
              cause is fixed, `durably resolve` for a step awaiting an operator"
         ))),
-        Some(Waited::TimedOut(limit)) => Err(CliError::failure(format!(
-            "execution {id} has not ended after {}: it is {}",
-            humantime::format_duration(limit),
-            started.status
-        ))
+        Some(Waited::TimedOut(limit)) => Err(CliError::new(
+            ErrorCode::WaitTimedOut,
+            format!(
+                "execution {id} has not ended after {}: it is {}",
+                humantime::format_duration(limit),
+                started.status
+            ),
+        )
+        .with(error_fields::execution(&id))
         .hint(format!(
             "`durably show {id}` shows where it is; start it again with `--id {id} --wait` to \
              wait for it again"
@@ -153,9 +165,11 @@ fn options(args: &StartArgs) -> StartOptions {
 fn started(client: &Client, id: Uuid, outcome: StartOutcome) -> Result<Started> {
     let record = client.journal().previews().get(id)?.ok_or_else(|| {
         // Only retention removes an execution, and only a finished one, long after the end.
-        CliError::failure(format!(
-            "execution {id} was started, but is gone from the journal already"
-        ))
+        CliError::new(
+            ErrorCode::NotFound,
+            format!("execution {id} was started, but is gone from the journal already"),
+        )
+        .with(error_fields::execution(&id))
         .hint(
             "a retention sweep (`durably gc`) may have removed it; `durably ls` lists what is left",
         )
@@ -189,11 +203,17 @@ fn ended(error: &Error, started: &Started) -> CliError {
         .error_preview
         .as_deref()
         .unwrap_or("no error recorded");
-    let message = match error {
-        Error::Cancelled { .. } => format!("execution {id} was cancelled: {recorded}"),
-        _ => format!("execution {id} failed: {recorded}"),
+    let (code, message) = match error {
+        Error::Cancelled { .. } => (
+            ErrorCode::ExecutionCancelled,
+            format!("execution {id} was cancelled: {recorded}"),
+        ),
+        _ => (
+            ErrorCode::ExecutionFailed,
+            format!("execution {id} failed: {recorded}"),
+        ),
     };
-    CliError::failure(message).hint(format!(
+    CliError::new(code, message).hint(format!(
         "`durably show {id}` shows its steps and audit trail"
     ))
 }

@@ -1,8 +1,11 @@
 //! The demo's verdict: the effect ledger counted against what each policy promises, the journal
-//! checked for the audit events each policy must leave, and the final table.
+//! checked for the audit events each policy must leave, and the final table, whose POLICY AT
+//! WORK column says which policy acted (see [`super::acted`]).
 
+use durably::{EventRecord, StepRecord};
 use uuid::Uuid;
 
+use super::acted::policy_at_work;
 use super::ledger::Entry;
 use super::scenario::Scenario;
 use super::scheduled::Fires;
@@ -34,26 +37,23 @@ pub fn run(
     let mut table = Table::new(&["EFFECT", "WHERE", "POLICY AT WORK", "EXPECTED", "RAN", "OK"]);
     for (scenario, id) in executions {
         let id_text = id.to_string();
+        let (steps, events) = (demo.journal.steps(*id)?, demo.journal.events(*id)?);
         for (effect, expected) in scenario.expected_counts() {
             let ran = count(&entries, effect, |entry| entry.execution_id == id_text);
-            let note = match (effect, scenario) {
-                ("email", Scenario::Retry) => "Retry (same key twice)",
-                ("email", _) => scenario.email_policy(),
-                ("charge", _) => scenario.charge_policy(),
-                _ => "-",
-            };
+            let acted = policy_at_work(&steps, &events, step_of(effect))?;
             let order = scenario.order();
             check_count(
                 &mut violations,
                 &mut table,
                 effect,
                 order,
-                note,
+                &acted,
                 expected,
                 ran,
             );
         }
-        check_journal(demo, *scenario, *id, &entries, &mut violations)?;
+        let recorded = (steps.as_slice(), events.as_slice());
+        check_journal(demo, *scenario, *id, recorded, &entries, &mut violations)?;
     }
     for (slot, fire_id) in &fires.slots {
         let ran = count(&entries, "tick", |entry| &entry.key == fire_id);
@@ -73,6 +73,11 @@ pub fn run(
     check_left(demo, &entries, left, &mut table, &mut violations)?;
     narrate("\nEffects, as counted in the independent ledger:\n")?;
     narrate(table.render().trim_end())?;
+    narrate(
+        "\nPOLICY AT WORK is the policy that decided the step after a crash, as the journal's \
+         ambiguity_* audit events record it: \"not needed\" where no crash left the step \
+         ambiguous (its configured policy never acted), \"-\" for a step that is not guarded.",
+    )?;
     Ok(Verdict {
         all_held: violations.is_empty(),
         violations,
@@ -90,12 +95,14 @@ fn check_left(
 ) -> Result<()> {
     let left_text = left.to_string();
     let charges = count(entries, "charge", |entry| entry.execution_id == left_text);
+    let steps = demo.journal.steps(left)?;
+    let acted = policy_at_work(&steps, &demo.journal.events(left)?, step_of("charge"))?;
     check_count(
         violations,
         table,
         "charge",
         super::story::LEFT_ORDER,
-        "fail, left ambiguous",
+        &acted,
         0,
         charges,
     );
@@ -109,9 +116,7 @@ fn check_left(
     if !stray.is_empty() {
         violations.push(format!("{} locks are still held at the end", stray.len()));
     }
-    let ambiguous = demo
-        .journal
-        .steps(left)?
+    let ambiguous = steps
         .iter()
         .any(|step| step.state == durably::StepState::Intent);
     if !ambiguous {
@@ -121,6 +126,16 @@ fn check_left(
         ));
     }
     Ok(())
+}
+
+/// The checkout step that performs `effect` (a word of the effect ledger).
+fn step_of(effect: &str) -> &'static str {
+    match effect {
+        "fetch" => "fetch order",
+        "charge" => "charge",
+        "email" => "send email",
+        _ => "-",
+    }
 }
 
 fn count(entries: &[Entry], effect: &str, matches: impl Fn(&Entry) -> bool) -> usize {
@@ -155,11 +170,13 @@ fn check_count(
     }
 }
 
-/// The journal must show each policy's decision, and every execution completed.
+/// The journal must show each policy's decision, and every execution completed. The steps and
+/// audit events are the execution's, as the journal recorded them.
 fn check_journal(
     demo: &Demo,
     scenario: Scenario,
     id: Uuid,
+    (steps, events): (&[StepRecord], &[EventRecord]),
     entries: &[Entry],
     violations: &mut Vec<String>,
 ) -> Result<()> {
@@ -168,7 +185,6 @@ fn check_journal(
     if status != Some(durably::Status::Completed) {
         violations.push(format!("{place} ended {status:?}, not completed"));
     }
-    let events = demo.journal.events(id)?;
     let has_event = |kind: &str| events.iter().any(|event| event.kind == kind);
     let wanted = match scenario {
         Scenario::Reconcile => "ambiguity_reconciled",
@@ -179,7 +195,6 @@ fn check_journal(
     if !has_event(wanted) {
         violations.push(format!("{place} has no {wanted} audit event"));
     }
-    let steps = demo.journal.steps(id)?;
     let email = steps.iter().find(|step| step.name == "send email");
     if scenario == Scenario::Skip && email.map(|step| step.state.as_str()) != Some("skipped") {
         violations.push(format!("{place}: send email is not recorded as skipped"));

@@ -6,8 +6,9 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use uuid::Uuid;
 
+use super::failed;
 use super::scenario::{CrashPoint, Scenario};
-use crate::error::{CliError, Result};
+use crate::error::Result;
 
 /// The most lines read from one child: a runaway child cannot make the demo loop forever.
 const CHILD_LINES_MAX: usize = 200;
@@ -72,11 +73,11 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|error| CliError::failure(format!("cannot start the demo worker: {error}")))?;
+            .map_err(|error| failed(format!("cannot start the demo worker: {error}")))?;
         let stdout = child
             .stdout
             .take()
-            .ok_or_else(|| CliError::failure("the demo worker's output could not be captured"))?;
+            .ok_or_else(|| failed("the demo worker's output could not be captured"))?;
         Ok(Self {
             child,
             lines: BufReader::new(stdout).lines(),
@@ -95,13 +96,14 @@ impl Worker {
     pub fn relay(&mut self) -> Result<Stop> {
         for _ in 0..CHILD_LINES_MAX {
             let Some(line) = self.lines.next() else {
-                let status = self.child.wait().map_err(|error| {
-                    CliError::failure(format!("cannot wait for the demo worker: {error}"))
-                })?;
+                let status = self
+                    .child
+                    .wait()
+                    .map_err(|error| failed(format!("cannot wait for the demo worker: {error}")))?;
                 return Ok(Stop::Exited(status));
             };
             let line = line.map_err(|error| {
-                CliError::failure(format!("cannot read the demo worker's output: {error}"))
+                failed(format!("cannot read the demo worker's output: {error}"))
             })?;
             if line == "ready" {
                 return Ok(Stop::Ready);
@@ -110,7 +112,7 @@ impl Worker {
                 super::narrate(&format!("   worker {}: {text}", self.pid()))?;
             }
         }
-        Err(CliError::failure(
+        Err(failed(
             "the demo worker printed more than expected; stopping the demo",
         ))
     }
@@ -124,7 +126,7 @@ impl Worker {
         self.child
             .kill()
             .and_then(|()| self.child.wait().map(drop))
-            .map_err(|error| CliError::failure(format!("cannot kill the demo worker: {error}")))
+            .map_err(|error| failed(format!("cannot kill the demo worker: {error}")))
     }
 }
 
@@ -133,9 +135,8 @@ impl Worker {
 /// # Errors
 /// The path of the running executable is unknown.
 fn own_binary() -> Result<Command> {
-    let exe = std::env::current_exe().map_err(|error| {
-        CliError::failure(format!("cannot find the durably binary to re-run: {error}"))
-    })?;
+    let exe = std::env::current_exe()
+        .map_err(|error| failed(format!("cannot find the durably binary to re-run: {error}")))?;
     let mut command = Command::new(exe);
     command.env_remove("DURABLY_DB");
     Ok(command)
@@ -182,7 +183,7 @@ pub fn run_tool(args: &[&str]) -> Result<ExitStatus> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|error| CliError::failure(format!("cannot run durably {args:?}: {error}")))?;
+        .map_err(|error| failed(format!("cannot run durably {args:?}: {error}")))?;
     for line in String::from_utf8_lossy(&output.stdout)
         .lines()
         .chain(String::from_utf8_lossy(&output.stderr).lines())

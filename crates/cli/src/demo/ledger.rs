@@ -7,6 +7,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::failed;
 use crate::error::{CliError, Result};
 
 /// One effect that happened.
@@ -93,7 +94,7 @@ impl Ledger {
     }
 
     fn io_error(&self, action: &str, error: &std::io::Error) -> CliError {
-        CliError::failure(format!(
+        failed(format!(
             "cannot {action} the demo's effect ledger {}: {error}",
             self.path.display()
         ))

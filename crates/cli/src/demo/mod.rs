@@ -2,11 +2,12 @@
 //!
 //! An agent-like checkout workflow (plan, fetch the order, charge the card, send an email,
 //! summarize) runs in a child process that is killed with SIGKILL inside a guarded step, after
-//! its intent is durable. The demo sweeps, restarts it, and shows each ambiguity policy at
-//! work. A scheduled job then fires from two processes at once. Every effect is written to an
+//! its intent is durable. The demo restarts it (the restart takes the dead worker's lock over:
+//! no sweep is needed) and shows each ambiguity policy at work. A scheduled job then fires from two processes at once. Every effect is written to an
 //! independent ledger that durably never touches; the demo ends with a table of how many times
 //! each effect ran, and exits non-zero if any count breaks what its policy promises.
 
+mod acted;
 mod checks;
 mod child;
 pub mod ledger;
@@ -26,6 +27,7 @@ use durably::Journal;
 use self::ledger::Ledger;
 use self::scenario::Scenario;
 use crate::error::{CliError, Result};
+use crate::error_code::ErrorCode;
 use crate::escape::escape;
 
 /// The demo's database when `--db` is not given, in the working directory.
@@ -37,10 +39,8 @@ pub struct Demo {
     pub db: PathBuf,
     /// The outside world's record of effects.
     pub ledger: Ledger,
-    /// The parent's own journal handle (for sweeps and inspection).
+    /// The parent's own journal handle, to inspect what the workers wrote.
     pub journal: Journal,
-    /// Runs the journal's async calls.
-    pub runtime: tokio::runtime::Runtime,
 }
 
 /// Runs the demo. `db` is the `--db` the user gave, if any.
@@ -57,7 +57,6 @@ pub fn run(db: Option<&Path>) -> Result<ExitCode> {
         db,
         ledger,
         journal,
-        runtime: crate::db::runtime()?,
     };
     intro(&demo)?;
     let mut executions = Vec::new();
@@ -78,6 +77,11 @@ pub fn run(db: Option<&Path>) -> Result<ExitCode> {
         ))?;
         Ok(ExitCode::from(crate::error::EXIT_FAILURE))
     }
+}
+
+/// The error of a part of the demo that could not run.
+pub fn failed(message: impl Into<String>) -> CliError {
+    CliError::new(ErrorCode::DemoFailed, message)
 }
 
 /// Prints one line of narration.
@@ -102,7 +106,7 @@ fn prepare(db: Option<&Path>) -> Result<PathBuf> {
             remove(&file)?;
         }
     } else if std::fs::metadata(&path).is_ok_and(|metadata| metadata.len() > 0) {
-        return Err(CliError::failure(format!(
+        return Err(failed(format!(
             "{shown} already exists and is not empty; the demo writes a fresh database, so give \
              --db a new path (or delete that file if it is an old demo)"
         )));
@@ -135,12 +139,10 @@ fn remove(path: &Path) -> Result<()> {
         std::fs::remove_file(path)
     };
     match outcome {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            Err(CliError::failure(format!(
-                "cannot remove the old demo file {}: {error}",
-                path.display()
-            )))
-        }
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(failed(format!(
+            "cannot remove the old demo file {}: {error}",
+            path.display()
+        ))),
         _ => Ok(()),
     }
 }
@@ -156,10 +158,25 @@ fn intro(demo: &Demo) -> Result<()> {
     narrate(&format!(
         "durably demo\n\
          \n\
+         A workflow is a sequence of steps, each journaled as it runs, so a restarted run replays \
+         the finished steps and goes on from the first unfinished one. A step is one of three \
+         kinds, by what a crash inside it may cost:\n\
+         \n\
+         \x20 pure        touches nothing outside the program (a plan, a summary): a crash \
+         before its result is journaled just runs it again.\n\
+         \x20 idempotent  has an effect that is safe to repeat (a read, an upsert): a crash runs \
+         it again, with the same idempotency key.\n\
+         \x20 guarded     has an effect that must not silently happen twice (a payment, an \
+         email): its intent is journaled before the effect and its result after. A crash in \
+         between leaves it in the ambiguous window, and its policy decides what the next run \
+         does: Reconcile (ask the outside world), Fail (leave it to an operator), Skip (never \
+         run it again) or Retry (run it again, with the same key).\n\
+         \n\
          A checkout agent runs five steps: plan (pure), fetch order (idempotent), charge \
-         (guarded), send email (guarded), summarize (pure). A guarded step journals its intent \
-         before its effect and its result after; a crash in between is the ambiguous window, \
-         and the step's policy decides what happens next.\n\
+         (guarded), send email (guarded), summarize (pure). Below, a worker is killed inside a \
+         guarded step four times and restarted, with no clean-up in between: the restarted \
+         worker finds the dead one's lock and takes it over. (`durably sweep` exists to reclaim \
+         the executions of dead processes without resuming them.)\n\
          \n\
          journal:       {}\n\
          effect ledger: {} (the outside world: the worker appends each effect it performs; \

@@ -15,7 +15,7 @@ use durably::scheduler::{Fire, FireOutcome, Job, JobId, Overlap, Scheduler, Slot
 
 use super::child::demo_child;
 use super::ledger::Ledger;
-use super::{Demo, narrate};
+use super::{Demo, failed, narrate};
 use crate::error::{CliError, Result};
 
 /// The demo's job.
@@ -83,14 +83,14 @@ pub fn run(demo: &Demo, number: usize) -> Result<Fires> {
     for child in children {
         let output = child
             .wait_with_output()
-            .map_err(|error| CliError::failure(format!("cannot wait for a scheduler: {error}")))?;
+            .map_err(|error| failed(format!("cannot wait for a scheduler: {error}")))?;
         for line in String::from_utf8_lossy(&output.stdout).lines() {
             if let Some(text) = line.strip_prefix("say ") {
                 narrate(&format!("   {text}"))?;
             }
         }
         if !output.status.success() {
-            return Err(CliError::failure(format!(
+            return Err(failed(format!(
                 "a demo scheduler process failed ({}): {}",
                 output.status,
                 crate::escape::escape(String::from_utf8_lossy(&output.stderr).trim())
@@ -124,7 +124,7 @@ fn spawn(demo: &Demo, first_slot_ms: i64, start_at_ms: i64) -> Result<std::proce
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|error| CliError::failure(format!("cannot start a demo scheduler: {error}")))
+        .map_err(|error| failed(format!("cannot start a demo scheduler: {error}")))
 }
 
 /// The child: registers the job and fires each slot once, saying what happened.
@@ -161,7 +161,7 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
         })
         .start()
         .await
-        .map_err(|error| CliError::failure(error.to_string()))?;
+        .map_err(|error| failed(error.to_string()))?;
     let scheduler = Scheduler::new((*runtime).clone())
         .await
         .map_err(|error| scheduler_error(&error))?;
@@ -210,11 +210,11 @@ async fn fire_all(args: &SchedulerArgs) -> Result<()> {
             .handle::<String>(id)
             .result()
             .await
-            .map_err(|error| CliError::failure(error.to_string()))?;
+            .map_err(|error| failed(error.to_string()))?;
     }
     Ok(())
 }
 
 fn scheduler_error(error: &durably::scheduler::Error) -> CliError {
-    CliError::failure(error.to_string())
+    failed(error.to_string())
 }

@@ -1,13 +1,14 @@
-//! One run of the checkout workflow: start a worker, kill it inside a guarded step, sweep,
-//! restart it, play the operator when the policy asks for one, and narrate the audit trail.
+//! One run of the checkout workflow: start a worker, kill it inside a guarded step, restart
+//! it (no sweep: the restarted worker takes the dead worker's lock over itself), play the
+//! operator when the policy asks for one, and narrate the audit trail.
 
 use uuid::Uuid;
 
 use super::child::{Stop, Worker, run_tool};
 use super::scenario::{CrashPoint, Scenario};
-use super::{Demo, narrate};
+use super::{Demo, failed, narrate};
 use crate::demo::worker::EXIT_AMBIGUOUS;
-use crate::error::{CliError, Result};
+use crate::error::Result;
 use crate::escape::escape;
 
 /// Runs one scenario and returns its execution id.
@@ -33,7 +34,7 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
         scenario.crash_point(),
     )?;
     if !matches!(worker.relay()?, Stop::Ready) {
-        return Err(CliError::failure(
+        return Err(failed(
             "the demo worker exited before reaching its crash point",
         ));
     }
@@ -43,8 +44,10 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
     narrate(&format!(
         "   SIGKILL -> pid {pid}: it died inside the step, between the intent and the result."
     ))?;
-    sweep(demo, id)?;
-    narrate("   restarting the worker on the same execution:")?;
+    narrate(&format!(
+        "   restarting the worker on the same execution, with no sweep: it takes the lock over \
+         from dead pid {pid} itself:"
+    ))?;
     let mut code = finish_worker(demo, scenario, id)?;
     if code == Some(i32::from(EXIT_AMBIGUOUS)) {
         operator(demo, id)?;
@@ -52,7 +55,7 @@ pub fn run(demo: &Demo, number: usize, scenario: Scenario) -> Result<Uuid> {
         code = finish_worker(demo, scenario, id)?;
     }
     if code != Some(0) {
-        return Err(CliError::failure(format!(
+        return Err(failed(format!(
             "the restarted demo worker for {id} ended with {code:?}"
         )));
     }
@@ -64,7 +67,7 @@ fn finish_worker(demo: &Demo, scenario: Scenario, id: Uuid) -> Result<Option<i32
     let mut worker = Worker::spawn(&demo.db, demo.ledger.path(), scenario, id, CrashPoint::None)?;
     match worker.relay()? {
         Stop::Exited(status) => Ok(status.code()),
-        Stop::Ready => Err(CliError::failure(
+        Stop::Ready => Err(failed(
             "the restarted demo worker stopped at a crash point it was not given",
         )),
     }
@@ -96,29 +99,6 @@ fn show_blocked(demo: &Demo, id: Uuid, pid: u32) -> Result<()> {
     Ok(())
 }
 
-fn sweep(demo: &Demo, id: Uuid) -> Result<()> {
-    let report = demo
-        .runtime
-        .block_on(demo.journal.operator().sweep(false))?;
-    let resource = id.to_string();
-    for reclaimed in report
-        .reclaimed
-        .iter()
-        .filter(|one| one.resource == resource)
-    {
-        narrate(&format!(
-            "   durably sweep: reclaimed it from dead pid {} ({})",
-            reclaimed.pid,
-            escape(&reclaimed.reason)
-        ))?;
-    }
-    let status = demo
-        .journal
-        .get(id)?
-        .map_or("missing", |record| record.status.as_str());
-    narrate(&format!("   status is now {status}"))
-}
-
 /// Plays the operator: looks the charge up at the payment provider by its idempotency key and
 /// answers with the real `durably resolve` command.
 fn operator(demo: &Demo, id: Uuid) -> Result<()> {
@@ -128,7 +108,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         .into_iter()
         .find(|step| step.state == durably::StepState::Intent)
     else {
-        return Err(CliError::failure(
+        return Err(failed(
             "the worker stopped on an ambiguous step, but the journal shows none",
         ));
     };
@@ -137,7 +117,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
         .journal
         .operator()
         .seen_intent(id, step.seq)?
-        .ok_or_else(|| CliError::failure("the ambiguous step was resolved behind the demo's back"))?
+        .ok_or_else(|| failed("the ambiguous step was resolved behind the demo's back"))?
         .to_string();
     let charges = demo
         .ledger
@@ -159,9 +139,7 @@ fn operator(demo: &Demo, id: Uuid) -> Result<()> {
     narrate(&format!("   $ durably {}", args.join(" ")))?;
     let status = run_tool(&args)?;
     if !status.success() {
-        return Err(CliError::failure(format!(
-            "`durably resolve` failed with {status}"
-        )));
+        return Err(failed(format!("`durably resolve` failed with {status}")));
     }
     Ok(())
 }
@@ -205,7 +183,7 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
         CrashPoint::ChargeBefore,
     )?;
     if !matches!(worker.relay()?, Stop::Ready) {
-        return Err(CliError::failure(
+        return Err(failed(
             "the demo worker exited before reaching its crash point",
         ));
     }
@@ -216,12 +194,12 @@ pub fn leave_for_inspection(demo: &Demo, number: usize) -> Result<Uuid> {
         .journal
         .operator()
         .seen_intent(id, LEFT_STEP)?
-        .ok_or_else(|| CliError::failure("the killed worker left no intent to resolve"))?;
+        .ok_or_else(|| failed("the killed worker left no intent to resolve"))?;
     narrate(&format!(
         "   SIGKILL -> pid {pid}. Its lock row and its intent stay in the file. Try:\n\
          \x20    durably --db {db} locks                 # the holder, judged dead\n\
          \x20    sqlite3 {db} 'select * from ambiguous_steps'\n\
-         \x20    durably --db {db} sweep                 # reclaim it\n\
+         \x20    durably --db {db} sweep                 # reclaim it, without resuming it\n\
          \x20    durably --db {db} show {id}\n\
          \x20    durably --db {db} resolve {id} {LEFT_STEP} --seen {seen} --not-done"
     ))?;

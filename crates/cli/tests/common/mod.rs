@@ -10,6 +10,8 @@ use std::time::Duration;
 use durably::{Execution, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
+pub mod example;
+
 /// A name with a terminal escape sequence, to prove the tool escapes stored text.
 pub const EVIL_NAME: &str = "evil \u{1b}[31mred\u{1b}[0m name";
 
@@ -233,4 +235,18 @@ pub fn hold(runtime: &tokio::runtime::Runtime, db: &Path, id: Uuid) -> (Journal,
         let execution = open(&journal, id, "ignored on resume").await;
         (journal, execution)
     })
+}
+
+/// The binary of the facade's example `name`, beside the running test's directory in the
+/// target tree (`cargo test --workspace` builds the examples with the tests).
+pub fn example_binary(name: &str) -> PathBuf {
+    let test = std::env::current_exe().unwrap();
+    let profile_dir = test.parent().and_then(Path::parent).unwrap();
+    let binary = profile_dir.join("examples").join(name);
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build -p durably --example {name}`",
+        binary.display()
+    );
+    binary
 }

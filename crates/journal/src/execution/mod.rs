@@ -45,6 +45,7 @@ use crate::payload;
 use crate::replay::Replay;
 use crate::states::Status;
 use crate::step::{FencingToken, Guarded, Policy, StepKey};
+use crate::telemetry::{self, RunEnd};
 
 /// The handle that drives one open execution. Steps are numbered in call order; on a resumed
 /// execution, steps already recorded return their recorded outcome without calling the closure.
@@ -76,12 +77,23 @@ pub(crate) struct Opening {
     pub(crate) input: String,
     pub(crate) replay: Replay,
     pub(crate) claim: HandleClaim,
+    /// The run's span ([`telemetry::execution_span`]), made where the open began so that it
+    /// covers the open's write.
+    pub(crate) span: tracing::Span,
 }
 
 impl Execution {
     pub(crate) fn new(opening: Opening) -> Self {
         let heartbeat = spawn_heartbeat(&opening.fence, opening.settings.lease_ms);
-        let shared = Shared::new(opening.fence, opening.settings, opening.id, opening.replay);
+        opening.span.record("resumed", opening.is_resume);
+        telemetry::run_started(opening.is_resume);
+        let shared = Shared::new(
+            opening.fence,
+            opening.settings,
+            opening.id,
+            opening.replay,
+            opening.span,
+        );
         Self {
             shared: Arc::new(shared),
             is_resume: opening.is_resume,
@@ -106,6 +118,12 @@ impl Execution {
     /// [`crate::Journal::begin_execution`] has taken the lock.
     pub fn fencing_token(&self) -> FencingToken {
         self.shared.fence.token()
+    }
+
+    /// The span of this run of the execution (`durably.execution`), the parent of its steps'
+    /// spans. Instrument work done for the execution with it to nest that work under the run.
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
     }
 
     /// The journal the execution is in.
@@ -359,7 +377,8 @@ impl Execution {
             })
             .await?;
         self.shared.state().finalized = true;
-        tracing::info!(execution_id = %id, status = "cancelled", "finalized");
+        self.shared.ended(RunEnd::Status(Status::Cancelled));
+        tracing::info!(parent: &self.shared.span, execution_id = %id, status = "cancelled", "finalized");
         Ok(())
     }
 
@@ -393,7 +412,8 @@ impl Execution {
             fence.write_admitted(write).await?
         };
         self.shared.state().finalized = true;
-        tracing::info!(execution_id = %id, status = status.as_str(), "finalized");
+        self.shared.ended(RunEnd::Status(status));
+        tracing::info!(parent: &self.shared.span, execution_id = %id, status = status.as_str(), "finalized");
         Ok(also)
     }
 }
@@ -404,6 +424,7 @@ impl Drop for Execution {
             heartbeat.abort();
         }
         if !self.shared.state().finalized {
+            self.shared.ended(RunEnd::Dropped);
             self.shared.fence.release_detached();
         }
     }

@@ -21,6 +21,7 @@ use crate::records::event_kind;
 use crate::replay::RecordedStep;
 use crate::states::{PolicyKind, StepState};
 use crate::step::{Effect, Guarded, IdempotencyKey, Policy, Skipped, StepError, StepKey};
+use crate::telemetry::{self, Decision, StepEnd};
 use crate::writer::Undo;
 
 /// A step being run: its place and identity.
@@ -183,6 +184,7 @@ impl Shared {
                         step_rows::close_intent(conn, resource, seq, &Closing::Skipped, now)
                     })
                     .await?;
+                telemetry::ambiguity_decided(PolicyKind::Skip, Decision::Skipped);
                 Ok(Guarded::Skipped(call.skipped()))
             }
             Policy::Fail => {
@@ -205,6 +207,7 @@ impl Shared {
                 fail::fail_point!("journal::after-awaiting-operator-commit", |_| {
                     std::process::abort()
                 });
+                telemetry::ambiguity_decided(PolicyKind::Fail, Decision::AwaitingOperator);
                 Err(self.ambiguous(call, reason))
             }
             Policy::Retry => {
@@ -222,7 +225,9 @@ impl Shared {
                         error,
                     })?;
                 if let Some(value) = answer {
-                    return self.write_reconciled(call, &value).await.map(Guarded::Done);
+                    let reconciled = self.write_reconciled(call, &value).await?;
+                    telemetry::ambiguity_decided(PolicyKind::Reconcile, Decision::Reconciled);
+                    return Ok(Guarded::Done(reconciled));
                 }
                 let detail =
                     json!({ "policy": "reconcile", "found": false, "attempt": next_attempt });
@@ -262,6 +267,7 @@ impl Shared {
             self.confirm_durable(call.depends_on).await?;
         }
         let (outcome, attempts) = self.call_with_retries(call, first_attempt, f).await?;
+        tracing::Span::current().record("attempt", attempts);
         fail::fail_point!("journal::after-effect", |_| std::process::abort());
         if self
             .write_result(call, &outcome, attempts, with_result)
@@ -304,6 +310,7 @@ impl Shared {
                         }
                         written => written?,
                     }
+                    telemetry::step_retried(call.effect);
                     tokio::time::sleep(retry.backoff_before(tries + 1)).await;
                     attempt += 1;
                 }
@@ -439,12 +446,17 @@ impl Shared {
                 Ok(None)
             })
             .await?;
+        let policy = policy.unwrap_or(PolicyKind::Retry);
         match exhausted {
-            None => Ok(()),
+            None => {
+                telemetry::ambiguity_decided(policy, Decision::Rerun);
+                Ok(())
+            }
             Some(reason) => {
                 fail::fail_point!("journal::after-awaiting-operator-commit", |_| {
                     std::process::abort()
                 });
+                telemetry::ambiguity_decided(policy, Decision::AwaitingOperator);
                 Err(self.ambiguous(call, reason))
             }
         }
@@ -489,15 +501,16 @@ impl Shared {
     }
 }
 
-pub(super) fn outcome_word<T>(result: &Result<Guarded<T>>) -> &'static str {
+/// How a step call ended, for its span's `outcome` field and the step metrics.
+pub(super) fn step_end<T>(result: &Result<Guarded<T>>) -> StepEnd {
     match result {
-        Ok(Guarded::Done(_)) => "done",
-        Ok(Guarded::Skipped(_)) => "skipped",
-        Err(Error::StepFailed { .. }) => "failed",
-        Err(Error::Ambiguous { .. }) => "ambiguous",
-        Err(Error::LockLost(_)) => "lock_lost",
-        Err(Error::NonDeterminism { .. }) => "non_determinism",
-        Err(Error::CancelRequested { .. }) => "cancel_requested",
-        Err(_) => "error",
+        Ok(Guarded::Done(_)) => StepEnd::Done,
+        Ok(Guarded::Skipped(_)) => StepEnd::Skipped,
+        Err(Error::StepFailed { .. }) => StepEnd::Failed,
+        Err(Error::Ambiguous { .. }) => StepEnd::Ambiguous,
+        Err(Error::LockLost(_)) => StepEnd::LockLost,
+        Err(Error::NonDeterminism { .. }) => StepEnd::NonDeterminism,
+        Err(Error::CancelRequested { .. }) => StepEnd::CancelRequested,
+        Err(_) => StepEnd::Error,
     }
 }

@@ -215,7 +215,8 @@ impl Execution {
             state.released_to = Some(status);
             state.finalized = true;
         }
-        tracing::info!(execution_id = %shared.id, status = status.as_str(), "released");
+        shared.ended(crate::telemetry::RunEnd::Status(status));
+        tracing::info!(parent: &shared.span, execution_id = %shared.id, status = status.as_str(), "released");
         Ok(())
     }
 }

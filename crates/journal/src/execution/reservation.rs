@@ -31,12 +31,13 @@ use uuid::Uuid;
 
 use super::fence::Fence;
 use super::hooks::{Hook, IntentHook, StepRef, Timing};
-use super::protocol::{StepCall, StepOutcome, outcome_word};
+use super::protocol::{StepCall, StepOutcome, step_end};
 use crate::config::StepSettings;
 use crate::error::{Error, Result};
 use crate::replay::{RecordedStep, Replay};
-use crate::states::Status;
+use crate::states::{Status, StepState};
 use crate::step::{Effect, Guarded, Policy, StepKey};
+use crate::telemetry::{self, RunEnd, StepRecord};
 
 /// What every step of one handle shares: the fence it writes with, its settings, and the
 /// per-step state behind a mutex.
@@ -45,6 +46,9 @@ pub(crate) struct Shared {
     pub(super) fence: Arc<Fence>,
     pub(super) settings: StepSettings,
     pub(super) id: Uuid,
+    /// The run's `durably.execution` span, the parent of every step's span. It closes once
+    /// the handle and every step future are gone.
+    pub(super) span: tracing::Span,
     state: Mutex<State>,
 }
 
@@ -78,11 +82,18 @@ impl State {
 }
 
 impl Shared {
-    pub(super) fn new(fence: Arc<Fence>, settings: StepSettings, id: Uuid, replay: Replay) -> Self {
+    pub(super) fn new(
+        fence: Arc<Fence>,
+        settings: StepSettings,
+        id: Uuid,
+        replay: Replay,
+        span: tracing::Span,
+    ) -> Self {
         Self {
             fence,
             settings,
             id,
+            span,
             state: Mutex::new(State {
                 replay: Box::new(replay),
                 next_seq: 0,
@@ -93,6 +104,12 @@ impl Shared {
                 finalized: false,
             }),
         }
+    }
+
+    /// Records how the run ended, on its span and in the metrics.
+    pub(super) fn ended(&self, end: RunEnd) {
+        self.span.record("status", end.as_str());
+        telemetry::run_ended(end);
     }
 
     /// The per-step state, for a few statements.
@@ -425,14 +442,23 @@ impl Reservation {
         let shared = Arc::clone(&self.shared);
         let seq = self.seq;
         let call = StepCall::new(seq, &self.name, effect, policy, shared.id, &self.depends_on);
+        let replayed = self
+            .recorded
+            .as_ref()
+            .is_some_and(|recorded| recorded.state != StepState::Intent);
         let span = tracing::info_span!(
-            "durably.step",
+            parent: &shared.span,
+            telemetry::SPAN_STEP,
             execution_id = %shared.id,
             seq,
             name = self.name.as_str(),
             effect = effect.as_str(),
+            policy = policy.map(|policy| policy.kind().as_str()),
+            attempt = tracing::field::Empty,
+            replayed,
             outcome = tracing::field::Empty,
         );
+        let record = StepRecord::new(span.clone(), effect, replayed);
         let result = match self.recorded.take() {
             Some(recorded) => {
                 shared
@@ -447,7 +473,7 @@ impl Reservation {
                     .await
             }
         };
-        span.record("outcome", outcome_word(&result));
+        record.end(step_end(&result));
         self.settled = true;
         shared.settle(seq, result)
     }

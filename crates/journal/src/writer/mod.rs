@@ -20,6 +20,7 @@ use rusqlite::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result, classify, replicate};
+use crate::telemetry;
 
 mod wal_sync;
 
@@ -405,13 +406,28 @@ fn run(
                 Err(_) => break,
             }
         }
+        telemetry::queue_depth(counters.queued.load(Ordering::Relaxed));
+        let size = batch.len();
+        let span = tracing::info_span!(
+            telemetry::SPAN_WRITER_BATCH,
+            size,
+            outcome = tracing::field::Empty
+        );
+        let _entered = span.enter();
         if let Some(refusal) = syncer.as_ref().and_then(Syncer::refusal) {
             fail_all(&mut batch, &refusal, counters);
+            telemetry::batch_failed(size);
+            span.record("outcome", "failed");
             continue;
         }
+        let began = Instant::now();
         if !commit_batch(conn, &mut batch, counters, busy_timeout_ms) {
+            telemetry::batch_failed(size);
+            span.record("outcome", "failed");
             continue;
         }
+        telemetry::batch_committed(size, began.elapsed());
+        span.record("outcome", "committed");
         match &syncer {
             Some(syncer) => syncer.acknowledge(&mut batch, !receiver.is_empty()),
             None => batch.drain(..).for_each(|job| job.finish(None)),

@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 
 use super::{BATCH_REQUESTS_MAX, Counters, Job, fail_all};
 use crate::error::Error;
+use crate::telemetry;
 
 /// What makes the WAL durable: an fsync of its file in production, a stand-in in tests.
 pub(crate) trait WalSync: Send + Sync {
@@ -65,7 +66,7 @@ impl Shared {
     fn sync_and_acknowledge(&self, syncing: MutexGuard<'_, ()>, batches: &mut [Committed]) {
         let verdict = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
-            None => match self.wal.sync() {
+            None => match self.timed_sync() {
                 Ok(()) => {
                     self.counters.syncs.fetch_add(1, Ordering::Relaxed);
                     Ok(())
@@ -94,6 +95,14 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// One fsync of the WAL, timed for [`telemetry::METRIC_FSYNC_SECONDS`].
+    fn timed_sync(&self) -> std::io::Result<()> {
+        let began = std::time::Instant::now();
+        let synced = self.wal.sync();
+        telemetry::fsynced(began.elapsed());
+        synced
     }
 
     /// Waits for any fsync under way, then holds the right to the next one.

@@ -146,9 +146,11 @@ pub async fn refuse_stale_then_accept_fresh(
         .resolve_seen(id, 0, seen, durably_journal::Resolution::NotDone)
         .await
         .unwrap_err();
-    let durably_journal::Error::Refused(message) = &error else {
-        panic!("{error:?}");
-    };
+    assert!(
+        matches!(error, durably_journal::Error::StaleSeenIntent { execution_id, seq: 0, seen: stale, .. } if execution_id == id && stale == seen),
+        "{error:?}"
+    );
+    let message = error.to_string();
     assert!(message.contains(change), "{message}");
     assert_eq!(
         journal.steps(id).unwrap()[0].state,
