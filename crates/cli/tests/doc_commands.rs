@@ -111,6 +111,19 @@ fn require_sqlite3() {
     );
 }
 
+/// Runs the command blocks of `page` in order in `dir`, after checking that there are at least
+/// `blocks_min` of them and that one holds `marker`, so a page cannot pass by losing its blocks.
+fn run_page(page: &str, dir: &Path, env: &[(&str, &str)], marker: &str, blocks_min: usize) {
+    let blocks = command_blocks(page);
+    assert!(
+        blocks.len() >= blocks_min && blocks.iter().any(|block| block.contains(marker)),
+        "expected at least {blocks_min} shell blocks, one with {marker:?}; found {blocks:#?}"
+    );
+    for block in &blocks {
+        run_block(block, dir, env);
+    }
+}
+
 #[test]
 fn the_readme_look_inside_block_runs_after_the_demo() {
     require_sqlite3();
@@ -121,35 +134,14 @@ fn the_readme_look_inside_block_runs_after_the_demo() {
         "the demo no longer writes durably-demo.db in the current directory, which the README \
          names"
     );
-    let blocks = command_blocks(README);
-    assert!(
-        blocks
-            .iter()
-            .any(|block| block.contains("durably --db durably-demo.db")),
-        "the README has lost its Look inside block"
-    );
-    for block in &blocks {
-        run_block(block, dir.path(), &[]);
-    }
+    run_page(README, dir.path(), &[], "durably --db durably-demo.db", 1);
 }
 
 #[test]
 fn every_shell_block_of_the_operations_page_runs_in_order() {
     require_sqlite3();
     let dir = tempfile::tempdir().unwrap();
-    let blocks = command_blocks(OPERATIONS);
-    assert!(
-        blocks
-            .first()
-            .is_some_and(|block| block.contains("durably demo --db app.db")),
-        "the operations page must start by making the journal its blocks read"
-    );
-    assert!(
-        blocks.len() >= 6,
-        "found only {} shell blocks",
-        blocks.len()
-    );
-    for block in &blocks {
-        run_block(block, dir.path(), &[("DURABLY_DB", "app.db")]);
-    }
+    // The page's first block makes the journal and tells the reader to set DURABLY_DB.
+    let env = [("DURABLY_DB", "app.db")];
+    run_page(OPERATIONS, dir.path(), &env, "durably demo --db app.db", 6);
 }
