@@ -1,4 +1,4 @@
--- durably-journal: views for people at the sqlite3 prompt (see docs/inspecting.md).
+-- durably-journal: views for people at the sqlite3 prompt (see docs/operations.md).
 --
 -- Not a numbered migration: every writer open of the journal recreates these views after the
 -- migrations, in the same transaction as the last migration pass, unless the file already

@@ -1,5 +1,5 @@
 -- durably-runtime: views of the runtime's tables for people at the sqlite3 prompt (see
--- docs/inspecting.md).
+-- docs/operations.md).
 --
 -- Not a numbered migration: building a `Client` or a `Runtime` recreates these views after
 -- the runtime's migrations, unless the file already holds exactly these definitions (see

@@ -1,5 +1,5 @@
 -- durably-scheduler: views of the slot ledger for people at the sqlite3 prompt (see
--- docs/inspecting.md).
+-- docs/operations.md).
 --
 -- Not a numbered migration: building a `Scheduler` recreates these views after the
 -- scheduler's migrations, unless the file already holds exactly these definitions (see

@@ -1,4 +1,4 @@
-//! What this proves: every SQL block of docs/inspecting.md runs against a database the demo
+//! What this proves: every SQL block of docs/operations.md runs against a database the demo
 //! wrote (the blocks of the runtime's section, against a journal a runtime wrote), and returns
 //! rows unless the block ends with `-- may be empty`; and that no block starts with a comment,
 //! which sqlite3 would take for an option when the block is passed as an argument. So the page
@@ -6,42 +6,27 @@
 //! Method: run `durably demo --db <scratch>`; build a journal with runtime executions in each
 //! parked state, messages and a workflow event (see `runtime_support`: a runtime sweeps the
 //! demo's deliberately unswept execution, so it gets a file of its own); extract each ```sql
-//! block of the page with the section it is in, and run each of its statements with rusqlite.
+//! block of the page with the heading it is under, and run each of its statements with
+//! rusqlite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod doc_blocks;
 mod runtime_support;
 
 use common::{assert_code, durably};
 use rusqlite::fallible_iterator::FallibleIterator;
 
-const PAGE: &str = include_str!("../../../docs/inspecting.md");
+const PAGE: &str = include_str!("../../../docs/operations.md");
 
-/// The page's ```sql blocks, each with whether it is in [`RUNTIME_SECTION`].
+/// The page's ```sql blocks, each with whether it is under [`RUNTIME_SECTION`].
 fn sql_blocks(page: &str) -> Vec<(bool, String)> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    let mut in_runtime = false;
-    for line in page.lines() {
-        match (&mut current, line.trim_start()) {
-            (None, "```sql") => current = Some(String::new()),
-            (None, heading) if heading.starts_with("## ") => {
-                in_runtime = heading == RUNTIME_SECTION;
-            }
-            (Some(block), "```") => {
-                blocks.push((in_runtime, std::mem::take(block)));
-                current = None;
-            }
-            (Some(block), _) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    assert!(current.is_none(), "an unterminated ```sql block");
-    blocks
+    doc_blocks::fenced_blocks(page)
+        .into_iter()
+        .filter(|block| block.language == "sql")
+        .map(|block| (block.heading == RUNTIME_SECTION, block.text))
+        .collect()
 }
 
 /// Runs each statement of `block`, returning the rows of all of them.
@@ -68,7 +53,7 @@ fn run_block(conn: &rusqlite::Connection, block: &str) -> usize {
 }
 
 /// The heading of the page's section whose blocks run on the runtime's journal.
-const RUNTIME_SECTION: &str = "## The runtime: queues, waits, messages";
+const RUNTIME_SECTION: &str = "### The runtime: queues, waits, messages";
 
 /// A demo database, and a journal with a runtime's rows, in `dir`.
 fn databases(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -84,7 +69,7 @@ fn read_only(db: &std::path::Path) -> rusqlite::Connection {
 }
 
 #[test]
-fn every_sql_block_of_the_inspecting_page_runs_on_a_demo_database() {
+fn every_sql_block_of_the_operations_page_runs_on_a_demo_database() {
     let dir = tempfile::tempdir().unwrap();
     let (demo, runtime) = databases(dir.path());
     let (demo, runtime) = (read_only(&demo), read_only(&runtime));

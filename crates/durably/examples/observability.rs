@@ -74,6 +74,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_, fired) = scheduler.trigger(&job_id).await?;
     let _receipt: String = runtime.handle(fired.execution_id()).result().await?;
     println!("the fire's workflow completed");
+    // The result is readable once its commit lands; its run ends (and is counted) just after.
+    runtime.drain().await;
 
     println!("--- metrics (Prometheus text) ---");
     print!("{}", metrics.render());

@@ -26,9 +26,10 @@
 //!
 //! The first run below stops inside the third step, after its intent committed: it is the
 //! crash. (A real crash would be a killed process; dropping the handle mid-step leaves the same
-//! journal behind.) The second run replays the first two steps without calling their closures,
-//! finds the third step ambiguous, and its `Retry` policy runs it once more with the same
-//! idempotency key.
+//! journal behind. The closure runs only once the intent is durable, so its start is the
+//! moment to "crash".) The second run replays the first two steps without calling their
+//! closures, finds the third step ambiguous, and its `Retry` policy runs it once more with the
+//! same idempotency key.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU32, Ordering};
@@ -49,18 +50,21 @@
 //!     }).await?;
 //!     let ticket: u32 = run.idempotent("fetch ticket", |_key| async { Ok(7) }).await?;
 //!     let plan = &plan; // Closures may run more than once, so they borrow rather than move.
+//!     let intent_durable = &tokio::sync::Notify::new();
 //!     let sent = run.guarded("send email", Policy::Retry, |key| async move {
 //!         if crash {
 //!             // Simulated crash: the intent is durable, the effect never reports back.
+//!             intent_durable.notify_one();
 //!             std::future::pending::<()>().await;
 //!         }
 //!         EMAILS.fetch_add(1, Ordering::SeqCst);
 //!         Ok::<_, StepError>(format!("ticket {ticket}: {plan} (key {key})"))
 //!     });
 //!     if crash {
-//!         // Give the step long enough to commit its intent, then "crash".
-//!         let _ = tokio::time::timeout(std::time::Duration::from_millis(200), sent).await;
-//!         return Ok(());
+//!         tokio::select! {
+//!             _ = sent => unreachable!("the crashed step never reports back"),
+//!             () = intent_durable.notified() => return Ok(()), // "crash" here
+//!         }
 //!     }
 //!     match sent.await? {
 //!         Guarded::Done(receipt) => run.complete(&receipt).await,
@@ -136,7 +140,6 @@ pub use durably_runtime as runtime;
 /// Scheduled jobs: deterministic fire ids, schedules, catch-up and overlap, the fire loop.
 pub use durably_scheduler as scheduler;
 
-/// The README's code, compiled as a doctest so it cannot rot.
-#[doc = include_str!("../../../README.md")]
+/// The README's and the user docs' code, compiled and run as doctests so it cannot rot.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+mod user_docs;

@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::Notify;
+
 use crate::claims::Place;
 use crate::telemetry;
 
@@ -25,6 +27,8 @@ pub(crate) struct Capacity {
     pub(crate) process_concurrency_max: BTreeMap<QueueKey, u32>,
     /// Executions running here, per queue.
     running: Mutex<BTreeMap<QueueKey, u32>>,
+    /// Woken each time the last run here gives its place back.
+    idle: Notify,
 }
 
 /// The places in use, locked: look and take under one lock.
@@ -42,6 +46,26 @@ impl Capacity {
             concurrency_max,
             process_concurrency_max,
             running: Mutex::new(BTreeMap::new()),
+            idle: Notify::new(),
+        }
+    }
+
+    /// Returns once no execution runs in this process. The wake-up is enabled before the
+    /// count is read, so a last place given back between the two is not missed.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let mut woken = std::pin::pin!(self.idle.notified());
+            woken.as_mut().enable();
+            let total: u32 = self
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .sum();
+            if total == 0 {
+                return;
+            }
+            woken.await;
         }
     }
 
@@ -84,7 +108,11 @@ impl Capacity {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let count = running.entry(queue.clone()).or_default();
         *count = u32::try_from(i64::from(*count) + delta).unwrap_or(0);
-        telemetry::runs_here(running.values().sum());
+        let total = running.values().sum();
+        telemetry::runs_here(total);
+        if total == 0 {
+            self.idle.notify_waiters();
+        }
     }
 
     /// The queues this process serves, `None` for no queue among them.

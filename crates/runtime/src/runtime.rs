@@ -136,6 +136,17 @@ impl Runtime {
     pub fn shutdown(&self) {
         self.dispatch.stop.send_replace(true);
     }
+
+    /// A graceful stop: [`Runtime::shutdown`], then waits until no execution runs in this
+    /// process. A run ends when its workflow returns or when it parks (a wait longer than
+    /// `park_after` parks within `park_after`), so a run whose step never returns keeps this
+    /// waiting: bound it with a timeout (`tokio::time::timeout`) where that matters. After a
+    /// timeout, drop the runtime: the unfinished runs are recovered by the next process
+    /// serving their kind, as after a crash.
+    pub async fn drain(&self) {
+        self.shutdown();
+        self.dispatch.capacity.idle().await;
+    }
 }
 
 impl Deref for Runtime {

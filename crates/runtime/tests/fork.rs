@@ -22,7 +22,7 @@ use durably_runtime::{
     Client, EVENT_FORKED, EVENT_FORKED_FROM, Error, ForkOptions, ForkRefusal, Runtime,
     StartOptions, WorkflowContext, WorkflowError,
 };
-use support::{Scratch, event_kinds, wait_for_status};
+use support::{Scratch, event_kinds, locked, wait_for_status, wait_until};
 use uuid::Uuid;
 
 const KIND: &str = "charged";
@@ -296,6 +296,14 @@ async fn every_refusal_is_typed_and_writes_nothing() {
         .await
         .unwrap();
     wait_for_status(&scratch.journal, ambiguous, Status::AwaitingOperator).await;
+    // The halted run parks the execution before it drops its handle, which holds the lock
+    // until then; a cancel needs the lock.
+    wait_until(
+        &scratch.journal,
+        "the halted run's lock released",
+        |journal| !locked(journal, ambiguous),
+    )
+    .await;
     others.cancel(ambiguous, "given up").await.unwrap();
     let fork = client.fork(ambiguous, ForkOptions::from_seq(2));
     let expected = ForkRefusal::Ambiguous {

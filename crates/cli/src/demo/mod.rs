@@ -189,7 +189,7 @@ fn intro(demo: &Demo) -> Result<()> {
 fn outro(demo: &Demo, started: Instant) -> Result<()> {
     let db = escape(&demo.db.display().to_string());
     narrate(&format!(
-        "\nLook inside (views are described in docs/inspecting.md):\n\
+        "\nLook inside (views are described in docs/operations.md):\n\
          \x20 sqlite3 {db} 'select * from execution_summary'\n\
          \x20 sqlite3 {db} 'select * from recent_events limit 20'\n\
          \x20 sqlite3 {db} 'select * from fire_ledger'\n\
