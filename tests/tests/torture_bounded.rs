@@ -7,7 +7,7 @@
 //! left stuck or locked, and the file passes `integrity_check` — with both durabilities.
 //!
 //! Method: the `torture` binary with a fixed seed and a few hundred kills per durability (the
-//! long run of 10,000+ kills is run by hand, see docs/crash-testing.md). It exits 0 only when
+//! long run of 10,000+ kills is run by hand, see docs/testing.md). It exits 0 only when
 //! its checker found no violation; its last line carries the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 

@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// leaf page per execution touched. Ids made close together in time sort next to each other, so
 /// new executions append at the end of those B-trees, and short executions running together
 /// share leaf pages. Long executions still write one leaf page each per commit, once their steps
-/// outgrow a page; `docs/performance.md` gives the measurements.
+/// outgrow a page; `docs/lab/performance-history.md` (round 2) gives the measurements.
 ///
 /// Ids made by one process are strictly increasing (the `uuid` crate keeps a counter within a
 /// millisecond). The 74 random bits keep ids from different processes or hosts unique. The id

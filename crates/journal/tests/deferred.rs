@@ -1,6 +1,6 @@
 //! Write-behind and the deferred open keep every promise of write-through while cutting the
-//! commits to one per effect: the commit counts per workload (docs/design.md, "Write-behind
-//! and deferred open"), rules W1–W5, `FencingToken(0)` before the open, a lost open race that
+//! commits to one per effect: the commit counts per workload (docs/design.md, "Hooks, releases
+//! and write-behind"), rules W1–W5, `FencingToken(0)` before the open, a lost open race that
 //! writes nothing, hooks that decline without losing what is pending, and a finalize that
 //! rides on the last step's write.
 //!

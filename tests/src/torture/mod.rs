@@ -1,6 +1,6 @@
 //! The torture test: a mixed workload in worker processes that are SIGKILLed at seeded random
 //! moments and restarted, an independent ledger of every effect, and a checker that compares
-//! the ledger with the journal. See `docs/crash-testing.md`.
+//! the ledger with the journal. See `docs/testing.md`.
 //!
 //! - [`plan`]: the workload, derived from the seed.
 //! - [`ledger`]: the ledger and acknowledgement logs (append-only, one `write` per record).

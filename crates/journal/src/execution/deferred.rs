@@ -238,7 +238,7 @@ impl Carry {
 impl Execution {
     /// Turns on write-behind for this handle (the runtime's handles): pure and idempotent
     /// results, and guarded results until the next closure, wait in the handle and ride on its
-    /// next write, by rules W1–W5 (see `docs/design.md`, "Write-behind and deferred open").
+    /// next write, by rules W1–W5 (see `docs/design.md`, "Hooks, releases and write-behind").
     /// A step call returning is then no longer a promise that its result is durable; the
     /// handle's next write, [`Execution::flush`], or its end is.
     pub fn defer_results(&mut self) {

@@ -113,8 +113,8 @@ pub(crate) enum Undo {
     /// The request changes rows with at most one statement, and can fail only before that
     /// statement or inside it, where SQLite takes the statement back on its own. It needs no
     /// savepoint: that saves two statements and the sub-journal's page copies per request
-    /// (docs/performance.md gives the measured gain). The writer checks the promise: such
-    /// a request that fails after changing rows rolls its whole batch back.
+    /// (docs/lab/performance-history.md, round 4, gives the measured gain). The writer checks
+    /// the promise: such a request that fails after changing rows rolls its whole batch back.
     OneStatement,
 }
 
