@@ -12,14 +12,14 @@ mod common;
 
 use std::process::Command;
 
-use common::example_binary;
+use common::example;
 
 /// A value the example's workflow returns from a step: a payload.
 const PAYLOAD: &str = "12 Payload Lane";
 
 #[test]
 fn the_example_prints_spans_and_metrics_and_no_payload() {
-    let output = Command::new(example_binary("observability"))
+    let output = Command::new(example::binary("observability"))
         .env_remove("RUST_LOG")
         .output()
         .unwrap();

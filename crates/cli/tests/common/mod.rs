@@ -236,17 +236,3 @@ pub fn hold(runtime: &tokio::runtime::Runtime, db: &Path, id: Uuid) -> (Journal,
         (journal, execution)
     })
 }
-
-/// The binary of the facade's example `name`, beside the running test's directory in the
-/// target tree (`cargo test --workspace` builds the examples with the tests).
-pub fn example_binary(name: &str) -> PathBuf {
-    let test = std::env::current_exe().unwrap();
-    let profile_dir = test.parent().and_then(Path::parent).unwrap();
-    let binary = profile_dir.join("examples").join(name);
-    assert!(
-        binary.exists(),
-        "{} is missing: build it with `cargo build -p durably --example {name}`",
-        binary.display()
-    );
-    binary
-}
