@@ -1,7 +1,9 @@
 //! What this proves: the shell blocks of the user docs work as written. README.md's "Look
 //! inside" runs after `durably demo` in the same directory (so the demo writes the file it
 //! names), and every shell block of docs/operations.md runs in page order on the journal its
-//! first block makes, with `DURABLY_DB` set as that block tells the reader to set it. Each
+//! first block makes, with `DURABLY_DB` set as that block tells the reader to set it, and
+//! docs/cli.md's after `durably demo --db app.db`; its example error is the JSON the CLI
+//! prints, keys in order. Each
 //! exits 0. A block that only builds or installs (every command `cargo ...`: the quick start)
 //! is left to the integrator's quick-start check, and a block that mixes the two is refused,
 //! so no `durably` command can hide among them; blocks with placeholders are fenced `text`.
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 const README: &str = include_str!("../../../README.md");
 const OPERATIONS: &str = include_str!("../../../docs/operations.md");
+const CLI: &str = include_str!("../../../docs/cli.md");
 
 /// How long one block may run: the demo takes seconds, every other command less.
 const BLOCK_DEADLINE: Duration = Duration::from_mins(2);
@@ -144,4 +147,35 @@ fn every_shell_block_of_the_operations_page_runs_in_order() {
     // The page's first block makes the journal and tells the reader to set DURABLY_DB.
     let env = [("DURABLY_DB", "app.db")];
     run_page(OPERATIONS, dir.path(), &env, "durably demo --db app.db", 6);
+}
+
+/// Whether `json` names the documented leading keys of an error, in their documented order.
+fn keys_in_documented_order(json: &str) -> bool {
+    let at: Vec<Option<usize>> = ["\"code\"", "\"message\"", "\"hint\"", "\"exit_code\""]
+        .iter()
+        .map(|key| json.find(key))
+        .collect();
+    at.iter().all(Option::is_some) && at.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+#[test]
+fn the_cli_page_runs_after_the_demo_and_its_error_example_is_the_printed_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    run_block("durably demo --db app.db > demo.out", dir.path(), &[]);
+    run_page(CLI, dir.path(), &[], "durably --db app.db ls", 1);
+
+    let example = doc_blocks::fenced_blocks(CLI)
+        .into_iter()
+        .find(|block| block.language == "json" && block.text.contains("\"code\""))
+        .expect("docs/cli.md shows a JSON error");
+    let _: serde_json::Value = serde_json::from_str(example.text.trim()).unwrap();
+    assert!(keys_in_documented_order(&example.text), "{}", example.text);
+    let printed = Command::new(env!("CARGO_BIN_EXE_durably"))
+        .args(["--json", "--db", "missing.db", "ls"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(printed.stderr).unwrap();
+    let _: serde_json::Value = serde_json::from_str(stderr.trim()).unwrap();
+    assert!(keys_in_documented_order(&stderr), "{stderr}");
 }
