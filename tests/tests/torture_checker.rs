@@ -546,3 +546,47 @@ fn an_effect_of_a_forks_copied_step_is_a_fork_rerun() {
     });
     assert!(report.fork_reruns >= 1, "{report:?}");
 }
+
+#[test]
+fn an_old_runs_repeatable_effect_past_a_patch_answered_true_is_superseded_and_a_guarded_one_is_not()
+{
+    let dir = clean_run();
+    let conn = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
+    let (execution, marker): (String, i64) = conn
+        .query_row(
+            "SELECT execution_id, seq FROM steps WHERE name = 'durably:patch/p1' LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the clean run has an execution that took the patched branch");
+    drop(conn);
+    // Where old code, which has no marker step, ran the step after the patch point.
+    let seq = (marker + 1).to_string();
+    let ledger = RecordFile::open(&dir.path().join(LEDGER_FILE)).unwrap();
+    let pure_key = "00000000-0000-8000-8000-0000000000a1";
+    ledger
+        .append(&[
+            "E", &execution, &seq, pure_key, "pure", "-", "1", "1", "x", "-",
+        ])
+        .unwrap();
+    let report = check(dir.path()).unwrap();
+    assert!(report.passed(), "{report:?}");
+
+    let guarded_key = "00000000-0000-8000-8000-0000000000a2";
+    ledger
+        .append(&[
+            "E",
+            &execution,
+            &seq,
+            guarded_key,
+            "guarded",
+            "retry",
+            "1",
+            "1",
+            "x",
+            "1",
+        ])
+        .unwrap();
+    let report = check(dir.path()).unwrap();
+    assert_eq!(report.unexpected, 1, "{report:?}");
+}

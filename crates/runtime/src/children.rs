@@ -128,7 +128,7 @@ impl ChildOptions {
     }
 
     /// Cancels the child with reason `timeout` if it has not ended by `deadline`, measured
-    /// from when the start step first runs.
+    /// from when `start_child` is called.
     #[must_use]
     pub fn deadline(mut self, deadline: Deadline) -> Self {
         self.start = self.start.deadline(deadline);
@@ -170,8 +170,8 @@ impl<O: DeserializeOwned> ChildHandle<O> {
     ///
     /// # Errors
     /// As [`WorkflowContext::child_result`].
-    pub async fn result(self, ctx: &WorkflowContext) -> Result<O> {
-        ctx.child_result(self).await
+    pub fn result(self, ctx: &WorkflowContext) -> impl Future<Output = Result<O>> + use<'_, O> {
+        ctx.child_result(self)
     }
 }
 
@@ -183,6 +183,25 @@ impl<O> fmt::Debug for ChildHandle<O> {
             .field("output", &type_name::<O>())
             .finish()
     }
+}
+
+/// A start, reserved when it was called ([`WorkflowContext::start_child`]).
+struct StartCall {
+    lease: Lease,
+    reserved: durably_journal::Reservation,
+    hook: StartHook,
+    /// The recorded child's id on replay, the derived one otherwise.
+    child_id: Uuid,
+    kind: String,
+}
+
+/// An await's three steps, reserved when it was called ([`WorkflowContext::child_result`]):
+/// the deadline, the receive of the child's end, and the result.
+struct AwaitCall {
+    lease: Lease,
+    child_id: Uuid,
+    kind: String,
+    steps: [durably_journal::Reservation; 3],
 }
 
 /// The recorded result of a start step.
@@ -218,7 +237,7 @@ impl WorkflowContext {
     /// the child starts running from that commit on.
     ///
     /// # Errors
-    /// Nothing is written on the first ones, checked when the step first runs:
+    /// Nothing is written on the first ones, checked when it is called (its seq is given back):
     /// - [`Error::InvalidName`] for a bad kind, queue or name, [`Error::InvalidOption`] for a
     ///   deadline not in the future;
     /// - [`Error::WrongType`] when this process registered `kind` with other input or output
@@ -228,26 +247,44 @@ impl WorkflowContext {
     /// - [`Error::PayloadTooLarge`], [`Error::Json`] for the input;
     ///
     /// then [`Error::Cancelled`] and the journal's step errors, as for any step.
-    pub async fn start_child<I, O>(
-        &self,
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "options are built inline at the call; taking them by value keeps calls short"
+    )]
+    pub fn start_child<'a, I, O>(
+        &'a self,
         kind: &str,
         input: &I,
         options: ChildOptions,
-    ) -> Result<ChildHandle<O>>
+    ) -> impl Future<Output = Result<ChildHandle<O>>> + use<'a, I, O>
+    where
+        I: Serialize + 'static,
+        O: DeserializeOwned + 'static,
+    {
+        let call = self.call_start::<I, O>(kind, input, &options);
+        async move { self.run_start(call?).await }
+    }
+
+    /// The synchronous part of a start, done when it is called: the step's seq is reserved
+    /// (so parallel calls take seqs in call order), the child's id is the recorded one or the
+    /// derived one, and the request is checked and encoded. A refused request writes nothing
+    /// and gives the seq back.
+    fn call_start<I, O>(&self, kind: &str, input: &I, options: &ChildOptions) -> Result<StartCall>
     where
         I: Serialize + 'static,
         O: DeserializeOwned + 'static,
     {
         names::check(NameKind::Kind, kind)?;
-        let step = format!("durably:child/{kind}");
-        let client = self.waits.client.clone();
-        let (lease, reserved) = self.begin_step_unchecked(&step)?;
-        let seq = reserved.seq();
-        let child_id = child_execution_id(self.id, seq);
+        let (lease, reserved) = self.begin_step_unchecked(&format!("durably:child/{kind}"))?;
+        // A fork copies its original's start steps: the child they name is the original's.
+        let child_id = reserved.recorded_result::<ChildStarted>().map_or_else(
+            || child_execution_id(self.id, reserved.seq()),
+            |started| started.child_id,
+        );
         let fresh = !reserved.replays();
         let hook = if fresh {
-            let request = match child_request::<I, O>(&client, kind, child_id, input, &options) {
-                Ok(request) => request,
+            match child_request::<I, O>(&self.waits.client, kind, child_id, input, options) {
+                Ok(request) => start_hook(request, self.id),
                 Err(refused) => {
                     // Nothing is written for a refused child: the next step takes its seq (or,
                     // behind a later reserved step, the handle halts, and the refusal is still
@@ -255,12 +292,30 @@ impl WorkflowContext {
                     let _ = reserved.give_back("the child was refused");
                     return Err(refused);
                 }
-            };
-            start_hook(request, self.id)
+            }
         } else {
             // A replayed step runs no hook.
             start_hook_replayed()
         };
+        Ok(StartCall {
+            lease,
+            reserved,
+            hook,
+            child_id,
+            kind: kind.to_owned(),
+        })
+    }
+
+    /// Runs a start reserved by [`WorkflowContext::call_start`].
+    async fn run_start<O>(&self, call: StartCall) -> Result<ChildHandle<O>> {
+        let StartCall {
+            lease,
+            reserved,
+            hook,
+            child_id,
+            kind,
+        } = call;
+        let fresh = !reserved.replays();
         let outcome = reserved
             .step_with(
                 Effect::Idempotent,
@@ -270,18 +325,16 @@ impl WorkflowContext {
             )
             .await;
         drop(lease);
-        // A fork copies its original's start steps: the child they name is the original's.
         let started: ChildStarted = self.slot.remember(outcome)?;
-        let child_id = started.child_id;
         if fresh {
             // The step and the child's rows wait for the run's next write: a crash here loses
             // both, and the resumed parent starts the same child again.
             fail::fail_point!("runtime::after-child-start", |_| { std::process::abort() });
-            client.announce_change();
+            self.waits.client.announce_change();
         }
         Ok(ChildHandle {
-            child_id,
-            kind: kind.to_owned(),
+            child_id: started.child_id,
+            kind,
             output: PhantomData,
         })
     }
@@ -296,12 +349,18 @@ impl WorkflowContext {
     /// [`Error::ChildFailed`] when the child failed, [`Error::ChildCancelled`] when it was
     /// cancelled (both recorded, so they replay); [`Error::OutputType`] when its output does
     /// not decode as `O`; then [`Error::Cancelled`] and the journal's step errors.
-    pub async fn child_result<O: DeserializeOwned>(&self, handle: ChildHandle<O>) -> Result<O> {
-        let child_id = handle.child_id;
+    pub fn child_result<O: DeserializeOwned>(
+        &self,
+        handle: ChildHandle<O>,
+    ) -> impl Future<Output = Result<O>> + use<'_, O> {
+        let call = self.call_await(handle.child_id, handle.kind);
+        async move { self.run_await(call?).await }
+    }
+
+    /// The synchronous part of an await, done when it is called: its three steps are reserved
+    /// together, in call order.
+    fn call_await(&self, child_id: Uuid, kind: String) -> Result<AwaitCall> {
         let topic = child_topic(child_id);
-        let forever = DateTime::<Utc>::from_timestamp(AWAIT_FOREVER_UNIX_SECONDS, 0)
-            .ok_or_else(|| Error::InvalidOption("the last storable instant".to_owned()))?;
-        // The await's three steps are reserved together, before its first wait.
         let (lease, deadline_step) =
             self.begin_step_unchecked(&format!("durably:recv-deadline/{topic}"))?;
         let recv_step = self
@@ -310,6 +369,25 @@ impl WorkflowContext {
         let end_step = self
             .slot
             .remember(lease.reserve(&format!("durably:child-result/{child_id}")))?;
+        Ok(AwaitCall {
+            lease,
+            child_id,
+            kind,
+            steps: [deadline_step, recv_step, end_step],
+        })
+    }
+
+    /// Runs an await reserved by [`WorkflowContext::call_await`].
+    async fn run_await<O: DeserializeOwned>(&self, call: AwaitCall) -> Result<O> {
+        let AwaitCall {
+            lease,
+            child_id,
+            kind,
+            steps: [deadline_step, recv_step, end_step],
+        } = call;
+        let topic = child_topic(child_id);
+        let forever = DateTime::<Utc>::from_timestamp(AWAIT_FOREVER_UNIX_SECONDS, 0)
+            .ok_or_else(|| Error::InvalidOption("the last storable instant".to_owned()))?;
         let deadline = self
             .recv_deadline(&lease, deadline_step, &topic, (forever, 3))
             .await?;
@@ -338,12 +416,12 @@ impl WorkflowContext {
                 Err(match serde_json::from_str(&error.message) {
                     Ok(ChildEnd::Failed(error)) => Error::ChildFailed {
                         child_id,
-                        kind: handle.kind.clone(),
+                        kind,
                         error,
                     },
                     Ok(ChildEnd::Cancelled(reason)) => Error::ChildCancelled {
                         child_id,
-                        kind: handle.kind.clone(),
+                        kind,
                         reason,
                     },
                     Err(_) => Error::Journal(durably_journal::Error::Inconsistent(format!(
@@ -362,15 +440,28 @@ impl WorkflowContext {
     ///
     /// # Errors
     /// As those two.
-    pub async fn child<I, O>(&self, kind: &str, input: &I) -> Result<O>
+    pub fn child<'a, I, O>(
+        &'a self,
+        kind: &str,
+        input: &I,
+    ) -> impl Future<Output = Result<O>> + use<'a, I, O>
     where
         I: Serialize + 'static,
         O: DeserializeOwned + 'static,
     {
-        let handle = self
-            .start_child::<I, O>(kind, input, ChildOptions::default())
-            .await?;
-        self.child_result(handle).await
+        // All four steps are reserved now, the start's and the await's, so that children
+        // started in parallel keep their seqs in call order whatever order their starts finish.
+        let calls = self
+            .call_start::<I, O>(kind, input, &ChildOptions::default())
+            .and_then(|start| {
+                let awaiting = self.call_await(start.child_id, start.kind.clone())?;
+                Ok((start, awaiting))
+            });
+        async move {
+            let (start, awaiting) = calls?;
+            let _: ChildHandle<O> = self.run_start(start).await?;
+            self.run_await(awaiting).await
+        }
     }
 
     /// Before an await that does not replay waits for a child that has not ended: writes what

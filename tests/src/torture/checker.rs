@@ -207,6 +207,13 @@ pub(super) struct EffectRecord {
     token: Option<u64>,
 }
 
+impl EffectRecord {
+    /// Whether a guarded step made it.
+    pub(super) fn is_guarded(&self) -> bool {
+        self.effect == "guarded"
+    }
+}
+
 /// Checks the run in `dir`. Call it only after every process of the run has exited.
 ///
 /// # Errors
@@ -476,7 +483,7 @@ fn check_steps(
             continue;
         };
         for effect in list {
-            if effect.effect == "guarded" && effect.token == Some(0) {
+            if effect.is_guarded() && effect.token == Some(0) {
                 report.duplicated += 1;
                 report.violation(format!(
                     "duplicated: guarded effect {key} (step {} of {}) was made by a run that \
@@ -522,7 +529,7 @@ fn check_steps(
 /// point that the execution left for the new branch are too; see
 /// [`super::composition_checks`].)
 fn abandoned(list: &[EffectRecord], statuses: &HashMap<String, String>) -> bool {
-    let repeatable = list.iter().all(|effect| effect.effect != "guarded");
+    let repeatable = list.iter().all(|effect| !effect.is_guarded());
     match statuses.get(&list[0].execution_id).map(String::as_str) {
         Some("cancelled" | FAILED_AFTER_REQUEST) => repeatable,
         None => repeatable && list.iter().all(|effect| effect.token.unwrap_or(0) == 0),

@@ -121,11 +121,32 @@ pub(super) fn load(
     }
     composition.patch_points = patch_points(conn)?;
     let answers = answers(conn)?;
+    let mut by_execution: HashMap<&str, Vec<(&String, &EffectRecord)>> = HashMap::new();
+    for (key, list) in effects {
+        for record in list {
+            by_execution
+                .entry(record.execution_id.as_str())
+                .or_default()
+                .push((key, record));
+        }
+    }
     for point in &composition.patch_points {
-        if answers.get(&point.id).is_some_and(|(answer, _)| *answer)
-            && effects.contains_key(&point.old_key)
-        {
+        if !answers.get(&point.id).is_some_and(|(answer, _)| *answer) {
+            continue;
+        }
+        if effects.contains_key(&point.old_key) {
             composition.superseded.insert(point.old_key.clone());
+        }
+        // A run of old code that crashed past the patch point made its pure and idempotent
+        // effects at old seqs, one below where patched code puts the same steps; their rows
+        // were never written (else the point would have answered false), and the steps ran
+        // again on new code at the new seqs. A guarded effect is never superseded: its intent
+        // is durable before it runs.
+        for (key, record) in by_execution.get(point.id.as_str()).into_iter().flatten() {
+            let past_point = record.seq.parse::<i64>().is_ok_and(|seq| seq > point.seq);
+            if past_point && !record.is_guarded() {
+                composition.superseded.insert((*key).clone());
+            }
         }
     }
     Ok(composition)

@@ -312,6 +312,13 @@ impl Reservation {
         self.recorded.is_some()
     }
 
+    /// The recorded result of a step that replays, decoded as `T`; `None` when the step is not
+    /// recorded, has no result, or its result is not a `T`. A compound operation reads it at
+    /// call time to name the steps it reserves after this one, before anything runs.
+    pub fn recorded_result<T: DeserializeOwned>(&self) -> Option<T> {
+        self.recorded.as_ref()?.result.as_ref()?.decode().ok()
+    }
+
     /// Runs it as a pure step; see [`super::Execution::pure`].
     ///
     /// # Errors
