@@ -3,7 +3,7 @@
 //! locked once the workload is restarted to completion.
 //!
 //! Method, as SQLite's TH3 does it: for each failpoint and for K = 0, 1, 2, ..., a child process
-//! runs the matrix workload (`torture_worker matrix`, see `durably_tests::torture::matrix`)
+//! runs the matrix workload (`torture worker matrix`, see `durably_tests::torture::matrix`)
 //! with `FAILPOINTS=<name>=K*off->return`, so the failpoint's (K+1)-th hit aborts the process
 //! (`std::process::abort`, never a panic). If the child aborted, it is restarted without
 //! failpoints and must finish; then the torture checker compares the ledger with the journal.
@@ -23,13 +23,13 @@ use durably_tests::torture::checker::check;
 
 /// The most hits of one failpoint the walk tries before it declares the workload too big.
 const HITS_MAX: u32 = 200;
-const WORKER: &str = env!("CARGO_BIN_EXE_torture_worker");
+const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const SEED: u64 = 20_261_129;
 
 fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
-    let mut command = Command::new(WORKER);
+    let mut command = Command::new(TORTURE);
     command
-        .arg("matrix")
+        .args(["worker", "matrix"])
         .arg("--dir")
         .arg(dir)
         .args(["--seed", &SEED.to_string(), "--durability", "process-crash"])
