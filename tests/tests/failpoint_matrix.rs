@@ -11,22 +11,28 @@
 //! be reached at least once, and within `HITS_MAX` hits.
 //!
 //! The workload uses `Durability::ProcessCrash` for speed: an abort is a process crash, which
-//! NORMAL synchronous mode survives; power loss is tested elsewhere.
+//! NORMAL synchronous mode survives; power loss is tested elsewhere. The runs of one walk are
+//! independent, so a few run at once (see `walk`).
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-use std::os::unix::process::ExitStatusExt;
+use std::collections::VecDeque;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 use durably_tests::torture::checker::check;
 
 /// The most hits of one failpoint the walk tries before it declares the workload too big.
 const HITS_MAX: u32 = 200;
+/// Runs of one walk at once: a run mostly waits (on its processes' start, timers and aborts),
+/// so libtest's one test per core would leave the cores idle, and the longest walk, one run
+/// after another, would set the binary's time.
+const RUNS_AT_ONCE: usize = 3;
 const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const SEED: u64 = 20_261_129;
 
-fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
+fn worker(dir: &Path, failpoints: Option<&str>) -> Command {
     let mut command = Command::new(TORTURE);
     command
         .args(["worker", "matrix"])
@@ -38,7 +44,11 @@ fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
     if let Some(failpoints) = failpoints {
         command.env("FAILPOINTS", failpoints);
     }
-    command.status().expect("the worker starts")
+    command
+}
+
+fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
+    worker(dir, failpoints).status().expect("the worker starts")
 }
 
 fn assert_invariants(dir: &Path, context: &str) {
@@ -51,15 +61,59 @@ fn assert_invariants(dir: &Path, context: &str) {
     );
 }
 
-/// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
-fn walk(failpoint: &str) -> u32 {
-    for hits_before in 0..=HITS_MAX {
+/// The runs of one walk that have started and are not judged yet, in K order. Dropping it
+/// kills them with their process groups (a run's orphan makers included) and reaps them.
+#[derive(Default)]
+struct InFlight {
+    runs: VecDeque<(tempfile::TempDir, Child)>,
+}
+
+impl InFlight {
+    /// Starts the run crashing at the (K+1)-th hit of `failpoint`, K = `hits_before`.
+    fn start(&mut self, failpoint: &str, hits_before: u32) {
         let dir = tempfile::tempdir().expect("a scratch directory");
-        let context = format!("{failpoint} after {hits_before} hits");
-        let status = run_worker(
+        let child = worker(
             dir.path(),
             Some(&format!("{failpoint}={hits_before}*off->return")),
-        );
+        )
+        .process_group(0)
+        .spawn()
+        .expect("the worker starts");
+        self.runs.push_back((dir, child));
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for (_dir, mut child) in self.runs.drain(..) {
+            let group = -(child.id() as libc::pid_t);
+            // SAFETY: kill(2) with a negative pid signals the run's own process group.
+            unsafe { libc::kill(group, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
+///
+/// The runs of one walk are independent (each has its own directory), so up to
+/// `RUNS_AT_ONCE` of them run ahead while the earliest is judged; judging stays in K order,
+/// and runs past the first unreached K are killed unjudged, so the walk checks exactly what
+/// a walk of one run at a time checks.
+fn walk(failpoint: &str) -> u32 {
+    let mut in_flight = InFlight::default();
+    let mut next = 0;
+    for hits_before in 0..=HITS_MAX {
+        while next <= HITS_MAX && in_flight.runs.len() < RUNS_AT_ONCE {
+            in_flight.start(failpoint, next);
+            next += 1;
+        }
+        let (dir, mut child) = in_flight
+            .runs
+            .pop_front()
+            .expect("the run of this K started");
+        let context = format!("{failpoint} after {hits_before} hits");
+        let status = child.wait().expect("the worker is waited for");
         if status.success() {
             assert_invariants(dir.path(), &context);
             eprintln!(
