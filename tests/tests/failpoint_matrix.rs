@@ -20,14 +20,16 @@ use std::collections::VecDeque;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, ScopedJoinHandle};
 
 use durably_tests::torture::checker::check;
 
 /// The most hits of one failpoint the walk tries before it declares the workload too big.
 const HITS_MAX: u32 = 200;
-/// Runs of one walk at once: a run mostly waits (on its processes' start, timers and aborts),
-/// so libtest's one test per core would leave the cores idle, and the longest walk, one run
-/// after another, would set the binary's time.
+/// K of one walk under way at once: a run mostly waits (on its processes' start, timers and
+/// aborts), so libtest's one test per core would leave the cores idle, and the longest walk,
+/// one K after another, would set the binary's time.
 const RUNS_AT_ONCE: usize = 3;
 const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const SEED: u64 = 20_261_129;
@@ -61,80 +63,163 @@ fn assert_invariants(dir: &Path, context: &str) {
     );
 }
 
-/// The runs of one walk that have started and are not judged yet, in K order. Dropping it
-/// kills them with their process groups (a run's orphan makers included) and reaps them.
-#[derive(Default)]
-struct InFlight {
-    runs: VecDeque<(tempfile::TempDir, Child)>,
+/// How one K of a walk ended.
+enum Ended {
+    /// The run finished without reaching the failpoint's (K+1)-th hit: the walk ends at K.
+    Unreached,
+    /// The run crashed at that hit, and its restart finished with the invariants held.
+    Crashed,
 }
 
-impl InFlight {
-    /// Starts the run crashing at the (K+1)-th hit of `failpoint`, K = `hits_before`.
-    fn start(&mut self, failpoint: &str, hits_before: u32) {
-        let dir = tempfile::tempdir().expect("a scratch directory");
-        let child = worker(
-            dir.path(),
-            Some(&format!("{failpoint}={hits_before}*off->return")),
-        )
-        .process_group(0)
-        .spawn()
-        .expect("the worker starts");
-        self.runs.push_back((dir, child));
+/// Lets a walk stop one of its K that it turned out not to need: the K's current process
+/// group is killed, and it starts no other.
+#[derive(Default)]
+struct Stopper {
+    state: Mutex<StopperState>,
+}
+
+#[derive(Default)]
+struct StopperState {
+    stopped: bool,
+    /// The process group of the K's current process, while that process is unreaped (so the
+    /// id cannot have been reused).
+    group: Option<libc::pid_t>,
+}
+
+impl Stopper {
+    /// Runs `command` to its end in a process group of its own (with the orphan makers it
+    /// starts); `None` if the K was stopped.
+    fn run(&self, command: &mut Command) -> Option<ExitStatus> {
+        let mut child = {
+            let mut state = self.state.lock().unwrap();
+            if state.stopped {
+                return None;
+            }
+            let child = command.process_group(0).spawn().expect("the worker starts");
+            state.group = Some(child.id() as libc::pid_t);
+            child
+        };
+        wait_without_reaping(&child);
+        let stopped = {
+            let mut state = self.state.lock().unwrap();
+            state.group = None;
+            state.stopped
+        };
+        let status = child.wait().expect("the worker is reaped");
+        (!stopped).then_some(status)
+    }
+
+    fn stop(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.stopped = true;
+        if let Some(group) = state.group {
+            // SAFETY: kill(2) on a process group whose leader is not reaped yet.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
     }
 }
 
-impl Drop for InFlight {
+/// Waits until `child` has exited, leaving it to be reaped.
+fn wait_without_reaping(child: &Child) {
+    // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a valid siginfo_t to write to; WNOWAIT leaves the child unreaped.
+        let result = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                child.id(),
+                &raw mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if result == 0 {
+            return;
+        }
+        let error = std::io::Error::last_os_error();
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::Interrupted,
+            "waitid: {error}"
+        );
+    }
+}
+
+/// One K of the walk of `failpoint`: a run crashing at the (K+1)-th hit, K = `hits_before`,
+/// and, if it crashed, its restart to completion; both leave the invariants held. `None` if
+/// the walk stopped it.
+fn walk_one(failpoint: &str, hits_before: u32, stopper: &Stopper) -> Option<Ended> {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let context = format!("{failpoint} after {hits_before} hits");
+    let crashing = format!("{failpoint}={hits_before}*off->return");
+    let status = stopper.run(&mut worker(dir.path(), Some(&crashing)))?;
+    if status.success() {
+        assert_invariants(dir.path(), &context);
+        return Some(Ended::Unreached);
+    }
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGABRT),
+        "{context}: the worker neither finished nor aborted: {status}"
+    );
+    let restart = stopper.run(&mut worker(dir.path(), None))?;
+    assert!(
+        restart.success(),
+        "{context}: the restart failed: {restart}"
+    );
+    assert_invariants(dir.path(), &context);
+    Some(Ended::Crashed)
+}
+
+/// The K of a walk that have started and are not judged yet, in K order. Dropping it stops
+/// them, so a walk that ended or failed leaves no process behind.
+#[derive(Default)]
+struct InFlight<'scope> {
+    ks: VecDeque<(Arc<Stopper>, ScopedJoinHandle<'scope, Option<Ended>>)>,
+}
+
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        for (_dir, mut child) in self.runs.drain(..) {
-            let group = -(child.id() as libc::pid_t);
-            // SAFETY: kill(2) with a negative pid signals the run's own process group.
-            unsafe { libc::kill(group, libc::SIGKILL) };
-            let _ = child.wait();
+        for (stopper, _) in &self.ks {
+            stopper.stop();
         }
     }
 }
 
 /// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
 ///
-/// The runs of one walk are independent (each has its own directory), so up to
-/// `RUNS_AT_ONCE` of them run ahead while the earliest is judged; judging stays in K order,
-/// and runs past the first unreached K are killed unjudged, so the walk checks exactly what
-/// a walk of one run at a time checks.
+/// The K of a walk are independent (each has its own directory), so up to `RUNS_AT_ONCE` of
+/// them run ahead, each in its own thread, while the earliest is judged. Judging stays in K
+/// order, and the K past the first unreached one are stopped unjudged, so the walk checks
+/// exactly what a walk of one K at a time checks.
 fn walk(failpoint: &str) -> u32 {
-    let mut in_flight = InFlight::default();
-    let mut next = 0;
-    for hits_before in 0..=HITS_MAX {
-        while next <= HITS_MAX && in_flight.runs.len() < RUNS_AT_ONCE {
-            in_flight.start(failpoint, next);
-            next += 1;
+    thread::scope(|scope| {
+        let mut in_flight = InFlight::default();
+        let mut next = 0;
+        for hits_before in 0..=HITS_MAX {
+            while next <= HITS_MAX && in_flight.ks.len() < RUNS_AT_ONCE {
+                let stopper = Arc::new(Stopper::default());
+                let running = Arc::clone(&stopper);
+                let k = next;
+                let handle = scope.spawn(move || walk_one(failpoint, k, &running));
+                in_flight.ks.push_back((stopper, handle));
+                next += 1;
+            }
+            let (_, handle) = in_flight.ks.pop_front().expect("this K started");
+            let ended = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                .expect("a K the walk judges is never stopped");
+            if let Ended::Unreached = ended {
+                eprintln!(
+                    "failpoint_matrix: {failpoint}: {hits_before} hits (K = 0..{hits_before} \
+                     walked, the last unreached)"
+                );
+                return hits_before;
+            }
         }
-        let (dir, mut child) = in_flight
-            .runs
-            .pop_front()
-            .expect("the run of this K started");
-        let context = format!("{failpoint} after {hits_before} hits");
-        let status = child.wait().expect("the worker is waited for");
-        if status.success() {
-            assert_invariants(dir.path(), &context);
-            eprintln!(
-                "failpoint_matrix: {failpoint}: {hits_before} hits (K = 0..{hits_before} walked, \
-                 the last unreached)"
-            );
-            return hits_before;
-        }
-        assert_eq!(
-            status.signal(),
-            Some(libc::SIGABRT),
-            "{context}: the worker neither finished nor aborted: {status}"
-        );
-        let restart = run_worker(dir.path(), None);
-        assert!(
-            restart.success(),
-            "{context}: the restart failed: {restart}"
-        );
-        assert_invariants(dir.path(), &context);
-    }
-    panic!("{failpoint} was still reached after {HITS_MAX} hits: the workload grew too big");
+        panic!("{failpoint} was still reached after {HITS_MAX} hits: the workload grew too big");
+    })
 }
 
 macro_rules! failpoint_tests {
