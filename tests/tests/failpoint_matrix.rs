@@ -27,10 +27,10 @@ use durably_tests::torture::checker::check;
 
 /// The most hits of one failpoint the walk tries before it declares the workload too big.
 const HITS_MAX: u32 = 200;
-/// K of one walk under way at once: a run mostly waits (on its processes' start, timers and
-/// aborts), so libtest's one test per core would leave the cores idle, and the longest walk,
-/// one K after another, would set the binary's time.
-const RUNS_AT_ONCE: usize = 3;
+/// K of one walk under way at once, at most: a run mostly waits (on its processes' start,
+/// timers and aborts), so libtest's one test per core would leave the cores idle, and the
+/// longest walk, one K after another, would set the binary's time.
+const K_UNDER_WAY_MAX: usize = 3;
 const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const SEED: u64 = 20_261_129;
 
@@ -188,7 +188,7 @@ impl Drop for InFlight<'_> {
 
 /// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
 ///
-/// The K of a walk are independent (each has its own directory), so up to `RUNS_AT_ONCE` of
+/// The K of a walk are independent (each has its own directory), so up to `K_UNDER_WAY_MAX` of
 /// them run ahead, each in its own thread, while the earliest is judged. Judging stays in K
 /// order, and the K past the first unreached one are stopped unjudged, so the walk checks
 /// exactly what a walk of one K at a time checks.
@@ -197,7 +197,7 @@ fn walk(failpoint: &str) -> u32 {
         let mut in_flight = InFlight::default();
         let mut next = 0;
         for hits_before in 0..=HITS_MAX {
-            while next <= HITS_MAX && in_flight.ks.len() < RUNS_AT_ONCE {
+            while next <= HITS_MAX && in_flight.ks.len() < K_UNDER_WAY_MAX {
                 let stopper = Arc::new(Stopper::default());
                 let running = Arc::clone(&stopper);
                 let k = next;
