@@ -66,8 +66,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// One process of a torture run or of the failpoint matrix (the driver and the matrix start
-    /// these; run `torture worker matrix --dir DIR` by hand to replay a matrix case).
+    /// One process of a torture run or of the failpoint matrix, as the driver starts it.
+    ///
+    /// `FAILPOINTS='F=K*off->return' torture worker matrix --dir DIR --durability
+    /// process-crash --seed S`, from a build with the `failpoints` feature, replays the failpoint
+    /// matrix's case of failpoint F at hit K (S is the matrix test's seed).
     Worker(worker::Args),
 }
 
