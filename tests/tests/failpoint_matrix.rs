@@ -3,7 +3,7 @@
 //! locked once the workload is restarted to completion.
 //!
 //! Method, as SQLite's TH3 does it: for each failpoint and for K = 0, 1, 2, ..., a child process
-//! runs the matrix workload (`torture_worker matrix`, see `durably_tests::torture::matrix`)
+//! runs the matrix workload (`torture worker matrix`, see `durably_tests::torture::matrix`)
 //! with `FAILPOINTS=<name>=K*off->return`, so the failpoint's (K+1)-th hit aborts the process
 //! (`std::process::abort`, never a panic). If the child aborted, it is restarted without
 //! failpoints and must finish; then the torture checker compares the ledger with the journal.
@@ -11,25 +11,33 @@
 //! be reached at least once, and within `HITS_MAX` hits.
 //!
 //! The workload uses `Durability::ProcessCrash` for speed: an abort is a process crash, which
-//! NORMAL synchronous mode survives; power loss is tested elsewhere.
+//! NORMAL synchronous mode survives; power loss is tested elsewhere. The runs of one walk are
+//! independent, so a few run at once (see `walk`).
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-use std::os::unix::process::ExitStatusExt;
+use std::collections::VecDeque;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, ScopedJoinHandle};
 
 use durably_tests::torture::checker::check;
 
 /// The most hits of one failpoint the walk tries before it declares the workload too big.
 const HITS_MAX: u32 = 200;
-const WORKER: &str = env!("CARGO_BIN_EXE_torture_worker");
+/// K of one walk under way at once, at most: a run mostly waits (on its processes' start,
+/// timers and aborts), so libtest's one test per core would leave the cores idle, and the
+/// longest walk, one K after another, would set the binary's time.
+const K_UNDER_WAY_MAX: usize = 3;
+const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const SEED: u64 = 20_261_129;
 
-fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
-    let mut command = Command::new(WORKER);
+fn worker(dir: &Path, failpoints: Option<&str>) -> Command {
+    let mut command = Command::new(TORTURE);
     command
-        .arg("matrix")
+        .args(["worker", "matrix"])
         .arg("--dir")
         .arg(dir)
         .args(["--seed", &SEED.to_string(), "--durability", "process-crash"])
@@ -38,7 +46,11 @@ fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
     if let Some(failpoints) = failpoints {
         command.env("FAILPOINTS", failpoints);
     }
-    command.status().expect("the worker starts")
+    command
+}
+
+fn run_worker(dir: &Path, failpoints: Option<&str>) -> ExitStatus {
+    worker(dir, failpoints).status().expect("the worker starts")
 }
 
 fn assert_invariants(dir: &Path, context: &str) {
@@ -51,36 +63,163 @@ fn assert_invariants(dir: &Path, context: &str) {
     );
 }
 
-/// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
-fn walk(failpoint: &str) -> u32 {
-    for hits_before in 0..=HITS_MAX {
-        let dir = tempfile::tempdir().expect("a scratch directory");
-        let context = format!("{failpoint} after {hits_before} hits");
-        let status = run_worker(
-            dir.path(),
-            Some(&format!("{failpoint}={hits_before}*off->return")),
-        );
-        if status.success() {
-            assert_invariants(dir.path(), &context);
-            eprintln!(
-                "failpoint_matrix: {failpoint}: {hits_before} hits (K = 0..{hits_before} walked, \
-                 the last unreached)"
-            );
-            return hits_before;
-        }
-        assert_eq!(
-            status.signal(),
-            Some(libc::SIGABRT),
-            "{context}: the worker neither finished nor aborted: {status}"
-        );
-        let restart = run_worker(dir.path(), None);
-        assert!(
-            restart.success(),
-            "{context}: the restart failed: {restart}"
-        );
-        assert_invariants(dir.path(), &context);
+/// How one K of a walk ended.
+enum Ended {
+    /// The run finished without reaching the failpoint's (K+1)-th hit: the walk ends at K.
+    Unreached,
+    /// The run crashed at that hit, and its restart finished with the invariants held.
+    Crashed,
+}
+
+/// Lets a walk stop one of its K that it turned out not to need: the K's current process
+/// group is killed, and it starts no other.
+#[derive(Default)]
+struct Stopper {
+    state: Mutex<StopperState>,
+}
+
+#[derive(Default)]
+struct StopperState {
+    stopped: bool,
+    /// The process group of the K's current process, while that process is unreaped (so the
+    /// id cannot have been reused).
+    group: Option<libc::pid_t>,
+}
+
+impl Stopper {
+    /// Runs `command` to its end in a process group of its own (with the orphan makers it
+    /// starts); `None` if the K was stopped.
+    fn run(&self, command: &mut Command) -> Option<ExitStatus> {
+        let mut child = {
+            let mut state = self.state.lock().unwrap();
+            if state.stopped {
+                return None;
+            }
+            let child = command.process_group(0).spawn().expect("the worker starts");
+            state.group = Some(child.id() as libc::pid_t);
+            child
+        };
+        wait_without_reaping(&child);
+        let stopped = {
+            let mut state = self.state.lock().unwrap();
+            state.group = None;
+            state.stopped
+        };
+        let status = child.wait().expect("the worker is reaped");
+        (!stopped).then_some(status)
     }
-    panic!("{failpoint} was still reached after {HITS_MAX} hits: the workload grew too big");
+
+    fn stop(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.stopped = true;
+        if let Some(group) = state.group {
+            // SAFETY: kill(2) on a process group whose leader is not reaped yet.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits until `child` has exited, leaving it to be reaped.
+fn wait_without_reaping(child: &Child) {
+    // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a valid siginfo_t to write to; WNOWAIT leaves the child unreaped.
+        let result = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                child.id(),
+                &raw mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if result == 0 {
+            return;
+        }
+        let error = std::io::Error::last_os_error();
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::Interrupted,
+            "waitid: {error}"
+        );
+    }
+}
+
+/// One K of the walk of `failpoint`: a run crashing at the (K+1)-th hit, K = `hits_before`,
+/// and, if it crashed, its restart to completion; both leave the invariants held. `None` if
+/// the walk stopped it.
+fn walk_one(failpoint: &str, hits_before: u32, stopper: &Stopper) -> Option<Ended> {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let context = format!("{failpoint} after {hits_before} hits");
+    let crashing = format!("{failpoint}={hits_before}*off->return");
+    let status = stopper.run(&mut worker(dir.path(), Some(&crashing)))?;
+    if status.success() {
+        assert_invariants(dir.path(), &context);
+        return Some(Ended::Unreached);
+    }
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGABRT),
+        "{context}: the worker neither finished nor aborted: {status}"
+    );
+    let restart = stopper.run(&mut worker(dir.path(), None))?;
+    assert!(
+        restart.success(),
+        "{context}: the restart failed: {restart}"
+    );
+    assert_invariants(dir.path(), &context);
+    Some(Ended::Crashed)
+}
+
+/// The K of a walk that have started and are not judged yet, in K order. Dropping it stops
+/// them, so a walk that ended or failed leaves no process behind.
+#[derive(Default)]
+struct InFlight<'scope> {
+    ks: VecDeque<(Arc<Stopper>, ScopedJoinHandle<'scope, Option<Ended>>)>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        for (stopper, _) in &self.ks {
+            stopper.stop();
+        }
+    }
+}
+
+/// Walks the hit index of `failpoint`; returns the first K the workload did not reach.
+///
+/// The K of a walk are independent (each has its own directory), so up to `K_UNDER_WAY_MAX` of
+/// them run ahead, each in its own thread, while the earliest is judged. Judging stays in K
+/// order, and the K past the first unreached one are stopped unjudged, so the walk checks
+/// exactly what a walk of one K at a time checks.
+fn walk(failpoint: &str) -> u32 {
+    thread::scope(|scope| {
+        let mut in_flight = InFlight::default();
+        let mut next = 0;
+        for hits_before in 0..=HITS_MAX {
+            while next <= HITS_MAX && in_flight.ks.len() < K_UNDER_WAY_MAX {
+                let stopper = Arc::new(Stopper::default());
+                let running = Arc::clone(&stopper);
+                let k = next;
+                let handle = scope.spawn(move || walk_one(failpoint, k, &running));
+                in_flight.ks.push_back((stopper, handle));
+                next += 1;
+            }
+            let (_, handle) = in_flight.ks.pop_front().expect("this K started");
+            let ended = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                .expect("a K the walk judges is never stopped");
+            if let Ended::Unreached = ended {
+                eprintln!(
+                    "failpoint_matrix: {failpoint}: {hits_before} hits (K = 0..{hits_before} \
+                     walked, the last unreached)"
+                );
+                return hits_before;
+            }
+        }
+        panic!("{failpoint} was still reached after {HITS_MAX} hits: the workload grew too big");
+    })
 }
 
 macro_rules! failpoint_tests {

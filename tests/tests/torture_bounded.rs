@@ -14,7 +14,6 @@
 use std::process::Command;
 
 const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
-const WORKER: &str = env!("CARGO_BIN_EXE_torture_worker");
 const ITERATIONS: u64 = 400;
 const SEED: u64 = 6;
 
@@ -22,7 +21,6 @@ fn torture(durability: &str) {
     let output = Command::new(TORTURE)
         .args(["--iterations", &ITERATIONS.to_string()])
         .args(["--seed", &SEED.to_string(), "--durability", durability])
-        .args(["--worker", WORKER])
         .env_remove("FAILPOINTS")
         .output()
         .unwrap();

@@ -27,12 +27,12 @@ use durably_tests::torture::ledger::{self, LEDGER_FILE, RecordFile};
 use durably_tests::torture::workload::DATABASE_FILE;
 use rusqlite::Connection;
 
-const WORKER: &str = env!("CARGO_BIN_EXE_torture_worker");
+const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 
 fn clean_run() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let status = Command::new(WORKER)
-        .arg("matrix")
+    let status = Command::new(TORTURE)
+        .args(["worker", "matrix"])
         .arg("--dir")
         .arg(dir.path())
         .args(["--seed", "5", "--durability", "process-crash"])

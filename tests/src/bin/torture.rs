@@ -5,16 +5,26 @@
 //! `torture: iterations=N kills=K executions=E effects=F retried=R duplicated=D lost=L
 //! unexpected=U stuck=S reopened=O leaked_locks=X integrity=ok seed=S`; it exits 1 when any
 //! invariant failed. It needs no failpoints: kills come from the driver, at moments drawn from the seed.
+//!
+//! `torture worker MODE …` is one process of a run (see `durably_tests::torture::worker`): the
+//! driver starts its processes by re-executing this binary, so building it builds them all.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use durably_tests::torture::driver::{self, Options};
+use durably_tests::torture::worker;
 
 #[derive(Debug, Parser)]
-#[command(about = "Crash-and-restart torture of durably against an independent ledger")]
+#[command(
+    about = "Crash-and-restart torture of durably against an independent ledger",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    /// A process of a run, as the driver starts it; absent when running the driver.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Kill-and-restart iterations (one SIGKILL each).
     #[arg(long, default_value_t = 100)]
     iterations: u64,
@@ -52,14 +62,24 @@ struct Cli {
     /// finds.
     #[arg(long, requires = "dir")]
     check_only: bool,
-    /// The worker binary (default: `torture_worker` next to this binary).
-    #[arg(long)]
-    worker: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One process of a torture run or of the failpoint matrix, as the driver starts it.
+    ///
+    /// `FAILPOINTS='F=K*off->return' torture worker matrix --dir DIR --durability
+    /// process-crash --seed S`, from a build with the `failpoints` feature, replays the failpoint
+    /// matrix's case of failpoint F at hit K (S is the matrix test's seed).
+    Worker(worker::Args),
 }
 
 fn main() -> ExitCode {
     durably_tests::torture::disable_core_dumps();
     let cli = Cli::parse();
+    if let Some(Command::Worker(args)) = cli.command {
+        return worker::main(args);
+    }
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -78,18 +98,6 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         }
         println!("{}", report.line(0, 0, cli.seed));
         return Ok(report.passed());
-    }
-    let worker = match cli.worker {
-        Some(worker) => worker,
-        None => std::env::current_exe()?.with_file_name("torture_worker"),
-    };
-    if !worker.is_file() {
-        return Err(format!(
-            "the worker binary {} does not exist; build every binary of the package first \
-             (cargo build --release -p durably-tests --bins) or name it with --worker",
-            worker.display()
-        )
-        .into());
     }
     let temporary = match &cli.dir {
         Some(_) => None,
@@ -114,7 +122,6 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         senders: cli.senders,
         cancellers: cli.cancellers,
         kill_delay_ms_max: cli.kill_delay_ms_max,
-        worker,
         dir,
     };
     let outcome = driver::run(&options)?;

@@ -1,7 +1,8 @@
 //! The torture driver: keeps worker processes (hand-driven executions), scheduler processes
 //! (fires), runtime workers, message senders and cancellers running against one journal,
 //! SIGKILLs one at a seeded random moment per iteration and restarts it, then stops them all,
-//! drives everything to completion in a final worker, and runs the checker.
+//! drives everything to completion in a final worker, and runs the checker. Every process is a
+//! [`worker`] subcommand of the binary that runs the driver.
 
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
@@ -13,6 +14,7 @@ use super::BoxError;
 use super::checker::{Report, check};
 use super::plan::SeededRng;
 use super::runtime_workflow::CODE_ENV;
+use super::worker;
 
 /// How long the final worker may take to drive everything to completion.
 const FINISH_TIMEOUT_MS: u64 = 300_000;
@@ -42,8 +44,6 @@ pub struct Options {
     pub cancellers: u64,
     /// The longest wait before a kill, in milliseconds.
     pub kill_delay_ms_max: u64,
-    /// The worker binary.
-    pub worker: PathBuf,
     /// The run directory (journal, ledger, logs). It must be empty or not exist.
     pub dir: PathBuf,
 }
@@ -183,7 +183,7 @@ impl Fleet<'_> {
 }
 
 fn worker_command(options: &Options, args: &[String], log: &Path) -> Result<Command, BoxError> {
-    let mut command = Command::new(&options.worker);
+    let mut command = worker::command()?;
     command
         .args(args)
         .arg("--dir")

@@ -34,7 +34,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
 use super::workload::{DATABASE_FILE, Stop, Workload};
-use super::{BoxError, fires, matrix_runtime, runs};
+use super::{BoxError, fires, matrix_runtime, runs, worker};
 
 /// The first index of each group of orphans.
 pub const ORPHAN_GROUPS: [u64; 3] = [100, 110, 120];
@@ -96,18 +96,13 @@ fn covering(seed: u64, index: u64) -> ExecutionPlan {
     })
 }
 
-/// Runs the matrix workload in this process. `worker` is the binary that makes orphans.
+/// Runs the matrix workload in this process; its orphan makers are [`super::worker`] processes.
 ///
 /// # Errors
 /// An unexpected engine error, or an orphan maker that did not abort.
-pub async fn run(
-    dir: &Path,
-    seed: u64,
-    durability: Durability,
-    worker: &Path,
-) -> Result<(), BoxError> {
+pub async fn run(dir: &Path, seed: u64, durability: Durability) -> Result<(), BoxError> {
     drop(open_journal(dir, durability, false)?);
-    let orphans = |first| make_orphans(worker, dir, seed, durability, first);
+    let orphans = |first| make_orphans(dir, seed, durability, first);
     orphans(ORPHAN_GROUPS[0])?;
     let workload = Arc::new(Workload::new(open_journal(dir, durability, true)?, dir)?);
     orphans(ORPHAN_GROUPS[1])?;
@@ -139,7 +134,7 @@ pub async fn run(
     collect_fodder(workload.journal(), dir, durability, seed).await?;
     workload.finish(FINISH_ROUNDS_MAX).await?;
     fires::finish(&workload, FINISH_ROUNDS_MAX).await?;
-    matrix_runtime::run(&workload, dir, seed, durability, worker).await
+    matrix_runtime::run(&workload, dir, seed, durability).await
 }
 
 /// The orphan maker: opens the executions of one group, runs some steps of each, keeps their
@@ -165,35 +160,22 @@ pub async fn orphans(
     std::process::abort();
 }
 
-fn make_orphans(
-    worker: &Path,
-    dir: &Path,
-    seed: u64,
-    durability: Durability,
-    first: u64,
-) -> Result<(), BoxError> {
+fn make_orphans(dir: &Path, seed: u64, durability: Durability, first: u64) -> Result<(), BoxError> {
     let first = first.to_string();
-    run_orphan_maker(
-        worker,
-        dir,
-        seed,
-        durability,
-        &["orphans", "--first", &first],
-    )
+    run_orphan_maker(dir, seed, durability, &["orphans", "--first", &first])
 }
 
-/// Runs the orphan maker `mode` of the worker binary in a child process, which must abort.
+/// Runs the orphan maker `mode` in a [`super::worker`] process, which must abort.
 ///
 /// # Errors
 /// The child does not start, or ends otherwise than by aborting.
 pub fn run_orphan_maker(
-    worker: &Path,
     dir: &Path,
     seed: u64,
     durability: Durability,
     mode: &[&str],
 ) -> Result<(), BoxError> {
-    let status = Command::new(worker)
+    let status = worker::command()?
         .args(mode)
         .arg("--dir")
         .arg(dir)

@@ -91,9 +91,8 @@ pub async fn run(
     dir: &Path,
     seed: u64,
     durability: Durability,
-    worker: &Path,
 ) -> Result<(), BoxError> {
-    run_orphan_maker(worker, dir, seed, durability, &["runtime-orphans"])?;
+    run_orphan_maker(dir, seed, durability, &["runtime-orphans"])?;
     let other = Arc::new(Workload::new(open_journal(dir, durability, false)?, dir)?);
     let gate = Arc::new(Gate::closed());
     let runtimes = [

@@ -15,6 +15,8 @@
 //! - [`checker`]: the invariants ([`runtime_checks`]: the runtime's; [`composition_checks`]:
 //!   children, patches and forks).
 //! - [`driver`]: the kill-and-restart loop of the `torture` binary.
+//! - [`worker`]: the binary's `worker` subcommand, every process the driver and the matrix
+//!   start.
 
 pub mod checker;
 pub mod composition_checks;
@@ -30,6 +32,7 @@ pub mod runs;
 pub mod runtime_checks;
 pub mod runtime_roles;
 pub mod runtime_workflow;
+pub mod worker;
 pub mod workload;
 
 /// The error type of the harness: anything, with its message.

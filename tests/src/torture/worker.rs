@@ -1,42 +1,47 @@
-//! The torture worker: one process of the torture run or of the failpoint matrix.
+//! The `worker` subcommand of the `torture` binary: one process of the torture run or of the
+//! failpoint matrix. The driver and the matrix start it by re-executing their own binary
+//! ([`command`]), so one `cargo run --bin torture` builds everything a run needs.
 //!
 //! - `run --slot W --slots N`: creates and drives random executions of its slot, and resumes
 //!   any recoverable ones, until it is killed (the torture driver kills it at random moments).
 //! - `sched`: a scheduler process: fires slot after slot of four jobs (one per policy), and
 //!   resumes unfinished fires, until it is killed.
 //! - `runtime --slot R --slots N`: runs a runtime, starts executions of its slot through it and
-//!   awaits their results, until it is killed (see `durably_tests::torture::runtime_roles`).
+//!   awaits their results, until it is killed (see [`super::runtime_roles`]).
 //! - `send`: sends messages to runtime executions until it is killed.
 //! - `cancel`: cancels runtime executions at random moments until it is killed.
 //! - `finish`: sweeps, then drives every unfinished execution and fire to completion, and
 //!   brings every runtime execution to its end.
-//! - `matrix`: the failpoint matrix's deterministic workload (see `durably_tests::torture::matrix`).
+//! - `matrix`: the failpoint matrix's deterministic workload (see [`super::matrix`]).
 //! - `orphans --first I`: makes orphans for the matrix, then aborts.
 //! - `runtime-orphans`: makes a runtime orphan for the matrix, then aborts.
 //!
 //! Built with the `failpoints` feature, it reads `FAILPOINTS` at start. It exits 0 when done,
 //! 3 on an engine error it never expects (printed on stderr), and aborts on a crashing failpoint.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
-use clap::{Parser, Subcommand};
-use durably_journal::Durability;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
-use durably_tests::torture::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
-use durably_tests::torture::workload::{Stop, Workload};
-use durably_tests::torture::{
-    BoxError, disable_core_dumps, fires, matrix, matrix_runtime, runtime_roles,
-};
+use clap::Subcommand;
+use durably_journal::Durability;
 
+use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
+use super::workload::{Stop, Workload};
+use super::{BoxError, fires, matrix, matrix_runtime, runtime_roles};
+
+/// The name of the subcommand, as the driver and the matrix pass it.
+pub const SUBCOMMAND: &str = "worker";
 /// Executions one worker process creates at most before it exits (and is restarted).
 const EXECUTIONS_PER_PROCESS_MAX: u64 = 100_000;
 /// A worker looks for recoverable executions (of killed peers) every this many executions.
 const RECOVERY_EVERY: u64 = 8;
+/// The exit code of a worker that met an error it never expects.
+const EXIT_UNEXPECTED: u8 = 3;
 
-#[derive(Debug, Parser)]
-struct Cli {
+/// The worker's command line, after `torture worker`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
     #[command(subcommand)]
     mode: Mode,
     /// The run directory.
@@ -90,74 +95,80 @@ enum Mode {
     },
 }
 
-fn main() -> ExitCode {
-    disable_core_dumps();
+/// A command that starts a worker process: this binary again, with the `worker` subcommand.
+/// Only the `torture` binary, which has that subcommand, may call it.
+///
+/// # Errors
+/// The path of the running binary cannot be read.
+pub fn command() -> std::io::Result<Command> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command.arg(SUBCOMMAND);
+    Ok(command)
+}
+
+/// Runs one worker process to its end and returns its exit code.
+pub fn main(args: Args) -> ExitCode {
     #[cfg(feature = "failpoints")]
     let scenario = fail::FailScenario::setup();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("torture_worker: cannot start a runtime: {error}");
-            return ExitCode::from(3);
+            eprintln!("torture worker: cannot start a runtime: {error}");
+            return ExitCode::from(EXIT_UNEXPECTED);
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(args));
     #[cfg(feature = "failpoints")]
     scenario.teardown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("torture_worker: {error}");
-            ExitCode::from(3)
+            eprintln!("torture worker: {error}");
+            ExitCode::from(EXIT_UNEXPECTED)
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<(), BoxError> {
-    let durability = match cli.durability.as_str() {
+async fn run(args: Args) -> Result<(), BoxError> {
+    let durability = match args.durability.as_str() {
         "full" => Durability::Full,
         "process-crash" => Durability::ProcessCrash,
         other => return Err(format!("unknown durability {other:?}").into()),
     };
-    match cli.mode {
+    let dir = &args.dir;
+    match args.mode {
         Mode::Run { slot, slots } => {
-            run_slot(&workload(&cli.dir, durability)?, cli.seed, slot, slots).await
+            run_slot(&workload(dir, durability)?, args.seed, slot, slots).await
         }
-        Mode::Sched => {
-            fires::run(&workload(&cli.dir, durability)?, EXECUTIONS_PER_PROCESS_MAX).await
-        }
+        Mode::Sched => fires::run(&workload(dir, durability)?, EXECUTIONS_PER_PROCESS_MAX).await,
         Mode::Runtime { slot, slots } => {
-            let workload = Arc::new(workload(&cli.dir, durability)?);
-            runtime_roles::run_worker(workload, cli.seed, slot, slots).await
+            let workload = Arc::new(workload(dir, durability)?);
+            runtime_roles::run_worker(workload, args.seed, slot, slots).await
         }
         Mode::Send => {
-            runtime_roles::run_sender(Arc::new(workload(&cli.dir, durability)?), cli.seed).await
+            runtime_roles::run_sender(Arc::new(workload(dir, durability)?), args.seed).await
         }
         Mode::Cancel => {
-            runtime_roles::run_canceller(Arc::new(workload(&cli.dir, durability)?), cli.seed).await
+            runtime_roles::run_canceller(Arc::new(workload(dir, durability)?), args.seed).await
         }
         Mode::Finish => {
-            let journal = matrix::open_journal(&cli.dir, durability, true)?;
+            let journal = matrix::open_journal(dir, durability, true)?;
             journal.operator().sweep(false).await?;
-            let workload = Arc::new(Workload::new(journal, &cli.dir)?);
+            let workload = Arc::new(Workload::new(journal, dir)?);
             workload.finish(matrix::FINISH_ROUNDS_MAX).await?;
             fires::finish(&workload, matrix::FINISH_ROUNDS_MAX).await?;
             runtime_roles::finish(workload).await
         }
-        Mode::Matrix => {
-            let worker = std::env::current_exe()?;
-            matrix::run(&cli.dir, cli.seed, durability, &worker).await
-        }
-        Mode::Orphans { first } => matrix::orphans(&cli.dir, cli.seed, durability, first).await,
-        Mode::RuntimeOrphans => matrix_runtime::make_orphan(&cli.dir, cli.seed, durability).await,
+        Mode::Matrix => matrix::run(dir, args.seed, durability).await,
+        Mode::Orphans { first } => matrix::orphans(dir, args.seed, durability, first).await,
+        Mode::RuntimeOrphans => matrix_runtime::make_orphan(dir, args.seed, durability).await,
     }
 }
 
-fn workload(dir: &std::path::Path, durability: Durability) -> Result<Workload, BoxError> {
+fn workload(dir: &Path, durability: Durability) -> Result<Workload, BoxError> {
     Ok(Workload::new(
         matrix::open_journal(dir, durability, true)?,
         dir,
