@@ -2,6 +2,8 @@
 //! rows read by position and name, "no rows" is optional, a bad parameter or column is a typed
 //! error, and a dropped transaction rolls back.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use durably_db::{Connection, Error, FromSqlError, OptionalExtension, Value, params};
 
 fn steps() -> Connection {
