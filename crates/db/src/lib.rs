@@ -25,6 +25,8 @@
 mod connection;
 mod error;
 mod params;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod row;
 mod sqlite;
 mod statement;
@@ -35,6 +37,8 @@ mod value;
 pub use connection::{Connection, Dialect, Sql, Transaction};
 pub use error::{Error, OptionalExtension, Result};
 pub use params::Params;
+#[cfg(feature = "postgres")]
+pub use postgres::{PgConnection, PgError, PgErrorKind, PgRows};
 pub use row::{Column, Row, RowIndex};
 pub use statement::{MappedRows, Rows, Statement};
 pub use target::{PgUrl, Target};

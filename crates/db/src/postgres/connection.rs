@@ -1,0 +1,276 @@
+//! One PostgreSQL session, used from sync code: statements are translated, prepared once per
+//! SQL text and cached, parameters bound by the types the server inferred, rows read whole.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_executor::block_on;
+use postgres_types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Statement};
+
+use super::error::{PgError, PgErrorKind};
+use super::runtime;
+use super::translate::translate;
+use super::types::{Bound, Raw, Reader, bind};
+use crate::value::Value;
+
+/// Prepared statements kept per connection; past it the least recently used one is closed.
+const STATEMENT_CACHE_CAPACITY: usize = 256;
+
+/// How long `connect` waits for the server when the URL sets no `connect_timeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// SQLSTATEs after which a cached statement is re-prepared on its next use:
+/// `cached plan must not change result type` (the table changed under it) and
+/// `prepared statement does not exist` (`DEALLOCATE ALL` ran on the session).
+const STALE_STATEMENT_SQLSTATES: &[&str] = &["0A000", "26000"];
+
+/// A query's result, read whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgRows {
+    /// The column names, in order (shared by every result of the same statement).
+    pub columns: Arc<[String]>,
+    /// The rows, each with one value per column.
+    pub rows: Vec<Vec<Value<'static>>>,
+}
+
+/// A prepared statement and what is known about it, cached under its original SQL text.
+#[derive(Debug)]
+struct Prepared {
+    statement: Statement,
+    columns: Arc<[String]>,
+    readers: Box<[Reader]>,
+    /// The SQL contains a `COMMIT`: a connection lost while it runs leaves the outcome unknown.
+    commits: bool,
+}
+
+#[derive(Debug, Default)]
+struct StatementCache {
+    /// Each statement with the tick of its last use.
+    entries: HashMap<String, (Arc<Prepared>, u64)>,
+    tick: u64,
+}
+
+impl StatementCache {
+    fn get(&mut self, sql: &str) -> Option<Arc<Prepared>> {
+        self.tick += 1;
+        let (prepared, used) = self.entries.get_mut(sql)?;
+        *used = self.tick;
+        Some(Arc::clone(prepared))
+    }
+
+    fn insert(&mut self, sql: &str, prepared: Arc<Prepared>) {
+        if self.entries.len() >= STATEMENT_CACHE_CAPACITY {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(sql, _)| sql.clone());
+            if let Some(oldest) = oldest {
+                // Dropping the driver's `Statement` closes it on the server.
+                self.entries.remove(&oldest);
+            }
+        }
+        self.tick += 1;
+        self.entries.insert(sql.to_owned(), (prepared, self.tick));
+    }
+}
+
+/// A session with a PostgreSQL server, driven on the process's private runtime.
+///
+/// Calls block the calling thread until the server answers; any thread may call, including one
+/// of the caller's own tokio runtime. `Send`, not `Sync`: one session runs one statement at a
+/// time, and its statement cache is not shared.
+#[derive(Debug)]
+pub struct PgConnection {
+    client: Client,
+    statements: RefCell<StatementCache>,
+}
+
+impl PgConnection {
+    /// Connects to the server `url` names, as `application_name = durably:<role>`.
+    ///
+    /// `url` is a libpq URL or key-value string: `postgresql://user@host/db`,
+    /// `postgresql://user@/db?host=/socket/dir` for a Unix socket, and
+    /// `options=-csearch_path%3Dschema` to pick a schema. TLS is not supported (`sslmode`
+    /// `prefer`, the default, connects without it). With no `connect_timeout` in the URL, the
+    /// connect gives up after 10 s.
+    ///
+    /// # Errors
+    ///
+    /// `Connect` when the URL is invalid or the server cannot be reached or refuses the session
+    /// (its SQLSTATE, if it sent one, is kept); `Runtime` when the driver's runtime cannot start.
+    pub fn connect(url: &str, role: &str) -> Result<Self, PgError> {
+        let mut config: Config = url.parse().map_err(|error| PgError::connect(&error))?;
+        config.application_name(format!("durably:{role}"));
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let client = runtime::run(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            // The socket task ends when the client is dropped or the session is lost; the
+            // client then reports `is_closed`, and every later call fails as ConnectionLost.
+            tokio::spawn(async move {
+                let _ended = connection.await;
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        })?
+        .map_err(|error| PgError::connect(&error))?;
+        Ok(Self {
+            client,
+            statements: RefCell::default(),
+        })
+    }
+
+    /// Runs one statement and returns the number of rows it changed.
+    ///
+    /// # Errors
+    ///
+    /// A `PgError` classified by its SQLSTATE; `Parameter` or `OutOfRange` when a value does not
+    /// bind to the parameter's type, `ConnectionLost` (or `CommitUnknown` for a `COMMIT`).
+    pub fn execute(&self, sql: &str, params: &[Value<'_>]) -> Result<u64, PgError> {
+        let prepared = self.prepared(sql)?;
+        let bound = bind_all(&prepared, params, sql)?;
+        block_on(self.client.execute(&prepared.statement, &as_params(&bound)))
+            .map_err(|error| self.failed(&error, sql, prepared.commits))
+    }
+
+    /// Runs one query and reads all of its rows.
+    ///
+    /// # Errors
+    ///
+    /// As `execute`; `UnsupportedType` at the first call when a column's type cannot be read
+    /// (cast `numeric` results), `Column` when a value cannot be decoded.
+    pub fn query(&self, sql: &str, params: &[Value<'_>]) -> Result<PgRows, PgError> {
+        let prepared = self.prepared(sql)?;
+        let bound = bind_all(&prepared, params, sql)?;
+        let rows = block_on(self.client.query(&prepared.statement, &as_params(&bound)))
+            .map_err(|error| self.failed(&error, sql, prepared.commits))?;
+        let rows = rows
+            .iter()
+            .map(|row| decode(&prepared, row, sql))
+            .collect::<Result<_, _>>()?;
+        Ok(PgRows {
+            columns: Arc::clone(&prepared.columns),
+            rows,
+        })
+    }
+
+    /// Runs SQL text of any number of statements, without parameters and untranslated
+    /// (migrations and transaction control written for PostgreSQL).
+    ///
+    /// # Errors
+    ///
+    /// As `execute`, for the first statement that fails; the ones before it ran.
+    pub fn batch_execute(&self, sql: &str) -> Result<(), PgError> {
+        block_on(self.client.batch_execute(sql))
+            .map_err(|error| self.failed(&error, sql, translate(sql).commits))
+    }
+
+    /// Whether the session is gone (closed or lost); every later call fails.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// The cached statement for `sql`, prepared (after translation) on a miss.
+    fn prepared(&self, sql: &str) -> Result<Arc<Prepared>, PgError> {
+        if let Some(hit) = self.statements.borrow_mut().get(sql) {
+            return Ok(hit);
+        }
+        let translated = translate(sql);
+        let statement = block_on(self.client.prepare(&translated.sql))
+            .map_err(|error| PgError::from_driver(&error, Some(sql), false))?;
+        let columns = statement.columns();
+        let readers = columns
+            .iter()
+            .enumerate()
+            .map(|(index, column)| Reader::for_column(index, column.name(), column.type_(), sql))
+            .collect::<Result<_, _>>()?;
+        let names = columns
+            .iter()
+            .map(|column| column.name().to_owned())
+            .collect();
+        let prepared = Arc::new(Prepared {
+            statement,
+            columns: names,
+            readers,
+            commits: translated.commits,
+        });
+        self.statements
+            .borrow_mut()
+            .insert(sql, Arc::clone(&prepared));
+        Ok(prepared)
+    }
+
+    /// Classifies a failed run of `sql`, and forgets its statement when the server no longer
+    /// accepts it, so that the next run prepares it again.
+    fn failed(&self, error: &tokio_postgres::Error, sql: &str, commit_sent: bool) -> PgError {
+        let error = PgError::from_driver(error, Some(sql), commit_sent);
+        if error
+            .sqlstate()
+            .is_some_and(|code| STALE_STATEMENT_SQLSTATES.contains(&code))
+        {
+            self.statements.borrow_mut().entries.remove(sql);
+        }
+        error
+    }
+}
+
+/// Binds every parameter by the type the server inferred for it.
+fn bind_all<'v>(
+    prepared: &Prepared,
+    params: &'v [Value<'_>],
+    sql: &str,
+) -> Result<Vec<Bound<'v>>, PgError> {
+    let types = prepared.statement.params();
+    if types.len() != params.len() {
+        let message = format!(
+            "the statement takes {} parameters, {} were given",
+            types.len(),
+            params.len()
+        );
+        return Err(PgError::new(PgErrorKind::Parameter, message, Some(sql)));
+    }
+    params
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(index, (value, ty))| bind(index + 1, value, ty, sql))
+        .collect()
+}
+
+fn as_params<'b>(bound: &'b [Bound<'_>]) -> Vec<&'b (dyn ToSql + Sync)> {
+    bound
+        .iter()
+        .map(|value| value as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// Reads one row by the column readers chosen at prepare time.
+fn decode(
+    prepared: &Prepared,
+    row: &tokio_postgres::Row,
+    sql: &str,
+) -> Result<Vec<Value<'static>>, PgError> {
+    let columns = prepared.statement.columns();
+    let mut values = Vec::with_capacity(columns.len());
+    for (index, (reader, column)) in prepared.readers.iter().zip(columns).enumerate() {
+        let value = row
+            .try_get::<_, Raw<'_>>(index)
+            .map_err(|error| PgError::from_driver(&error, Some(sql), false))
+            .and_then(|raw| {
+                reader.read(column.type_(), raw.0).map_err(|error| {
+                    let message = format!(
+                        "column {index} `{}` ({}): {error}",
+                        column.name(),
+                        column.type_()
+                    );
+                    PgError::new(PgErrorKind::Column, message, Some(sql))
+                })
+            })?;
+        values.push(value);
+    }
+    Ok(values)
+}

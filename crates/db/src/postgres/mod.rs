@@ -1,0 +1,11 @@
+//! The PostgreSQL side of the connection: tokio-postgres driven on a private runtime from sync
+//! code, the SQL translator, binding by inferred types, and classified errors.
+
+mod connection;
+mod error;
+mod runtime;
+mod translate;
+mod types;
+
+pub use connection::{PgConnection, PgRows};
+pub use error::{PgError, PgErrorKind};
