@@ -29,6 +29,7 @@ pub(super) enum Bound<'a> {
     Int4(i32),
     Int8(i64),
     Oid(u32),
+    Float4(f32),
     Float8(f64),
     /// Text, and `json` (whose binary form is its text).
     Text(&'a str),
@@ -85,6 +86,8 @@ pub(super) fn bind<'v>(
             Bound::Float8(float)
         }
         (Value::Real(v), &Type::FLOAT8) => Bound::Float8(*v),
+        // A `real` column holds single precision: the value is rounded to it, as the server would.
+        (Value::Real(v), &Type::FLOAT4) => Bound::Float4(*v as f32),
         (
             Value::Text(text),
             &Type::TEXT | &Type::VARCHAR | &Type::NAME | &Type::BPCHAR | &Type::JSON,
@@ -123,6 +126,7 @@ impl ToSql for Bound<'_> {
             Self::Int4(v) => return v.to_sql(ty, out),
             Self::Int8(v) => return v.to_sql(ty, out),
             Self::Oid(v) => return v.to_sql(ty, out),
+            Self::Float4(v) => return v.to_sql(ty, out),
             Self::Float8(v) => return v.to_sql(ty, out),
             Self::Timestamptz(v) => return v.to_sql(ty, out),
             Self::Text(text) => out.put_slice(text.as_bytes()),
