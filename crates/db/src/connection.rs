@@ -35,6 +35,8 @@ pub struct Connection {
 
 enum ConnectionInner {
     Sqlite(rusqlite::Connection),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::PgConnection),
 }
 
 impl std::fmt::Debug for Connection {
@@ -53,12 +55,23 @@ impl From<rusqlite::Connection> for Connection {
     }
 }
 
+#[cfg(feature = "postgres")]
+impl From<crate::PgConnection> for Connection {
+    fn from(connection: crate::PgConnection) -> Self {
+        Self {
+            inner: ConnectionInner::Postgres(connection),
+        }
+    }
+}
+
 impl Connection {
     /// The SQLite connection underneath, for what only SQLite has (pragmas, file checks,
     /// `data_version`); `None` on PostgreSQL.
     pub fn as_sqlite(&self) -> Option<&rusqlite::Connection> {
         match &self.inner {
             ConnectionInner::Sqlite(connection) => Some(connection),
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(_) => None,
         }
     }
 
@@ -66,6 +79,8 @@ impl Connection {
     pub fn as_sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
         match &mut self.inner {
             ConnectionInner::Sqlite(connection) => Some(connection),
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(_) => None,
         }
     }
 
@@ -73,6 +88,8 @@ impl Connection {
     pub fn dialect(&self) -> Dialect {
         match &self.inner {
             ConnectionInner::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(_) => Dialect::Postgres,
         }
     }
 
@@ -99,6 +116,8 @@ impl Connection {
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match &self.inner {
             ConnectionInner::Sqlite(connection) => Ok(connection.execute_batch(sql)?),
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(connection) => Ok(connection.batch_execute(sql)?),
         }
     }
 
@@ -121,6 +140,8 @@ impl Connection {
     pub fn prepare(&self, sql: &str) -> Result<Statement<'_>> {
         match &self.inner {
             ConnectionInner::Sqlite(connection) => Ok(Statement::sqlite(connection.prepare(sql)?)),
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(connection) => Statement::postgres(connection, sql),
         }
     }
 
@@ -133,6 +154,8 @@ impl Connection {
             ConnectionInner::Sqlite(connection) => {
                 Ok(Statement::sqlite_cached(connection.prepare_cached(sql)?))
             }
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(connection) => Statement::postgres(connection, sql),
         }
     }
 

@@ -10,6 +10,11 @@ pub enum Error {
     /// the callers classify it by its code.
     #[error(transparent)]
     Sqlite(rusqlite::Error),
+    /// PostgreSQL refused the statement or the connection; [`PgError::kind`](crate::PgError::kind)
+    /// tells conflicts, busy locks and lost connections apart.
+    #[cfg(feature = "postgres")]
+    #[error(transparent)]
+    Postgres(Box<crate::PgError>),
     /// A statement expected to return a row returned none.
     #[error("the query returned no rows")]
     QueryReturnedNoRows,

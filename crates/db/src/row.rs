@@ -11,6 +11,11 @@ pub struct Row<'r> {
 
 enum RowInner<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
+    #[cfg(feature = "postgres")]
+    Postgres {
+        columns: &'r [String],
+        values: &'r [Value<'static>],
+    },
 }
 
 /// Where a column is: its 0-based position, or its name.
@@ -47,6 +52,13 @@ impl<'r> Row<'r> {
         }
     }
 
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(columns: &'r [String], values: &'r [Value<'static>]) -> Self {
+        Self {
+            inner: RowInner::Postgres { columns, values },
+        }
+    }
+
     /// The column's value converted to `T`.
     ///
     /// # Errors
@@ -72,6 +84,10 @@ impl<'r> Row<'r> {
     fn value(&self, column: Column<'_>) -> Result<(usize, Value<'_>)> {
         match &self.inner {
             RowInner::Sqlite(row) => sqlite::column(row, column),
+            #[cfg(feature = "postgres")]
+            RowInner::Postgres { columns, values } => {
+                crate::postgres::column(columns, values, column)
+            }
         }
     }
 }

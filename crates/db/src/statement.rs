@@ -14,6 +14,8 @@ pub struct Statement<'c> {
 enum StatementInner<'c> {
     SqliteCached(rusqlite::CachedStatement<'c>),
     Sqlite(rusqlite::Statement<'c>),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStatement<'c>),
 }
 
 impl<'c> Statement<'c> {
@@ -29,11 +31,12 @@ impl<'c> Statement<'c> {
         }
     }
 
-    fn as_sqlite(&mut self) -> &mut rusqlite::Statement<'c> {
-        match &mut self.inner {
-            StatementInner::SqliteCached(statement) => statement,
-            StatementInner::Sqlite(statement) => statement,
-        }
+    /// A statement on PostgreSQL (prepared through the connection's cache).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(connection: &'c crate::PgConnection, sql: &str) -> Result<Self> {
+        Ok(Self {
+            inner: StatementInner::Postgres(crate::postgres::PgStatement::new(connection, sql)?),
+        })
     }
 
     /// Runs the statement; returns how many rows it changed.
@@ -42,7 +45,14 @@ impl<'c> Statement<'c> {
     /// The backend refused it, or a parameter could not be bound.
     #[allow(clippy::needless_pass_by_value)] // rusqlite's calling shape: callers pass by value.
     pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
-        Ok(self.as_sqlite().execute(sqlite::bind(&params))?)
+        match &mut self.inner {
+            StatementInner::SqliteCached(statement) => {
+                Ok(statement.execute(sqlite::bind(&params))?)
+            }
+            StatementInner::Sqlite(statement) => Ok(statement.execute(sqlite::bind(&params))?),
+            #[cfg(feature = "postgres")]
+            StatementInner::Postgres(statement) => statement.execute(&params),
+        }
     }
 
     /// Runs the statement and steps through its rows.
@@ -51,9 +61,17 @@ impl<'c> Statement<'c> {
     /// The backend refused it, or a parameter could not be bound.
     #[allow(clippy::needless_pass_by_value)] // rusqlite's calling shape: callers pass by value.
     pub fn query<P: Params>(&mut self, params: P) -> Result<Rows<'_>> {
-        Ok(Rows {
-            inner: RowsInner::Sqlite(self.as_sqlite().query(sqlite::bind(&params))?),
-        })
+        let inner = match &mut self.inner {
+            StatementInner::SqliteCached(statement) => {
+                RowsInner::Sqlite(statement.query(sqlite::bind(&params))?)
+            }
+            StatementInner::Sqlite(statement) => {
+                RowsInner::Sqlite(statement.query(sqlite::bind(&params))?)
+            }
+            #[cfg(feature = "postgres")]
+            StatementInner::Postgres(statement) => RowsInner::Postgres(statement.query(&params)?),
+        };
+        Ok(Rows { inner })
     }
 
     /// Runs the statement and maps its first row.
@@ -103,6 +121,8 @@ pub struct Rows<'s> {
 
 enum RowsInner<'s> {
     Sqlite(rusqlite::Rows<'s>),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgCursor),
 }
 
 impl Rows<'_> {
@@ -114,6 +134,10 @@ impl Rows<'_> {
     pub fn next(&mut self) -> Result<Option<Row<'_>>> {
         match &mut self.inner {
             RowsInner::Sqlite(rows) => Ok(rows.next()?.map(Row::sqlite)),
+            #[cfg(feature = "postgres")]
+            RowsInner::Postgres(cursor) => Ok(cursor
+                .next()
+                .map(|(columns, values)| Row::postgres(columns, values))),
         }
     }
 }

@@ -531,3 +531,68 @@ fn a_session_lost_during_commit_leaves_the_outcome_unknown() {
     });
     killer.batch_execute("ROLLBACK").unwrap();
 }
+
+#[test]
+fn the_facade_runs_the_same_calls_on_postgres() {
+    use durably_db::{Connection, Dialect, OptionalExtension, params};
+
+    let scratch = Scratch::new();
+    let conn = Connection::from(scratch.connect("facade"));
+    assert_eq!(conn.dialect(), Dialect::Postgres);
+    assert!(conn.as_sqlite().is_none());
+    conn.execute_batch("CREATE TABLE steps (seq bigint PRIMARY KEY, name text NOT NULL, output bytea, done boolean)")
+        .unwrap();
+    for (seq, name) in [(1_i64, "look up"), (2, "charge")] {
+        let changed = conn
+            .execute(
+                "INSERT INTO steps (seq, name, output, done) VALUES (?1, ?2, ?3, ?4)",
+                params![seq, name, Some(vec![seq as u8]), seq == 1],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    let (name, output, done): (String, Vec<u8>, bool) = conn
+        .query_row(
+            "SELECT name, output, done FROM steps WHERE seq = ?1",
+            [1],
+            |row| Ok((row.get("name")?, row.get(1)?, row.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!((name.as_str(), output, done), ("look up", vec![1], true));
+    let missing: Option<String> = conn
+        .query_row("SELECT name FROM steps WHERE seq = ?1", [9], |row| {
+            row.get(0)
+        })
+        .optional()
+        .unwrap();
+    assert_eq!(missing, None);
+    let mut statement = conn
+        .prepare_cached("SELECT seq FROM steps ORDER BY seq")
+        .unwrap();
+    let seqs: Vec<i64> = statement
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(seqs, [1, 2]);
+    assert!(matches!(
+        conn.query_row("SELECT seq FROM steps WHERE seq = 1", [], |row| row
+            .get::<_, i64>("nope")),
+        Err(durably_db::Error::NoSuchColumn(_))
+    ));
+    let Err(error) = conn.prepare("SELEC 1") else {
+        panic!("a syntax error is refused at prepare")
+    };
+    assert!(
+        matches!(&error, durably_db::Error::Postgres(pg) if pg.sqlstate() == Some("42601")),
+        "{error}"
+    );
+
+    let transaction = conn.transaction().unwrap();
+    transaction.execute("DELETE FROM steps", []).unwrap();
+    drop(transaction);
+    let count: i64 = conn
+        .query_row("SELECT count(*) FROM steps", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(count, 2, "a dropped transaction rolls back");
+}

@@ -3,9 +3,11 @@
 
 mod connection;
 mod error;
+mod facade;
 mod runtime;
 mod translate;
 mod types;
 
 pub use connection::{PgConnection, PgRows};
 pub use error::{PgError, PgErrorKind};
+pub(crate) use facade::{PgCursor, PgStatement, column};
