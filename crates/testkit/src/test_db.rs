@@ -1,0 +1,184 @@
+//! [`TestDb`]: one test's scratch database, removed when it drops.
+
+use std::path::{Path, PathBuf};
+
+use durably_db::Target;
+use durably_journal::{Journal, JournalBuilder};
+use tempfile::TempDir;
+
+use crate::backend::{BACKEND_VAR, Backend};
+
+/// One test's own database: a journal file path in a temporary directory (SQLite), or a schema
+/// of its own in the server's database (PostgreSQL). Dropping it removes the directory or drops
+/// the schema, with everything in it; drop the journals opened on it first.
+pub struct TestDb {
+    place: Place,
+}
+
+enum Place {
+    /// The journal file is created when a journal first opens `path`; `dir` is removed, with it,
+    /// when the `TestDb` drops.
+    Sqlite { dir: TempDir, path: PathBuf },
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::Schema),
+}
+
+impl TestDb {
+    /// A scratch database on the backend `DURABLY_TEST_BACKEND` names ([`Backend::from_env`]).
+    ///
+    /// # Panics
+    /// As [`TestDb::on`].
+    pub fn new() -> Self {
+        Self::on(Backend::from_env())
+    }
+
+    /// A scratch database on `backend`.
+    ///
+    /// # Panics
+    /// When the temporary directory cannot be made; for PostgreSQL, when `DURABLY_POSTGRES_URL`
+    /// is unset or its server cannot be reached (the message says how to start one), or when
+    /// this crate was built without its `postgres` feature.
+    pub fn on(backend: Backend) -> Self {
+        let place = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir()
+                    .unwrap_or_else(|error| panic!("cannot make a temporary directory: {error}"));
+                let path = dir.path().join("journal.db");
+                Place::Sqlite { dir, path }
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Place::Postgres(crate::postgres::Schema::create()),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => panic!(
+                "{BACKEND_VAR}=postgres, but this test binary was built without PostgreSQL \
+                 support: build it with `--features postgres` (or `--all-features`)"
+            ),
+        };
+        Self { place }
+    }
+
+    /// The backend this database is on.
+    pub fn backend(&self) -> Backend {
+        match &self.place {
+            Place::Sqlite { .. } => Backend::Sqlite,
+            #[cfg(feature = "postgres")]
+            Place::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// What a journal opens: the SQLite file's path, or the PostgreSQL URL whose
+    /// `search_path` is this database's schema.
+    pub fn target(&self) -> String {
+        match &self.place {
+            Place::Sqlite { path, .. } => path.display().to_string(),
+            #[cfg(feature = "postgres")]
+            Place::Postgres(schema) => schema.target().to_owned(),
+        }
+    }
+
+    /// The SQLite journal file's path, for the tests that only SQLite can run (its files,
+    /// locks and raw SQL).
+    ///
+    /// # Panics
+    /// On PostgreSQL, which has no file: such a test belongs to the SQLite-only list.
+    pub fn path(&self) -> &Path {
+        match &self.place {
+            Place::Sqlite { path, .. } => path,
+            #[cfg(feature = "postgres")]
+            Place::Postgres(schema) => panic!(
+                "this test asked for a SQLite file, but its database is the PostgreSQL schema \
+                 {} ({BACKEND_VAR}=postgres): run it on SQLite only",
+                schema.name()
+            ),
+        }
+    }
+
+    /// The directory holding the SQLite journal file (and whatever else the test puts beside
+    /// it); `None` on PostgreSQL.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.place {
+            Place::Sqlite { dir, .. } => Some(dir.path()),
+            #[cfg(feature = "postgres")]
+            Place::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL schema this database is; `None` on SQLite.
+    pub fn schema(&self) -> Option<&str> {
+        match &self.place {
+            Place::Sqlite { .. } => None,
+            #[cfg(feature = "postgres")]
+            Place::Postgres(schema) => Some(schema.name()),
+        }
+    }
+
+    /// A journal builder for this database, with the default settings.
+    ///
+    /// # Panics
+    /// On PostgreSQL, until the journal opens one (as [`TestDb::path`]).
+    pub fn builder(&self) -> JournalBuilder {
+        // needs Journal::builder(Target): then this is `Journal::builder(self.target())`, and
+        // works on both backends.
+        Journal::builder(self.path())
+    }
+
+    /// The journal on this database, opened with the default settings.
+    ///
+    /// # Panics
+    /// When it cannot be opened, with the journal's error; as [`TestDb::builder`].
+    pub fn open(&self) -> Journal {
+        self.builder().open().unwrap_or_else(|error| {
+            // Through `Target`, which hides a URL's password.
+            let target = Target::from(self.target());
+            panic!("cannot open the test journal at {target}: {error}")
+        })
+    }
+}
+
+impl Default for TestDb {
+    /// As [`TestDb::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The SQLite side: the journal opens where `target` says, and the directory goes with
+    //! the `TestDb`; PostgreSQL asked of a build without it says which flag builds it.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_sqlite_test_db_is_a_journal_file_in_a_directory_of_its_own() {
+        let db = TestDb::on(Backend::Sqlite);
+        assert_eq!(db.backend(), Backend::Sqlite);
+        assert_eq!(db.schema(), None);
+        let dir = db.dir().unwrap().to_path_buf();
+        assert_eq!(db.path(), dir.join("journal.db"));
+        assert_eq!(db.target(), db.path().display().to_string());
+        assert!(!db.path().exists(), "the file is made by the first open");
+
+        let journal = db.open();
+        assert_eq!(journal.path(), db.path());
+        assert!(db.path().is_file());
+        drop(journal);
+
+        let other = TestDb::on(Backend::Sqlite);
+        assert_ne!(
+            other.dir(),
+            db.dir(),
+            "each TestDb has a directory of its own"
+        );
+        drop(db);
+        assert!(!dir.exists(), "the directory goes with the TestDb");
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    #[should_panic(expected = "build it with `--features postgres`")]
+    fn postgres_without_the_feature_panics_with_the_flag_that_builds_it() {
+        TestDb::on(Backend::Postgres);
+    }
+}
