@@ -402,6 +402,39 @@ fn a_unique_violation_is_classified_without_the_key() {
 }
 
 #[test]
+fn a_commit_after_an_error_reports_that_nothing_committed() {
+    let scratch = Scratch::new();
+    let conn = scratch.connect("aborted");
+    conn.batch_execute("CREATE TABLE a (key text PRIMARY KEY)")
+        .unwrap();
+    conn.execute("INSERT INTO a (key) VALUES ('taken')", &[])
+        .unwrap();
+    conn.execute("BEGIN", &[]).unwrap();
+    conn.execute("INSERT INTO a (key) VALUES ('new')", &[])
+        .unwrap();
+    let error = conn
+        .execute("INSERT INTO a (key) VALUES ('taken')", &[])
+        .unwrap_err();
+    assert_eq!(error.kind(), PgErrorKind::UniqueViolation);
+    // SQLite would commit 'new'; PostgreSQL aborted the transaction and says so at COMMIT.
+    let error = conn.execute("COMMIT", &[]).unwrap_err();
+    assert_eq!(error.kind(), PgErrorKind::RolledBack, "{error}");
+    let count = conn.query("SELECT count(*) FROM a", &[]).unwrap();
+    assert_eq!(one(&count), [Value::Integer(1)]);
+
+    // A savepoint rolled back to makes the transaction usable again.
+    conn.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    conn.execute("INSERT INTO a (key) VALUES ('taken')", &[])
+        .unwrap_err();
+    conn.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    conn.execute("INSERT INTO a (key) VALUES ('kept')", &[])
+        .unwrap();
+    conn.batch_execute("COMMIT").unwrap();
+    let count = conn.query("SELECT count(*) FROM a", &[]).unwrap();
+    assert_eq!(one(&count), [Value::Integer(2)]);
+}
+
+#[test]
 fn a_deadlock_between_two_sessions_is_a_conflict() {
     let scratch = Scratch::new();
     let first = scratch.connect("deadlock-first");

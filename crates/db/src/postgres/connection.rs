@@ -1,7 +1,7 @@
 //! One PostgreSQL session, used from sync code: statements are translated, prepared once per
 //! SQL text and cached, parameters bound by the types the server inferred, rows read whole.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,8 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::error::{PgError, PgErrorKind};
 use super::runtime;
-use super::translate::translate;
+use super::transaction::TransactionState;
+use super::translate::{Translated, translate};
 use super::types::{Bound, Raw, Reader, bind};
 use crate::value::Value;
 
@@ -42,8 +43,8 @@ struct Prepared {
     statement: Statement,
     columns: Arc<[String]>,
     readers: Box<[Reader]>,
-    /// The SQL contains a `COMMIT`: a connection lost while it runs leaves the outcome unknown.
-    commits: bool,
+    /// The translation, with the transaction controls the statement performs.
+    translated: Translated,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +88,9 @@ impl StatementCache {
 pub struct PgConnection {
     client: Client,
     statements: RefCell<StatementCache>,
+    /// Followed through every statement's outcome, so that a `COMMIT` that rolled back an
+    /// aborted transaction is reported as an error (see `transaction.rs`).
+    transaction: Cell<TransactionState>,
 }
 
 impl PgConnection {
@@ -121,6 +125,7 @@ impl PgConnection {
         Ok(Self {
             client,
             statements: RefCell::default(),
+            transaction: Cell::default(),
         })
     }
 
@@ -139,12 +144,13 @@ impl PgConnection {
     /// # Errors
     ///
     /// A `PgError` classified by its SQLSTATE; `Parameter` or `OutOfRange` when a value does not
-    /// bind to the parameter's type, `ConnectionLost` (or `CommitUnknown` for a `COMMIT`).
+    /// bind to the parameter's type, `ConnectionLost` (or `CommitUnknown` for a `COMMIT`), and
+    /// `RolledBack` for a `COMMIT` of a transaction an earlier error aborted.
     pub fn execute(&self, sql: &str, params: &[Value<'_>]) -> Result<u64, PgError> {
         let prepared = self.prepared(sql)?;
         let bound = bind_all(&prepared, params, sql)?;
-        block_on(self.client.execute(&prepared.statement, &as_params(&bound)))
-            .map_err(|error| self.failed(&error, sql, prepared.commits))
+        let outcome = block_on(self.client.execute(&prepared.statement, &as_params(&bound)));
+        self.settle(outcome, sql, &prepared.translated)
     }
 
     /// Runs one query and reads all of its rows.
@@ -156,8 +162,8 @@ impl PgConnection {
     pub fn query(&self, sql: &str, params: &[Value<'_>]) -> Result<PgRows, PgError> {
         let prepared = self.prepared(sql)?;
         let bound = bind_all(&prepared, params, sql)?;
-        let rows = block_on(self.client.query(&prepared.statement, &as_params(&bound)))
-            .map_err(|error| self.failed(&error, sql, prepared.commits))?;
+        let outcome = block_on(self.client.query(&prepared.statement, &as_params(&bound)));
+        let rows = self.settle(outcome, sql, &prepared.translated)?;
         let rows = rows
             .iter()
             .map(|row| decode(&prepared, row, sql))
@@ -175,8 +181,8 @@ impl PgConnection {
     ///
     /// As `execute`, for the first statement that fails; the ones before it ran.
     pub fn batch_execute(&self, sql: &str) -> Result<(), PgError> {
-        block_on(self.client.batch_execute(sql))
-            .map_err(|error| self.failed(&error, sql, translate(sql).commits))
+        let outcome = block_on(self.client.batch_execute(sql));
+        self.settle(outcome, sql, &translate(sql))
     }
 
     /// Whether the session is gone (closed or lost); every later call fails.
@@ -191,7 +197,7 @@ impl PgConnection {
         }
         let translated = translate(sql);
         let statement = block_on(self.client.prepare(&translated.sql))
-            .map_err(|error| PgError::from_driver(&error, Some(sql), false))?;
+            .map_err(|error| self.refused(&error, sql, &translated, false))?;
         let columns = statement.columns();
         let readers = columns
             .iter()
@@ -206,7 +212,7 @@ impl PgConnection {
             statement,
             columns: names,
             readers,
-            commits: translated.commits,
+            translated,
         });
         self.statements
             .borrow_mut()
@@ -214,10 +220,44 @@ impl PgConnection {
         Ok(prepared)
     }
 
-    /// Classifies a failed run of `sql`, and forgets its statement when the server no longer
-    /// accepts it, so that the next run prepares it again.
-    fn failed(&self, error: &tokio_postgres::Error, sql: &str, commit_sent: bool) -> PgError {
-        let error = PgError::from_driver(error, Some(sql), commit_sent);
+    /// Follows the session's transaction through the outcome of running `translated`.
+    fn settle<T>(
+        &self,
+        outcome: Result<T, tokio_postgres::Error>,
+        sql: &str,
+        translated: &Translated,
+    ) -> Result<T, PgError> {
+        let value = outcome.map_err(|error| self.refused(&error, sql, translated, true))?;
+        let after = self.transaction.get().after_success(translated);
+        self.transaction.set(after.state);
+        if after.commit_rolled_back {
+            let message = "an earlier error aborted the transaction, so COMMIT rolled it back: \
+                           nothing was committed";
+            return Err(PgError::new(PgErrorKind::RolledBack, message, Some(sql)));
+        }
+        Ok(value)
+    }
+
+    /// Classifies a failure of `sql` and follows the transaction through it. `sent`: the
+    /// statement itself was sent (not only its preparation), so a `COMMIT` in it may have run.
+    /// A statement the server no longer accepts is forgotten, to be prepared again.
+    fn refused(
+        &self,
+        error: &tokio_postgres::Error,
+        sql: &str,
+        translated: &Translated,
+        sent: bool,
+    ) -> PgError {
+        let error = PgError::from_driver(error, Some(sql), sent && translated.commits());
+        let state = self.transaction.get();
+        self.transaction.set(if error.is_connection_lost() {
+            TransactionState::Idle
+        } else if error.sqlstate().is_some() {
+            state.after_error(translated)
+        } else {
+            // The driver failed before the server saw the statement.
+            state
+        });
         if error
             .sqlstate()
             .is_some_and(|code| STALE_STATEMENT_SQLSTATES.contains(&code))

@@ -21,6 +21,9 @@ pub enum PgErrorKind {
     /// The connection was lost while its `COMMIT` was in flight: the transaction may or may not
     /// have committed. Only reading the data again tells.
     CommitUnknown,
+    /// A `COMMIT` found its transaction aborted by an earlier error, so the server rolled it
+    /// back: nothing committed. (PostgreSQL reports such a `COMMIT` as a success.)
+    RolledBack,
     /// 40P01 `deadlock_detected`: this transaction was rolled back; nothing committed.
     Deadlock,
     /// 40001 `serialization_failure`: this transaction was rolled back; nothing committed.
@@ -53,6 +56,7 @@ impl PgErrorKind {
             Self::Connect => "cannot connect to PostgreSQL",
             Self::ConnectionLost => "PostgreSQL connection lost",
             Self::CommitUnknown => "PostgreSQL connection lost during COMMIT, outcome unknown",
+            Self::RolledBack => "transaction rolled back at COMMIT",
             Self::Deadlock => "deadlock detected, transaction rolled back",
             Self::SerializationFailure => "serialization failure, transaction rolled back",
             Self::LockNotAvailable => "lock not available",

@@ -5,6 +5,7 @@ mod connection;
 mod error;
 mod facade;
 mod runtime;
+mod transaction;
 mod translate;
 mod types;
 

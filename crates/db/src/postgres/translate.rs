@@ -12,9 +12,32 @@
 pub(super) struct Translated {
     /// The rewritten SQL.
     pub(super) sql: String,
-    /// Whether one of its statements is `COMMIT` (or its synonym `END`): a connection lost
-    /// while it runs leaves the transaction's outcome unknown.
-    pub(super) commits: bool,
+    /// Its transaction-control statements, in order.
+    pub(super) controls: Vec<Control>,
+    /// How many statements it holds (counted by their first words).
+    pub(super) statements: usize,
+}
+
+impl Translated {
+    /// Whether one of its statements is `COMMIT` (or `END`): a connection lost while it runs
+    /// leaves the transaction's outcome unknown.
+    pub(super) fn commits(&self) -> bool {
+        self.controls.contains(&Control::Commit)
+    }
+}
+
+/// A statement that begins or ends a transaction, by which the connection follows the state of
+/// its session's transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Control {
+    /// `BEGIN` or `START TRANSACTION`.
+    Begin,
+    /// `COMMIT` or `END`.
+    Commit,
+    /// `ROLLBACK` or `ABORT` (the whole transaction).
+    Rollback,
+    /// `ROLLBACK TO [SAVEPOINT] name`: the transaction stays open, usable again.
+    RollbackToSavepoint,
 }
 
 /// Words after which a `+` directly before a parameter is unary (the previous token is not an
@@ -57,7 +80,8 @@ pub(super) fn translate(sql: &str) -> Translated {
         unary_allowed: true,
         statement_start: true,
     };
-    let mut commits = false;
+    let mut controls = Vec::new();
+    let mut statements = 0;
     while let Some(token) = lexer.next_token() {
         match token {
             Token::Verbatim(text) => out.push_str(text),
@@ -86,8 +110,8 @@ pub(super) fn translate(sql: &str) -> Translated {
             }
             Token::Word(word) => {
                 if state.statement_start {
-                    commits |=
-                        word.eq_ignore_ascii_case("commit") || word.eq_ignore_ascii_case("end");
+                    statements += 1;
+                    controls.extend(lexer.control(word));
                     state.statement_start = false;
                 }
                 if let Some(end) = lexer.index_hint_end(word) {
@@ -107,7 +131,11 @@ pub(super) fn translate(sql: &str) -> Translated {
             }
         }
     }
-    Translated { sql: out, commits }
+    Translated {
+        sql: out,
+        controls,
+        statements,
+    }
 }
 
 /// What the translator remembers between tokens.
@@ -299,6 +327,37 @@ impl<'a> Lexer<'a> {
         None
     }
 
+    /// The transaction control a statement starting with `word` (already taken) performs.
+    fn control(&self, word: &str) -> Option<Control> {
+        let is = |known: &str| word.eq_ignore_ascii_case(known);
+        if is("begin") || is("start") {
+            return Some(Control::Begin);
+        }
+        if is("commit") || is("end") {
+            return Some(Control::Commit);
+        }
+        if is("abort") {
+            return Some(Control::Rollback);
+        }
+        if !is("rollback") {
+            return None;
+        }
+        // `ROLLBACK [WORK | TRANSACTION] TO …` keeps the transaction.
+        let mut next = self.word_after(self.pos);
+        if let Some((start, end)) = next {
+            let noise = &self.sql[start..end];
+            if noise.eq_ignore_ascii_case("work") || noise.eq_ignore_ascii_case("transaction") {
+                next = self.word_after(end);
+            }
+        }
+        let to = next.is_some_and(|(start, end)| self.sql[start..end].eq_ignore_ascii_case("to"));
+        Some(if to {
+            Control::RollbackToSavepoint
+        } else {
+            Control::Rollback
+        })
+    }
+
     /// Whether an opening parenthesis follows (after optional whitespace).
     fn call_follows(&self) -> bool {
         let at = self.skip_while(self.pos, |b| b.is_ascii_whitespace());
@@ -389,15 +448,27 @@ mod tests {
     }
 
     #[test]
-    fn commits_are_recognised_at_statement_starts_only() {
-        assert!(translate("COMMIT").commits);
-        assert!(translate(" commit;").commits);
-        assert!(translate("UPDATE t SET a = 1; END").commits);
-        assert!(translate("-- done\nCOMMIT").commits);
-        assert!(!translate("SELECT CASE WHEN a THEN 1 END").commits);
-        assert!(!translate("SELECT 'COMMIT'").commits);
-        assert!(!translate("ROLLBACK").commits);
-        assert!(!translate("INSERT INTO commit_log VALUES (1)").commits);
+    fn transaction_controls_are_recognised_at_statement_starts_only() {
+        use Control::{Begin, Commit, Rollback, RollbackToSavepoint};
+        let controls = |text: &str| translate(text).controls;
+        assert_eq!(controls("COMMIT"), [Commit]);
+        assert_eq!(controls(" commit;"), [Commit]);
+        assert_eq!(controls("BEGIN; UPDATE t SET a = 1; END"), [Begin, Commit]);
+        assert_eq!(controls("-- done\nCOMMIT"), [Commit]);
+        assert_eq!(
+            controls("START TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+            [Begin]
+        );
+        assert_eq!(controls("ROLLBACK"), [Rollback]);
+        assert_eq!(controls("abort"), [Rollback]);
+        assert_eq!(controls("ROLLBACK TO SAVEPOINT s"), [RollbackToSavepoint]);
+        assert_eq!(controls("rollback work to s"), [RollbackToSavepoint]);
+        assert!(controls("SELECT CASE WHEN a THEN 1 END").is_empty());
+        assert!(controls("SELECT 'COMMIT'").is_empty());
+        assert!(controls("INSERT INTO commit_log VALUES (1)").is_empty());
+        assert!(translate("UPDATE t SET a = 1; END").commits());
+        assert!(!translate("ROLLBACK").commits());
+        assert_eq!(translate("SELECT 1; SELECT 2;").statements, 2);
     }
 
     #[test]
