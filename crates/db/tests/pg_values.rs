@@ -2,8 +2,9 @@
 //! it maps to reads back as the same value (timestamps as millisecond RFC 3339 text, JSON
 //! byte-identical), the SQLite spelling of statements runs after translation, and failures are
 //! classified: a real deadlock between two sessions, a unique violation, a lock timeout, a
-//! statement timeout, a session killed with `pg_terminate_backend`, and one killed while its
-//! `COMMIT` waits.
+//! statement timeout, a session killed with `pg_terminate_backend`, one killed while its
+//! `COMMIT` waits, and a `COMMIT` that rolled back a transaction an earlier error aborted. The
+//! facade's own calls (`Connection::from(PgConnection)`) run the same way as on SQLite.
 //!
 //! Each test works in its own schema of the server `DURABLY_POSTGRES_URL` names (start one with
 //! `eval "$(.ci/pg start)"`). Without it the tests fail with that fix; they never skip. Waits
