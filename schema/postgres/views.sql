@@ -7,8 +7,9 @@
 -- built on it goes too) before it is created, so the file applies to any schema.
 --
 -- They only read. Where SQLite's SQL has no PostgreSQL twin:
--- * `julianday(a) - julianday(b)` in days is `extract(epoch FROM a - b)` in seconds, and
---   `round` works on its `numeric`; durations are cast to `double precision`, SQLite's REAL;
+-- * `julianday(a) - julianday(b)` in days is `extract(epoch FROM a - b)` in seconds. Durations
+--   stay `numeric` (SQLite's are REAL), so `round(avg(duration_s), 3)` works at the prompt as
+--   it does in sqlite3 (PostgreSQL has no `round(double precision, int)`);
 -- * `json_extract(x, '$.k')` is `x ->> 'k'` (text; CAST where a number is compared);
 -- * `sum(bool)` is `count(*) FILTER (WHERE ...)`, and a `sum` of integers is cast back to
 --   `bigint` (PostgreSQL sums `bigint` into `numeric`);
@@ -41,8 +42,8 @@ SELECT e.execution_id,
        CAST(coalesce(sum(s.attempts), 0) AS bigint)   AS attempts,
        e.created_at,
        e.finalized_at,
-       CAST(round(extract(epoch FROM coalesce(e.finalized_at, e.updated_at) - e.created_at), 3)
-            AS double precision)                      AS duration_s,
+       round(extract(epoch FROM coalesce(e.finalized_at, e.updated_at) - e.created_at), 3)
+                                                      AS duration_s,
        e.input,
        e.output,
        e.error
@@ -66,7 +67,7 @@ SELECT s.execution_id,
        s.attempts,
        s.idempotency_key,
        s.intent_at,
-       CAST(round(extract(epoch FROM now() - s.intent_at), 1) AS double precision) AS waiting_s,
+       round(extract(epoch FROM now() - s.intent_at), 1) AS waiting_s,
        l.pid                                          AS holder_pid,
        l.acquired_at                                  AS held_since
 FROM steps AS s

@@ -6,7 +6,7 @@
 -- `schema_versions` row (see schema/postgres/views.sql for the journal's own). It reads the
 -- journal's `executions` table for the status of each fire's execution. `duration_s` is
 -- `extract(epoch FROM a - b)` where SQLite has `julianday(a) - julianday(b)` days, rounded the
--- same way and cast to `double precision`, SQLite's REAL.
+-- the same way; it stays `numeric` (SQLite's is REAL) so `round` works on it at the prompt.
 
 -- The scheduler's slot ledger: one row per (job, slot) fire, newest slot first, with the
 -- state of the execution that ran it and how long the fire took. `state` is the fire's state
@@ -29,8 +29,7 @@ SELECT f.job,
        f.registered_at,
        f.started_at,
        f.finished_at,
-       CAST(round(extract(epoch FROM f.finished_at - f.started_at), 3) AS double precision)
-                                                      AS duration_s
+       round(extract(epoch FROM f.finished_at - f.started_at), 3) AS duration_s
 FROM fires AS f
 LEFT JOIN executions AS e ON e.execution_id = f.execution_id
 ORDER BY f.slot_ms DESC, f.job;
