@@ -134,7 +134,7 @@ pub fn read(inspector: &Inspector, id: Uuid, queued: bool, pages: Pages) -> Resu
         let resource = id.to_string();
         let (messages_count, messages_pending) = conn
             .prepare_cached(
-                "SELECT count(*), coalesce(sum(consumed_seq IS NULL), 0)
+                "SELECT count(*), count(*) FILTER (WHERE consumed_seq IS NULL)
                  FROM messages WHERE execution_id = ?1",
             )?
             .query_row(params![resource], |row| Ok((row.get(0)?, row.get(1)?)))?;
@@ -236,7 +236,7 @@ fn messages_page(
 ) -> durably::Result<Vec<MessageRow>> {
     let sql = format!(
         "SELECT id, topic, sent_at, idempotency_key, consumed_seq, consumed_at, {}
-         FROM messages WHERE execution_id = ?1 AND (?3 IS NULL OR id < ?3)
+         FROM messages WHERE execution_id = ?1 AND (id < ?3 OR ?3 IS NULL)
          ORDER BY id DESC LIMIT ?4",
         preview_columns("payload")
     );
@@ -268,7 +268,7 @@ fn events_page(
 ) -> durably::Result<Vec<WorkflowEventRow>> {
     let sql = format!(
         "SELECT key, seq, set_at, {}
-         FROM workflow_events WHERE execution_id = ?1 AND (?3 IS NULL OR seq < ?3)
+         FROM workflow_events WHERE execution_id = ?1 AND (seq < ?3 OR ?3 IS NULL)
          ORDER BY seq DESC LIMIT ?4",
         preview_columns("value")
     );

@@ -79,7 +79,9 @@ pub fn ambiguous_step_exists(conn: &Connection, execution_id: Uuid) -> Result<bo
 /// A storage error.
 pub fn step_attempts_total(conn: &Connection, execution_id: Uuid) -> Result<u32> {
     let total: i64 = conn
-        .prepare_cached("SELECT coalesce(sum(attempts), 0) FROM steps WHERE execution_id = ?1")?
+        .prepare_cached(
+            "SELECT CAST(coalesce(sum(attempts), 0) AS BIGINT) FROM steps WHERE execution_id = ?1",
+        )?
         .query_row(params![execution_id.to_string()], |row| row.get(0))?;
     Ok(u32::try_from(total).unwrap_or(u32::MAX))
 }

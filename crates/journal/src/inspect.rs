@@ -258,14 +258,14 @@ pub(crate) fn list<P: PayloadColumn>(
     // A journal older than the runtime's columns has no queue and no cancel request: its
     // rows match only when neither filter is set.
     let runtime_filters = if records::has_runtime_columns(conn)? {
-        "(?6 IS NULL OR queue = ?6) AND (?7 = 0 OR cancel_requested_at IS NOT NULL)"
+        "(queue = ?6 OR ?6 IS NULL) AND (?7 = 0 OR cancel_requested_at IS NOT NULL)"
     } else {
-        "?6 IS NULL AND ?7 = 0"
+        "CAST(?6 AS TEXT) IS NULL AND ?7 = 0"
     };
     let sql = format!(
         "SELECT {} FROM executions
-         WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
-           AND (?3 IS NULL OR instr(name, ?3) > 0) AND (?4 IS NULL OR created_at >= ?4)
+         WHERE (status = ?1 OR ?1 IS NULL) AND (kind = ?2 OR ?2 IS NULL)
+           AND (instr(name, ?3) > 0 OR ?3 IS NULL) AND (created_at >= ?4 OR ?4 IS NULL)
            AND {runtime_filters}
          ORDER BY created_at DESC, execution_id LIMIT ?5",
         records::execution_columns::<P>(conn, bytes_max)?

@@ -117,7 +117,7 @@ fn claimable_sql(in_queue: bool, kinds: usize) -> String {
     let queue = if in_queue {
         "queue = ?1"
     } else {
-        "queue IS NULL"
+        "queue IS NULL AND CAST(?1 AS TEXT) IS NULL"
     };
     let kinds: Vec<String> = (0..kinds).map(|at| format!("?{}", at + 3)).collect();
     format!(
@@ -181,7 +181,10 @@ pub fn count_in_status(conn: &Connection, status: Status) -> Result<u64> {
 /// A storage error.
 pub fn queued_in_queue(conn: &Connection, queue: Option<&str>) -> Result<u64> {
     let count: i64 = conn
-        .prepare_cached("SELECT count(*) FROM executions WHERE status = 'queued' AND queue IS ?1")?
+        .prepare_cached(
+            "SELECT count(*) FROM executions
+             WHERE status = 'queued' AND queue IS NOT DISTINCT FROM ?1",
+        )?
         .query_row(params![queue], |row| row.get(0))?;
     Ok(count.unsigned_abs())
 }
@@ -245,7 +248,7 @@ pub fn wake(conn: &Connection, id: Uuid, now: DateTime<Utc>, by: Wake<'_>) -> Re
             "UPDATE executions SET status = 'queued', due_at = NULL, wait_topic = NULL,
                                    updated_at = ?2
              WHERE execution_id = ?1 AND status = 'waiting'
-               AND (?3 IS NULL OR due_at <= ?3) AND (?4 IS NULL OR wait_topic = ?4)",
+               AND (due_at <= ?3 OR ?3 IS NULL) AND (wait_topic = ?4 OR ?4 IS NULL)",
         )?
         .execute(params![id.to_string(), now, due_by, topic])?;
     Ok(changed == 1)
@@ -428,7 +431,7 @@ pub fn queue_positions(conn: &Connection, ids: &[Uuid]) -> Result<Vec<(Uuid, u64
     let mut statement = conn.prepare_cached(
         "SELECT 1 + (SELECT count(*) FROM executions AS ahead
                      WHERE ahead.status = 'queued' AND ahead.due_at IS NULL
-                       AND ahead.queue IS e.queue
+                       AND ahead.queue IS NOT DISTINCT FROM e.queue
                        AND (ahead.priority > e.priority
                             OR (ahead.priority = e.priority AND ahead.id < e.id)))
          FROM executions AS e

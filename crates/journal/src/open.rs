@@ -245,7 +245,7 @@ fn open_in_transaction(
 /// Reads execution `id`'s status and payloads, each refused over `bytes_max` before it is read.
 fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option<ExistingRow>> {
     let sql = format!(
-        "SELECT status, {}, {}, {}, json_extract(status_detail, '$.seq')
+        "SELECT status, {}, {}, {}, CAST(status_detail ->> 'seq' AS INTEGER)
          FROM executions WHERE execution_id = ?1",
         Payload::select("input", bytes_max),
         Payload::select("output", bytes_max),

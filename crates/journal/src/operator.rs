@@ -314,7 +314,7 @@ fn resolve_step(
     conn.prepare_cached(
         "UPDATE executions SET status = 'interrupted', status_detail = NULL, updated_at = ?3
          WHERE execution_id = ?1 AND status = 'awaiting_operator'
-           AND json_extract(status_detail, '$.seq') = ?2",
+           AND CAST(status_detail ->> 'seq' AS INTEGER) = ?2",
     )?
     .execute(params![resource, seq, now])?;
     let resolution = if value.is_some() {

@@ -167,7 +167,7 @@ pub(crate) const AWAITING_OPERATOR_QUERY: &str =
     "SELECT e.execution_id, s.seq, s.name, s.policy, e.status_detail, e.updated_at
      FROM executions AS e
      JOIN steps AS s ON s.execution_id = e.execution_id
-                    AND s.seq = json_extract(e.status_detail, '$.seq')
+                    AND s.seq = CAST(e.status_detail ->> 'seq' AS INTEGER)
      WHERE e.status = 'awaiting_operator' AND s.state = 'intent'
      ORDER BY e.updated_at, e.id";
 

@@ -187,7 +187,7 @@ pub(crate) fn claim_free(
          VALUES (:resource, 1, :instance_id, :pid, :start_time, :boot_id, :pid_ns, :hostname,
                  :now, :now, :lease_ms, NULL)
          ON CONFLICT (resource) DO UPDATE SET
-             epoch = epoch + 1, instance_id = excluded.instance_id, pid = excluded.pid,
+             epoch = locks.epoch + 1, instance_id = excluded.instance_id, pid = excluded.pid,
              start_time = excluded.start_time, boot_id = excluded.boot_id,
              pid_ns = excluded.pid_ns, hostname = excluded.hostname,
              acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,

@@ -390,9 +390,10 @@ pub(crate) fn record_skipped(
     };
     let inserted = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO skipped_slots (job, first_slot, first_slot_ms, last_slot,
+            "INSERT INTO skipped_slots (job, first_slot, first_slot_ms, last_slot,
                  last_slot_ms, slot_count, count_exact, reason, recorded_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (job, first_slot_ms) DO NOTHING",
         )?
         .execute(params![
             job,

@@ -63,7 +63,7 @@ pub fn run(target: &Target, job: Option<&str>, limit: u32, json: bool) -> Result
         let mut statement = conn.prepare_cached(
             "SELECT job, slot, state, attempts, execution_id, execution_status, reason,
                     registered_at, started_at, finished_at
-             FROM fire_ledger WHERE (?1 IS NULL OR job = ?1)
+             FROM fire_ledger WHERE (job = ?1 OR ?1 IS NULL)
              ORDER BY slot DESC, job LIMIT ?2",
         )?;
         let rows = statement.query_map(params![job, limit], Fire::from_row)?;

@@ -167,7 +167,7 @@ pub(super) fn count_reruns(conn: &Connection, resource: &str, seq: u32) -> Resul
         .prepare_cached(
             "SELECT count(*) FROM events WHERE execution_id = ?1 AND seq = ?2
                AND (kind = 'ambiguity_retried'
-                    OR (kind = 'ambiguity_reconciled' AND json_extract(detail, '$.found') = 0))",
+                    OR (kind = 'ambiguity_reconciled' AND CAST(detail -> 'found' AS TEXT) = 'false'))",
         )?
         .query_row(params![resource, seq], |row| row.get(0))?)
 }

@@ -22,10 +22,10 @@ fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
     let queue = if in_queue {
         "e.queue = ?1"
     } else {
-        "e.queue IS NULL"
+        "e.queue IS NULL AND CAST(?1 AS TEXT) IS NULL"
     };
     let pairs: Vec<String> = (0..pairs)
-        .map(|at| format!("(?{}, ?{})", 2 * at + 3, 2 * at + 4))
+        .map(|at| format!("(?{}, CAST(?{} AS INTEGER))", 2 * at + 3, 2 * at + 4))
         .collect();
     format!(
         "SELECT e.execution_id, e.kind, r.version
@@ -94,15 +94,15 @@ pub(crate) fn queued_other_versions(
         return Ok(Vec::new());
     }
     let pairs: Vec<String> = (0..served.len())
-        .map(|at| format!("(?{}, ?{})", 2 * at + 2, 2 * at + 3))
+        .map(|at| format!("(?{}, CAST(?{} AS INTEGER))", 2 * at + 2, 2 * at + 3))
         .collect();
     let sql = format!(
         "SELECT kind, version, count(*) FROM (
              SELECT e.kind, r.version FROM executions AS e INDEXED BY executions_claimable
              JOIN runtime_executions AS r ON r.execution_id = e.execution_id
              WHERE e.status = 'queued' AND e.due_at IS NULL
-               AND e.kind IN (SELECT column1 FROM (VALUES {pairs}))
-             LIMIT +?1)
+               AND e.kind IN (SELECT column1 FROM (VALUES {pairs}) AS served)
+             LIMIT +?1) AS scanned
          WHERE (kind, version) NOT IN (VALUES {pairs})
          GROUP BY kind, version ORDER BY kind, version",
         pairs = pairs.join(", ")

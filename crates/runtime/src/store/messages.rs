@@ -48,18 +48,15 @@ pub(crate) fn insert_message(
     key: Option<&str>,
     sent_at: &str,
 ) -> Result<i64> {
-    conn.prepare_cached(
-        "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        execution_id.to_string(),
-        topic,
-        payload,
-        key,
-        sent_at
-    ])?;
-    Ok(conn.last_insert_rowid())
+    Ok(conn
+        .prepare_cached(
+            "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+        )?
+        .query_row(
+            params![execution_id.to_string(), topic, payload, key, sent_at],
+            |row| row.get(0),
+        )?)
 }
 
 /// The first message on `topic` sent to `execution_id` that no recv step has consumed: one
