@@ -47,22 +47,33 @@ struct Prepared {
     translated: Translated,
 }
 
-#[derive(Debug, Default)]
-struct StatementCache {
+/// Prepared statements by their original SQL text, at most `STATEMENT_CACHE_CAPACITY`, the least
+/// recently used one evicted first.
+#[derive(Debug)]
+struct StatementCache<T> {
     /// Each statement with the tick of its last use.
-    entries: HashMap<String, (Arc<Prepared>, u64)>,
+    entries: HashMap<String, (Arc<T>, u64)>,
     tick: u64,
 }
 
-impl StatementCache {
-    fn get(&mut self, sql: &str) -> Option<Arc<Prepared>> {
+impl<T> Default for StatementCache<T> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            tick: 0,
+        }
+    }
+}
+
+impl<T> StatementCache<T> {
+    fn get(&mut self, sql: &str) -> Option<Arc<T>> {
         self.tick += 1;
         let (prepared, used) = self.entries.get_mut(sql)?;
         *used = self.tick;
         Some(Arc::clone(prepared))
     }
 
-    fn insert(&mut self, sql: &str, prepared: Arc<Prepared>) {
+    fn insert(&mut self, sql: &str, prepared: Arc<T>) {
         if self.entries.len() >= STATEMENT_CACHE_CAPACITY {
             let oldest = self
                 .entries
@@ -84,10 +95,14 @@ impl StatementCache {
 /// Calls block the calling thread until the server answers; any thread may call, including one
 /// of the caller's own tokio runtime. `Send`, not `Sync`: one session runs one statement at a
 /// time, and its statement cache is not shared.
+///
+/// It follows its session's transaction through `BEGIN`, `COMMIT`, `ROLLBACK [TO SAVEPOINT]` and
+/// every error, because PostgreSQL, unlike SQLite, aborts a transaction at its first error and
+/// then answers `COMMIT` by rolling back: such a `COMMIT` returns `RolledBack`.
 #[derive(Debug)]
 pub struct PgConnection {
     client: Client,
-    statements: RefCell<StatementCache>,
+    statements: RefCell<StatementCache<Prepared>>,
     /// Followed through every statement's outcome, so that a `COMMIT` that rolled back an
     /// aborted transaction is reported as an error (see `transaction.rs`).
     transaction: Cell<TransactionState>,
@@ -323,4 +338,29 @@ fn decode(
         values.push(value);
     }
     Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_cache_evicts_the_least_recently_used() {
+        let mut cache = StatementCache::default();
+        for n in 0..STATEMENT_CACHE_CAPACITY {
+            cache.insert(&format!("SELECT {n}"), Arc::new(n));
+        }
+        assert_eq!(
+            cache.get("SELECT 0").as_deref(),
+            Some(&0),
+            "used again: now the newest"
+        );
+        cache.insert("SELECT new", Arc::new(usize::MAX));
+        assert_eq!(cache.entries.len(), STATEMENT_CACHE_CAPACITY);
+        assert!(
+            cache.get("SELECT 1").is_none(),
+            "the least recently used went"
+        );
+        assert!(cache.get("SELECT 0").is_some() && cache.get("SELECT new").is_some());
+    }
 }
