@@ -1,7 +1,7 @@
 //! The `messages` table: what `send` inserts and `recv` steps consume.
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// A stored message: one sent with an idempotency key, or one waiting for a `recv`.
@@ -13,7 +13,7 @@ pub(crate) struct StoredMessage {
 }
 
 impl StoredMessage {
-    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+    fn from_row(row: &durably_db::Row<'_>) -> durably_db::Result<Self> {
         Ok(Self {
             message_id: row.get(0)?,
             payload: row.get(1)?,
@@ -59,7 +59,15 @@ pub(crate) fn insert_message(
         key,
         sent_at
     ])?;
-    Ok(conn.last_insert_rowid())
+    // Only SQLite reports the id of the row a connection inserted last; another backend has to
+    // return the id from the INSERT itself.
+    conn.as_sqlite()
+        .map(rusqlite::Connection::last_insert_rowid)
+        .ok_or_else(|| {
+            durably_journal::Error::Inconsistent(
+                "this backend cannot report the id of an inserted message".to_owned(),
+            )
+        })
 }
 
 /// The first message on `topic` sent to `execution_id` that no recv step has consumed: one
