@@ -73,7 +73,7 @@ async fn main() -> Outcome {
             let place = (Path::new(db), Path::new(sink));
             fenced_effect(place, id.parse()?, lease_ms.parse()?, wait).await?
         }
-        ["open", db] => match Journal::open(db) {
+        ["open", db] => match Journal::open(*db) {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
         },
