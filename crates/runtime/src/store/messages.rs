@@ -59,14 +59,13 @@ pub(crate) fn insert_message(
         key,
         sent_at
     ])?;
-    // Only SQLite reports the id of the row a connection inserted last; another backend has to
-    // return the id from the INSERT itself.
+    // Only SQLite reports the id of the row a connection inserted last, and this build opens
+    // SQLite journals only; a backend without it returns the id from the INSERT itself.
     conn.as_sqlite()
         .map(rusqlite::Connection::last_insert_rowid)
-        .ok_or_else(|| {
-            durably_journal::Error::Inconsistent(
-                "this backend cannot report the id of an inserted message".to_owned(),
-            )
+        .ok_or(durably_journal::Error::BackendNotCompiled {
+            backend: "postgres",
+            feature: "postgres",
         })
 }
 
