@@ -63,7 +63,7 @@ fn run_to_end(scratch: &Scratch, id: Uuid) -> Value {
 /// Freezes `held` and waits until its lease, as its lock row records it, has expired.
 fn freeze_past_its_lease(scratch: &Scratch, held: &Held, id: Uuid) {
     stop(u32::try_from(held.pid()).unwrap());
-    let conn = rusqlite::Connection::open(&scratch.database).unwrap();
+    let conn = durably_db::Connection::from(rusqlite::Connection::open(&scratch.database).unwrap());
     let holder = durably_lock::read(&conn, &id.to_string())
         .unwrap()
         .and_then(|row| row.holder)

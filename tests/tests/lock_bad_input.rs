@@ -18,11 +18,11 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
+use durably_db::Connection;
 use durably_lock::{
     Acquire, Error, Judge, Judgement, LivenessDir, Locker, LockerConfig, ProcFs, SystemClock, held,
     read,
 };
-use rusqlite::Connection;
 use support::Scratch;
 use support::lock::{FakeProcesses, immediate, insert_holder, own_identity, spawn_holder};
 use uuid::Uuid;
@@ -35,11 +35,11 @@ fn acquire_crafted(
     instance_id: &str,
     change: impl FnOnce(&mut durably_lock::ProcessIdentity),
 ) -> Acquire {
-    let mut conn = scratch.conn();
+    let conn = scratch.conn();
     let mut holder = own_identity();
     change(&mut holder);
     insert_holder(&conn, resource, 3, &holder, instance_id);
-    immediate(&mut conn, |conn| locker.try_acquire(conn, resource)).unwrap()
+    immediate(&conn, |conn| locker.try_acquire(conn, resource)).unwrap()
 }
 
 fn assert_unknown(acquire: &Acquire, reason: &str) {
@@ -83,10 +83,7 @@ fn nonsense_the_strict_table_accepts_is_judged_unknown_and_kept() {
         [],
     )
     .unwrap();
-    let again = immediate(&mut scratch.conn(), |conn| {
-        locker.try_acquire(conn, "negative")
-    })
-    .unwrap();
+    let again = immediate(&scratch.conn(), |conn| locker.try_acquire(conn, "negative")).unwrap();
     assert_unknown(&again, "not a valid pid");
     assert!(locker.dead_holders(&conn).unwrap().is_empty());
     assert_eq!(
@@ -99,7 +96,7 @@ fn nonsense_the_strict_table_accepts_is_judged_unknown_and_kept() {
 #[test]
 fn a_foreign_locks_table_gives_corrupt_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let conn = Connection::open(dir.path().join("foreign.db")).unwrap();
+    let conn = Connection::from(rusqlite::Connection::open(dir.path().join("foreign.db")).unwrap());
     conn.execute_batch(
         "CREATE TABLE locks (resource TEXT PRIMARY KEY, epoch, instance_id, pid, start_time,
                              boot_id, pid_ns, hostname, acquired_at, heartbeat_at, lease_ms,
@@ -130,7 +127,7 @@ fn a_foreign_locks_table_gives_corrupt_errors() {
     assert_eq!(locker.dead_holders(&conn).unwrap(), Vec::new());
 
     // No `locks` table at all: a storage error, not a panic.
-    let empty = Connection::open_in_memory().unwrap();
+    let empty = Connection::from(rusqlite::Connection::open_in_memory().unwrap());
     let error = locker.try_acquire(&empty, "anything").unwrap_err();
     assert!(matches!(error, Error::Storage(_)), "{error}");
 }
@@ -256,9 +253,7 @@ fn a_live_holder_is_alive_whatever_its_row_or_our_proc_says() {
     let verdict = judge.judge(&holder);
     assert!(matches!(verdict, Judgement::Alive(_)), "{verdict}");
     let locker = scratch.locker();
-    let refused = immediate(&mut scratch.conn(), |conn| {
-        locker.try_acquire(conn, "resource")
-    });
+    let refused = immediate(&scratch.conn(), |conn| locker.try_acquire(conn, "resource"));
     assert!(matches!(refused, Ok(Acquire::Held { .. })), "{refused:?}");
     child.finish();
 }

@@ -19,7 +19,7 @@ use support::lock::{immediate, spawn_holder};
 fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off() {
     let scratch = Scratch::with_lock_tables();
     let contender = scratch.locker();
-    let mut conn = scratch.conn();
+    let conn = scratch.conn();
     let (mut child, child_instance) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
     assert_eq!(child.expect("acquired"), ["1", "none"]);
@@ -27,7 +27,7 @@ fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off()
     assert_eq!(child.expect("fenced"), ["1"]);
 
     // Alive: refused to another instance...
-    let refused = immediate(&mut conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
+    let refused = immediate(&conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
     let Acquire::Held {
         holder, judgement, ..
     } = refused
@@ -46,7 +46,7 @@ fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off()
     let old_holder = old.holder.clone().unwrap();
     child.kill();
 
-    let acquired = immediate(&mut conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
+    let acquired = immediate(&conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
     assert_eq!(
         acquired,
         Acquire::Acquired {
@@ -78,7 +78,7 @@ fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off()
         .query_row(
             "SELECT EXISTS (SELECT 1 FROM locks WHERE resource = ?1 AND instance_id = ?2
                             AND epoch = ?3)",
-            rusqlite::params!["resource", child_instance, 1],
+            durably_db::params!["resource", child_instance, 1],
             |row| row.get(0),
         )
         .unwrap();
@@ -96,7 +96,7 @@ fn a_killed_holder_is_taken_over_at_a_higher_epoch_and_its_epoch_is_fenced_off()
 #[test]
 fn released_locks_keep_their_epoch_so_epochs_never_decrease() {
     let scratch = Scratch::with_lock_tables();
-    let mut conn = scratch.conn();
+    let conn = scratch.conn();
     let (mut child, _) = spawn_holder(&scratch.database, "resource", &[]);
     child.send("acquire");
     assert_eq!(child.expect("acquired"), ["1", "none"]);
@@ -115,7 +115,7 @@ fn released_locks_keep_their_epoch_so_epochs_never_decrease() {
     child.expect("lost");
 
     let locker = scratch.locker();
-    let acquired = immediate(&mut conn, |conn| locker.try_acquire(conn, "resource")).unwrap();
+    let acquired = immediate(&conn, |conn| locker.try_acquire(conn, "resource")).unwrap();
     assert_eq!(
         acquired,
         Acquire::Acquired {

@@ -90,8 +90,8 @@ fn a_killed_holders_liveness_file_stays_until_its_lock_is_reclaimed() {
         scratch.liveness_files().contains(&file),
         "a free file that a held lock still names is kept as evidence"
     );
-    let mut conn = scratch.conn();
-    let acquired = immediate(&mut conn, |conn| locker.try_acquire(conn, "resource")).unwrap();
+    let conn = scratch.conn();
+    let acquired = immediate(&conn, |conn| locker.try_acquire(conn, "resource")).unwrap();
     assert!(matches!(
         acquired,
         durably_lock::Acquire::Acquired {

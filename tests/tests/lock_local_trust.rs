@@ -235,8 +235,8 @@ fn root_creates_the_liveness_directory_for_the_journals_owner() {
     service.send("acquire");
     assert_eq!(service.expect("acquired"), ["1", "none"]);
 
-    let mut conn = rusqlite::Connection::open(&database).unwrap();
-    let held = immediate(&mut conn, |conn| operator.try_acquire(conn, "resource")).unwrap();
+    let conn = durably_db::Connection::from(rusqlite::Connection::open(&database).unwrap());
+    let held = immediate(&conn, |conn| operator.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(
             held,
@@ -248,7 +248,7 @@ fn root_creates_the_liveness_directory_for_the_journals_owner() {
         "{held:?}"
     );
     service.kill();
-    let taken = immediate(&mut conn, |conn| operator.try_acquire(conn, "resource")).unwrap();
+    let taken = immediate(&conn, |conn| operator.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(
             taken,
@@ -320,10 +320,7 @@ fn a_file_of_another_user_is_evidence_of_nothing() {
     std::fs::write(&file, b"").unwrap();
     std::os::unix::fs::chown(&file, Some(NOBODY), Some(NOBODY)).unwrap();
 
-    let refused = immediate(&mut scratch.conn(), |conn| {
-        locker.try_acquire(conn, "resource")
-    })
-    .unwrap();
+    let refused = immediate(&scratch.conn(), |conn| locker.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(
             &refused,
@@ -341,10 +338,7 @@ fn a_file_of_another_user_is_evidence_of_nothing() {
     );
     // The same free file, owned by the directory's owner, is the holder's death.
     std::os::unix::fs::chown(&file, Some(0), Some(0)).unwrap();
-    let taken = immediate(&mut scratch.conn(), |conn| {
-        locker.try_acquire(conn, "resource")
-    })
-    .unwrap();
+    let taken = immediate(&scratch.conn(), |conn| locker.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(taken, Acquire::Acquired { took_over: Some(ref takeover), .. }
             if takeover.reason == DeathReason::LivenessFileUnlocked),
@@ -396,7 +390,7 @@ fn a_fifo_in_the_liveness_directory_blocks_nothing() {
     // A held lock whose holder (this process) is alive, with a FIFO under its live name.
     let instance = Uuid::new_v4();
     insert_holder(
-        &rusqlite::Connection::open(&database).unwrap(),
+        &durably_db::Connection::from(rusqlite::Connection::open(&database).unwrap()),
         "resource",
         1,
         &own_identity(),
@@ -447,7 +441,7 @@ fn a_free_file_swapped_in_for_a_live_holder_proves_nothing() {
     std::fs::write(&file, b"").unwrap();
 
     let contender = scratch.locker();
-    let refused = immediate(&mut scratch.conn(), |conn| {
+    let refused = immediate(&scratch.conn(), |conn| {
         contender.try_acquire(conn, "resource")
     })
     .unwrap();
@@ -474,7 +468,7 @@ fn a_lock_on_a_dead_holders_file_does_not_keep_it_alive() {
     squatter.lock().unwrap();
 
     let contender = scratch.locker();
-    let taken = immediate(&mut scratch.conn(), |conn| {
+    let taken = immediate(&scratch.conn(), |conn| {
         contender.try_acquire(conn, "resource")
     })
     .unwrap();

@@ -176,7 +176,7 @@ fn a_fake_process_table_decides_each_shape() {
 fn crafted_rows_drive_acquire_by_the_same_judgements() {
     let scratch = Scratch::with_lock_tables();
     let locker = scratch.locker();
-    let mut conn = scratch.conn();
+    let conn = scratch.conn();
     let me = own_identity();
     insert_holder(
         &conn,
@@ -196,7 +196,7 @@ fn crafted_rows_drive_acquire_by_the_same_judgements() {
         &Uuid::new_v4().to_string(),
     );
 
-    let reused = immediate(&mut conn, |conn| locker.try_acquire(conn, "reused")).unwrap();
+    let reused = immediate(&conn, |conn| locker.try_acquire(conn, "reused")).unwrap();
     let Acquire::Acquired {
         epoch: 6,
         took_over: Some(takeover),
@@ -205,7 +205,7 @@ fn crafted_rows_drive_acquire_by_the_same_judgements() {
         panic!("a reused pid's lock was not taken over: {reused:?}");
     };
     assert!(matches!(takeover.reason, DeathReason::PidReused { .. }));
-    let rebooted = immediate(&mut conn, |conn| locker.try_acquire(conn, "rebooted")).unwrap();
+    let rebooted = immediate(&conn, |conn| locker.try_acquire(conn, "rebooted")).unwrap();
     assert!(
         matches!(
             &rebooted,
@@ -219,7 +219,7 @@ fn crafted_rows_drive_acquire_by_the_same_judgements() {
         ),
         "{rebooted:?}"
     );
-    let live = immediate(&mut conn, |conn| locker.try_acquire(conn, "live")).unwrap();
+    let live = immediate(&conn, |conn| locker.try_acquire(conn, "live")).unwrap();
     assert!(
         matches!(
             &live,

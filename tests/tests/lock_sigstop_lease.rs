@@ -48,8 +48,8 @@ fn a_stopped_holder_without_a_lease_is_never_taken_over() {
     let mut config = LockerConfig::new(scratch.liveness());
     config.clock = clock;
     let contender = Locker::new(config).unwrap();
-    let mut conn = scratch.conn();
-    let refused = immediate(&mut conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
+    let conn = scratch.conn();
+    let refused = immediate(&conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(
             &refused,
@@ -89,15 +89,15 @@ fn an_expired_lease_is_taken_over_and_the_returning_holder_is_fenced_off() {
     let mut config = LockerConfig::new(scratch.liveness());
     config.clock = Arc::clone(&clock) as _;
     let contender = Locker::new(config).unwrap();
-    let mut conn = scratch.conn();
-    let refused = immediate(&mut conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
+    let conn = scratch.conn();
+    let refused = immediate(&conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
     assert!(
         matches!(&refused, Acquire::Held { epoch: 1, .. }),
         "the lease has not expired yet: {refused:?}"
     );
 
     clock.advance(chrono::Duration::milliseconds(LEASE_MS + 1_000));
-    let acquired = immediate(&mut conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
+    let acquired = immediate(&conn, |conn| contender.try_acquire(conn, "resource")).unwrap();
     let Acquire::Acquired {
         epoch: 2,
         took_over: Some(takeover),

@@ -42,15 +42,15 @@ fn crafted_dead_rows(scratch: &Scratch, prefix: &str, count: usize) {
 /// Runs `contend` on two threads at once per round and returns each thread's results.
 fn two_contenders<T: Send + 'static>(
     scratch: &Scratch,
-    contend: fn(&Locker, &mut rusqlite::Connection, &Barrier, usize) -> T,
+    contend: fn(&Locker, &durably_db::Connection, &Barrier, usize) -> T,
 ) -> [Vec<T>; 2] {
     let barrier = Arc::new(Barrier::new(2));
     let threads = [0, 1].map(|_| {
-        let (locker, mut conn) = (scratch.locker(), scratch.conn());
+        let (locker, conn) = (scratch.locker(), scratch.conn());
         let barrier = Arc::clone(&barrier);
         std::thread::spawn(move || {
             (0..ROUNDS)
-                .map(|round| contend(&locker, &mut conn, &barrier, round))
+                .map(|round| contend(&locker, &conn, &barrier, round))
                 .collect::<Vec<T>>()
         })
     });

@@ -4,7 +4,7 @@
 //! older than child executions) has no children, and every read finds none.
 
 use durably::Inspector;
-use durably::sqlite::rusqlite::{Connection, params};
+use durably::db::{Connection, params};
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -135,7 +135,7 @@ fn children_page(conn: &Connection, parent: &str, limit: u32) -> durably::Result
             status: row.get(3)?,
         })
     })?;
-    Ok(rows.collect::<durably::sqlite::rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably::db::Result<_>>()?)
 }
 
 /// The ids of the first `limit` children of `parent`, in start order, for `ls --parent`.

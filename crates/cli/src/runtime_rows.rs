@@ -4,7 +4,7 @@
 //! than fail. Payloads are read as previews in SQL, the way the journal reads its own: a
 //! payload over the reader's cap is not read at all.
 
-use durably::sqlite::rusqlite::{Connection, OptionalExtension, Row, params};
+use durably::db::{Connection, OptionalExtension, Row, params};
 use durably::{Inspector, PREVIEW_CHARS_MAX, PayloadPreview};
 use uuid::Uuid;
 
@@ -220,7 +220,7 @@ fn preview_columns(column: &str) -> String {
     )
 }
 
-fn preview(row: &Row<'_>, index: usize) -> durably::sqlite::rusqlite::Result<PayloadPreview> {
+fn preview(row: &Row<'_>, index: usize) -> durably::db::Result<PayloadPreview> {
     Ok(PayloadPreview {
         head: row.get(index)?,
         bytes: u64::try_from(row.get::<_, i64>(index + 1)?).unwrap_or(0),
@@ -255,7 +255,7 @@ fn messages_page(
             })
         },
     )?;
-    Ok(rows.collect::<durably::sqlite::rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably::db::Result<_>>()?)
 }
 
 /// Workflow events of `resource`, newest (highest step) first. Each step sets at most one
@@ -284,5 +284,5 @@ fn events_page(
             })
         },
     )?;
-    Ok(rows.collect::<durably::sqlite::rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably::db::Result<_>>()?)
 }

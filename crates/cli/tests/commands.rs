@@ -161,7 +161,7 @@ fn show_gives_no_token_while_a_holder_whose_lease_expired_may_still_run() {
                          heartbeat_at = '2026-01-01T00:00:00.000Z', lease_ms = 1,
                          released_at = NULL
                      WHERE resource = ?1",
-                    durably::sqlite::rusqlite::params![
+                    durably::db::params![
                         resource,
                         uuid::Uuid::new_v4().to_string(),
                         uuid::Uuid::new_v4().to_string()

@@ -10,7 +10,7 @@
 mod common;
 
 use durably::Journal;
-use durably::sqlite::rusqlite::params;
+use durably::db::params;
 use uuid::Uuid;
 
 use common::{assert_code, assert_stdout_says, durably, json, open, runtime, stdout};

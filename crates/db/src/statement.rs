@@ -39,6 +39,16 @@ impl<'c> Statement<'c> {
         })
     }
 
+    /// How many columns each of its rows has.
+    pub fn column_count(&self) -> usize {
+        match &self.inner {
+            StatementInner::SqliteCached(statement) => statement.column_count(),
+            StatementInner::Sqlite(statement) => statement.column_count(),
+            #[cfg(feature = "postgres")]
+            StatementInner::Postgres(statement) => statement.column_count(),
+        }
+    }
+
     /// Runs the statement; returns how many rows it changed.
     ///
     /// # Errors

@@ -34,6 +34,7 @@ fn rows_map_in_order_by_position_and_name() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(rows, [(2, "charge".to_owned()), (3, "email".to_owned())]);
+    assert_eq!(statement.column_count(), 2);
 
     let mut rows = statement.query([3]).unwrap();
     let row = rows.next().unwrap().unwrap();

@@ -19,6 +19,8 @@
 //! - [`lock`]: exclusive-open locks, liveness judgement and fencing epochs;
 //! - [`defaults`]: the default of every journal setting;
 //! - [`observability`]: the names of the `tracing` spans and `metrics` metrics it records;
+//! - [`db`]: the connection the journal hands out ([`Journal::write`], [`Journal::read`], the
+//!   hooks), the same over SQLite and PostgreSQL, with rusqlite's calling shape;
 //! - [`sqlite`]: the database driver, for programs that keep their own rows in the journal's
 //!   transactions.
 //!
@@ -129,6 +131,13 @@ pub mod sqlite {
 }
 
 pub mod observability;
+
+/// The driver-neutral connection the journal hands out ([`crate::Journal::write`],
+/// [`crate::Journal::read`], [`crate::Execution::complete_with`]): rusqlite's calling shape
+/// (`execute`, `query_row`, `prepare_cached`, `params!`, `OptionalExtension`) over either
+/// backend, with `?N` placeholders on both. What only SQLite has is under
+/// [`db::Connection::as_sqlite`], with [`sqlite::rusqlite`].
+pub use durably_journal::durably_db as db;
 
 /// Exclusive-open locks, liveness judgement and fencing epochs.
 pub use durably_lock as lock;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use durably_db::Connection;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};

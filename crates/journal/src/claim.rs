@@ -13,8 +13,8 @@
 
 use std::sync::Arc;
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::Locker;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
 

@@ -1,9 +1,9 @@
 //! [`JournalBuilder`]: every setting of a journal, with its bound and its default.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use durably_db::Target;
 use durably_lock::{Clock, ProcFs, ProcessTable, SystemClock};
 
 use crate::error::Result;
@@ -94,10 +94,11 @@ pub const READERS_MAX_DEFAULT: u32 = 4;
 /// someone else wrote.
 pub const READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
-/// Opens a journal: `Journal::builder(path).durability(...).open()`.
+/// Opens a journal: `Journal::builder(path).durability(...).open()`; the target is a SQLite
+/// file's path, or a PostgreSQL URL (see [`Target`]).
 #[derive(Debug, Clone)]
 pub struct JournalBuilder {
-    pub(crate) path: PathBuf,
+    pub(crate) target: Target,
     pub(crate) durability: Durability,
     pub(crate) busy_timeout_ms: u64,
     pub(crate) ack_timeout: Duration,
@@ -115,9 +116,9 @@ pub struct JournalBuilder {
 }
 
 impl JournalBuilder {
-    pub(crate) fn new(path: &Path) -> Self {
+    pub(crate) fn new(target: Target) -> Self {
         Self {
-            path: path.to_owned(),
+            target,
             durability: Durability::Full,
             busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
             ack_timeout: Duration::from_millis(BUSY_TIMEOUT_MS_DEFAULT * 6),
@@ -254,8 +255,9 @@ impl JournalBuilder {
     /// [`crate::Error::SchemaTooNew`], [`crate::Error::ForeignDatabase`],
     /// [`crate::Error::Corrupt`], [`crate::Error::ReadOnly`], [`crate::Error::CannotOpen`],
     /// [`crate::Error::PathTooLong`], [`crate::Error::UnsafeFile`],
-    /// [`crate::Error::DanglingSymlink`], [`crate::Error::Busy`], [`crate::Error::Pragma`], or
-    /// a lock or storage error.
+    /// [`crate::Error::DanglingSymlink`], [`crate::Error::Busy`], [`crate::Error::Pragma`],
+    /// [`crate::Error::BackendNotCompiled`] for a backend this build lacks, or a lock or storage
+    /// error.
     pub fn open(self) -> Result<Journal> {
         Journal::open_with(self)
     }
@@ -270,8 +272,9 @@ impl JournalBuilder {
     /// owner is foreign, [`crate::Error::NotAJournal`], [`crate::Error::Corrupt`],
     /// [`crate::Error::ForeignDatabase`], [`crate::Error::SchemaTooNew`],
     /// [`crate::Error::SchemaTooOld`], [`crate::Error::NeedsRecovery`],
-    /// [`crate::Error::CannotOpen`], [`crate::Error::ReadTimeout`], or a lock error when this
-    /// process's identity cannot be read.
+    /// [`crate::Error::CannotOpen`], [`crate::Error::ReadTimeout`],
+    /// [`crate::Error::BackendNotCompiled`] for a backend this build lacks, or a lock error when
+    /// this process's identity cannot be read.
     pub fn inspect(self) -> Result<Inspector> {
         Inspector::open_with(self)
     }

@@ -453,9 +453,18 @@ pub enum Error {
     /// Lock bookkeeping failed (identity, liveness directory, a damaged lock row).
     #[error(transparent)]
     Lock(durably_lock::Error),
-    /// SQLite failed in a way not listed above.
-    #[error("SQLite error: {0}")]
-    Storage(#[source] rusqlite::Error),
+    /// The journal is on a backend this build was compiled without (a PostgreSQL URL given
+    /// to a build with SQLite only). Nothing was opened or written.
+    #[error("this build has no {backend} backend: build durably with its `{feature}` feature")]
+    BackendNotCompiled {
+        /// The backend the target names.
+        backend: &'static str,
+        /// The Cargo feature of the `durably` crate that compiles it in.
+        feature: &'static str,
+    },
+    /// The database failed in a way not listed above.
+    #[error("database error: {0}")]
+    Storage(#[source] durably_db::Error),
     /// The read pool could not hand out a connection.
     #[error("cannot get a read connection: {0}")]
     Pool(#[from] r2d2::Error),
@@ -557,9 +566,16 @@ impl Error {
     }
 }
 
+impl From<durably_db::Error> for Error {
+    fn from(error: durably_db::Error) -> Self {
+        classify(&error).unwrap_or(Self::Storage(error))
+    }
+}
+
+/// For the code that works on the SQLite file itself (storage, file checks, the inspector).
 impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Self {
-        classify(&error).unwrap_or(Self::Storage(error))
+        durably_db::Error::from(error).into()
     }
 }
 
@@ -573,14 +589,25 @@ impl From<durably_lock::Error> for Error {
     }
 }
 
-/// Maps the SQLite conditions a caller can act on to their own variants. Kept separate from
+/// Maps the database conditions a caller can act on to their own variants. Kept separate from
 /// `From` so a commit failure can be reported to every request of a batch.
-pub(crate) fn classify(error: &rusqlite::Error) -> Option<Error> {
-    if let rusqlite::Error::FromSqlConversionFailure(column, _, cause) = error {
-        return Some(Error::Inconsistent(format!(
-            "a stored value in column {column} does not parse: {cause}"
-        )));
+pub(crate) fn classify(error: &durably_db::Error) -> Option<Error> {
+    match error {
+        // A stored value the type's own parser refused; a value of the wrong storage class or
+        // out of range stays a storage error.
+        durably_db::Error::Column {
+            index,
+            source: cause @ durably_db::FromSqlError::Other(_),
+        } => Some(Error::Inconsistent(format!(
+            "a stored value in column {index} does not parse: {cause}"
+        ))),
+        durably_db::Error::Sqlite(error) => classify_sqlite(error),
+        _ => None,
     }
+}
+
+/// [`classify`] for SQLite's own errors, by their code.
+fn classify_sqlite(error: &rusqlite::Error) -> Option<Error> {
     let rusqlite::Error::SqliteFailure(failure, message) = error else {
         return None;
     };

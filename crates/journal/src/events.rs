@@ -1,6 +1,6 @@
 //! Writing audit events, always inside the transaction of the change they describe.
 
-use rusqlite::{Connection, params};
+use durably_db::{Connection, params};
 
 use crate::error::Result;
 

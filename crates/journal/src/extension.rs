@@ -9,10 +9,11 @@
 //! transaction, so what they read or write commits with the caller's own rows.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
+use crate::backend;
 use crate::error::Result;
 use crate::events;
 use crate::execution::first_open_intent;
@@ -51,7 +52,7 @@ impl Journal {
             let path = self.path().to_owned();
             let applied = self
                 .write(move |conn| {
-                    storage::migration_pass(conn, &path, Owner::Extension(schema))
+                    storage::migration_pass(backend::sqlite(conn)?, &path, Owner::Extension(schema))
                         .map_err(|error| error.at_path(&path))
                 })
                 .await?;

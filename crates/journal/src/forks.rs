@@ -5,8 +5,8 @@
 //! SQL on the journal's tables and its own rows commit with the copy.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};

@@ -7,8 +7,8 @@
 //! and events are read a page at a time, in key order, with one indexed range read per page,
 //! so no reading call has to hold a whole long execution.
 
+use durably_db::{Connection, Params, Row, params};
 use durably_lock::{Judge, Judgement, LockRow};
-use rusqlite::{Connection, Params, Row, params};
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -66,7 +66,7 @@ impl Journal {
         self.read(|conn| {
             let mut statement = conn.prepare_cached(records::AWAITING_OPERATOR_QUERY)?;
             let rows = statement.query_map([], AwaitingOperatorStep::from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            Ok(rows.collect::<durably_db::Result<Vec<_>>>()?)
         })
     }
 
@@ -357,7 +357,7 @@ fn collect<T>(
     let mut rows = statement.query(parameters)?;
     let mut records = Vec::new();
     while let Some(row) = rows.next()? {
-        records.push(read(row)?);
+        records.push(read(&row)?);
     }
     Ok(records)
 }
@@ -371,14 +371,15 @@ pub(crate) fn query_plan(sql: &str, parameters: impl Params) -> Vec<String> {
     let path = dir.path().join("journal.db");
     let conn = crate::storage::open_writer(&path, crate::config::Durability::Full, 1_000).unwrap();
     crate::storage::migrate(&conn, &path).unwrap();
+    let conn = Connection::from(conn);
     let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let rows = statement.query_map(parameters, |row| row.get(3)).unwrap();
-    rows.collect::<rusqlite::Result<_>>().unwrap()
+    rows.collect::<durably_db::Result<_>>().unwrap()
 }
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::params;
+    use durably_db::params;
 
     use super::{EVENTS_PAGE, STEPS_PAGE, query_plan};
 

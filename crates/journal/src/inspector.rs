@@ -28,11 +28,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use durably_db::{Connection, Target};
 use durably_lock::{Judge, Judgement, LivenessDir, LockRow};
+use rusqlite::OpenFlags;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags};
 use uuid::Uuid;
 
+use crate::backend;
 use crate::config::JournalBuilder;
 use crate::error::{Error, Result};
 use crate::files::{self, Siblings};
@@ -88,13 +90,13 @@ pub struct Inspector {
 }
 
 impl Journal {
-    /// Opens the journal at `path` only to read it, with the default settings: see
+    /// Opens the journal at `target` only to read it, with the default settings: see
     /// [`Inspector`].
     ///
     /// # Errors
     /// As [`JournalBuilder::inspect`].
-    pub fn inspect(path: impl AsRef<Path>) -> Result<Inspector> {
-        Self::builder(path).inspect()
+    pub fn inspect(target: impl Into<Target>) -> Result<Inspector> {
+        Self::builder(target).inspect()
     }
 }
 
@@ -103,7 +105,7 @@ impl Inspector {
     /// durably reads. Of the settings, the busy and read timeouts, the payload cap, the clock
     /// and the process table apply; a writer's settings do not.
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
-        let path = resolve(&config.path)?;
+        let path = resolve(backend::sqlite_path(&config.target)?)?;
         files::check_path_length(&path)?;
         let own = config.processes.own_identity()?;
         let liveness = LivenessDir::beside(&path);
@@ -273,7 +275,7 @@ impl Inspector {
                 conn.prepare(&format!("PRAGMA integrity_check({INTEGRITY_PROBLEMS_MAX})"))?;
             let found = statement
                 .query_map([], |row| row.get::<_, String>(0))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<durably_db::Result<Vec<_>>>()?;
             Ok(if found == ["ok"] { Vec::new() } else { found })
         })
     }
@@ -439,8 +441,10 @@ fn connect(
             });
         }
         files::check_readable(path)?;
-        let snapshot =
-            Connection::open_with_flags(snapshot_uri(path), flags | OpenFlags::SQLITE_OPEN_URI);
+        let snapshot = rusqlite::Connection::open_with_flags(
+            snapshot_uri(path),
+            flags | OpenFlags::SQLITE_OPEN_URI,
+        );
         (snapshot, View::Snapshot(opened))
     } else if !exists(&files::sibling(path, "-shm"))? {
         return Err(Error::NeedsRecovery {
@@ -454,16 +458,23 @@ fn connect(
         for file in [path.to_owned(), wal, files::sibling(path, "-shm")] {
             files::check_readable(&file)?;
         }
-        (Connection::open_with_flags(path, flags), View::Live)
+        (
+            rusqlite::Connection::open_with_flags(path, flags),
+            View::Live,
+        )
     };
     let conn = conn.map_err(|error| Error::from(error).at_path(path))?;
     configure(&conn, deadline, busy_timeout_ms).map_err(|error| error.at_path(path))?;
-    Ok((conn, view))
+    Ok((Connection::from(conn), view))
 }
 
 /// The reader's settings (the read pool's, see `storage::configure_reader`), the ones only
 /// an inspector needs, and the progress handler that enforces `deadline`.
-fn configure(conn: &Connection, deadline: &Arc<Deadline>, busy_timeout_ms: u64) -> Result<()> {
+fn configure(
+    conn: &rusqlite::Connection,
+    deadline: &Arc<Deadline>,
+    busy_timeout_ms: u64,
+) -> Result<()> {
     storage::configure_reader(conn, busy_timeout_ms)?;
     let trusted: i64 = conn.query_row("PRAGMA trusted_schema", [], |row| row.get(0))?;
     if trusted != 0 {
@@ -514,9 +525,9 @@ fn in_read_transaction<T>(
     conn: &Connection,
     work: impl FnOnce(&Connection) -> Result<T>,
 ) -> Result<T> {
-    let transaction = conn.unchecked_transaction()?;
+    let transaction = conn.transaction()?;
     let value = work(&transaction)?;
-    transaction.finish()?;
+    transaction.commit()?;
     Ok(value)
 }
 
@@ -525,7 +536,7 @@ fn in_read_transaction<T>(
 /// `storage::check_header`), one with no journal in it yet, and one older than the reading
 /// queries understand. A reader never migrates.
 fn check_readable(conn: &Connection, path: &Path) -> Result<()> {
-    storage::check_header(conn, path)?;
+    storage::check_header(backend::sqlite(conn)?, path)?;
     let (application_id, version): (i64, i64) = conn.query_row(
         "SELECT (SELECT application_id FROM pragma_application_id()),
                 (SELECT user_version FROM pragma_user_version())",

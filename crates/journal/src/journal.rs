@@ -4,14 +4,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use durably_db::{Connection, Target};
 use durably_lock::{Clock, LivenessDir, Locker, LockerConfig, format_timestamp};
-use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, OpenFlags};
 
+use crate::backend;
 use crate::config::{Durability, JournalBuilder, StepSettings};
 use crate::error::{Error, Result};
 use crate::files;
 use crate::handles::OpenHandles;
+use crate::readers::Readers;
 use crate::storage;
 use crate::writer::{Writer, WriterStats, WriterThread};
 
@@ -28,7 +29,9 @@ pub struct Journal {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) path: PathBuf,
-    pub(crate) readers: r2d2::Pool<SqliteConnectionManager>,
+    /// Where the journal lives; for SQLite, the file at `path`.
+    pub(crate) target: Target,
+    pub(crate) readers: r2d2::Pool<Readers>,
     pub(crate) writer: Writer,
     /// Never read: held only so that dropping it, after `writer`, joins the writer thread.
     pub(crate) _writer_thread: WriterThread,
@@ -42,22 +45,23 @@ pub(crate) struct Inner {
 }
 
 impl Journal {
-    /// Starts configuring a journal at `path`.
-    pub fn builder(path: impl AsRef<Path>) -> JournalBuilder {
-        JournalBuilder::new(path.as_ref())
+    /// Starts configuring a journal at `target`: a SQLite file's path, or a PostgreSQL URL
+    /// (`postgres://` or `postgresql://`, see [`Target`]).
+    pub fn builder(target: impl Into<Target>) -> JournalBuilder {
+        JournalBuilder::new(target.into())
     }
 
-    /// Opens the journal at `path` with the default settings.
+    /// Opens the journal at `target` with the default settings.
     ///
     /// # Errors
     /// As [`JournalBuilder::open`].
-    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Self::builder(path).open()
+    pub fn open(target: impl Into<Target>) -> Result<Self> {
+        Self::builder(target).open()
     }
 
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
         let busy_timeout_ms = config.busy_timeout_ms;
-        let path = config.path.clone();
+        let path = backend::sqlite_path(&config.target)?.to_owned();
         Self::open_unlabelled(config).map_err(|error| match error {
             // Errors converted from SQLite cannot know the timeout that expired, nor the file
             // (the orphan sweep's corruption, say); this one knows both.
@@ -78,10 +82,14 @@ impl Journal {
                 "lease_ms must be at least 1 ms; leave the lease unset for no lease".to_owned(),
             ));
         }
-        let path = absolute(&config.path)?;
+        let path = absolute(backend::sqlite_path(&config.target)?)?;
         files::check_path_length(&path)?;
-        let conn = storage::open_writer(&path, config.durability, config.busy_timeout_ms)?;
-        storage::migrate(&conn, &path)?;
+        let conn = Connection::from(storage::open_writer(
+            &path,
+            config.durability,
+            config.busy_timeout_ms,
+        )?);
+        storage::migrate(backend::sqlite(&conn)?, &path)?;
         let locker = Arc::new(Locker::new(LockerConfig {
             liveness: LivenessDir::beside(&path),
             lease_ms: config.lease_ms,
@@ -92,19 +100,18 @@ impl Journal {
             crate::sweep::reclaim_orphans(&conn, &locker)?;
         }
         let busy_timeout_ms = config.busy_timeout_ms;
-        let manager = SqliteConnectionManager::file(&path)
-            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .with_init(move |conn| storage::configure_reader(conn, busy_timeout_ms));
+        let manager = Readers::sqlite(&path, busy_timeout_ms);
         let readers = r2d2::Pool::builder()
             .max_size(config.readers_max)
             .min_idle(Some(0))
             .connection_timeout(Duration::from_millis(busy_timeout_ms.max(1000)))
             .build(manager)?;
-        let wal_sync = storage::writer_wal_sync(&conn, &path, config.durability)?;
+        let wal_sync = storage::writer_wal_sync(backend::sqlite(&conn)?, &path, config.durability)?;
         let (writer, writer_thread) =
             Writer::start(&path, conn, busy_timeout_ms, config.ack_timeout, wal_sync)?;
         Ok(Self {
             inner: Arc::new(Inner {
+                target: Target::Sqlite(path.clone()),
                 path,
                 writer,
                 _writer_thread: writer_thread,
@@ -128,6 +135,11 @@ impl Journal {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Where the journal lives: for SQLite, [`Journal::path`].
+    pub fn target(&self) -> &Target {
+        &self.inner.target
     }
 
     /// The durability this journal commits with.
@@ -184,10 +196,10 @@ impl Journal {
     /// `work`'s own error, or a pool or storage error.
     pub fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let read = || {
-            let mut conn = self.inner.readers.get()?;
+            let conn = self.inner.readers.get()?;
             let transaction = conn.transaction()?;
             let value = work(&transaction)?;
-            transaction.finish()?;
+            transaction.commit()?;
             Ok(value)
         };
         read().map_err(|error: Error| error.at_path(&self.inner.path))

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod backend;
 mod begin;
 mod claim;
 mod config;
@@ -65,6 +66,7 @@ mod open;
 mod operator;
 mod ownership;
 mod payload;
+mod readers;
 mod records;
 mod replay;
 mod seen_intent;
@@ -114,5 +116,9 @@ pub use sweep::{
 };
 pub use writer::WriterStats;
 
-/// Re-exported so users of [`Journal::write`] and [`Journal::read`] name the same rusqlite.
+/// Re-exported so users of [`Journal::write`] and [`Journal::read`] name the same
+/// [`durably_db::Connection`] the journal hands them.
+pub use durably_db;
+/// Re-exported for code that works on a journal's SQLite file itself (through
+/// [`durably_db::Connection::as_sqlite`]).
 pub use rusqlite;

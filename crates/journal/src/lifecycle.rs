@@ -11,8 +11,8 @@
 //! transaction.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -145,12 +145,12 @@ pub fn claimable(
     max: u32,
 ) -> Result<Vec<(Uuid, String)>> {
     let mut statement = conn.prepare_cached(&claimable_sql(queue.is_some(), kinds.len()))?;
-    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&queue, &max];
-    parameters.extend(kinds.iter().map(|kind| kind as &dyn rusqlite::ToSql));
+    let mut parameters: Vec<&dyn durably_db::ToSql> = vec![&queue, &max];
+    parameters.extend(kinds.iter().map(|kind| kind as &dyn durably_db::ToSql));
     let rows = statement.query_map(parameters.as_slice(), |row| {
         Ok((records::uuid(row, 0)?, row.get(1)?))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }
 
 /// How many executions of `queue` are `running`: the slots taken.
@@ -203,7 +203,7 @@ pub fn due(conn: &Connection, now: DateTime<Utc>, max: u32) -> Result<Vec<(Uuid,
     let rows = statement.query_map(params![format_timestamp(now), max], |row| {
         Ok((records::uuid(row, 0)?, records::word(row, 1)?))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }
 
 /// The earliest `due_at` of any execution, if one waits for a time.
@@ -307,7 +307,7 @@ pub fn interrupted_after(
             kind: row.get(2)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }
 
 /// `interrupted` → `queued` (the runtime's recovery), with `detail` saying why.
@@ -496,7 +496,7 @@ pub fn cancel_requests(conn: &Connection, max: u32) -> Result<Vec<(Uuid, String)
             row.get::<_, Option<String>>(1)?.unwrap_or_default(),
         ))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }
 
 /// Asks the live holder of `running` execution `id` to stop: records the request (once: a
@@ -678,7 +678,7 @@ mod tests {
     #[test]
     fn pending_requests_are_read_from_their_index() {
         assert_eq!(
-            query_plan(CANCEL_REQUESTS, rusqlite::params![64]),
+            query_plan(CANCEL_REQUESTS, durably_db::params![64]),
             ["SCAN executions USING INDEX executions_cancel_requested"]
         );
     }
@@ -689,7 +689,7 @@ mod tests {
     fn candidates_are_read_from_the_claimable_index_in_claim_order() {
         for (in_queue, queue) in [(true, Some("q")), (false, None)] {
             let sql = claimable_sql(in_queue, 2);
-            let plan = query_plan(&sql, rusqlite::params![queue, 64, "a", "b"]);
+            let plan = query_plan(&sql, durably_db::params![queue, 64, "a", "b"]);
             assert_eq!(
                 plan,
                 ["SEARCH executions USING INDEX executions_claimable (queue=?)"]
@@ -706,11 +706,16 @@ mod tests {
         let conn =
             crate::storage::open_writer(&path, crate::config::Durability::Full, 1_000).unwrap();
         crate::storage::migrate(&conn, &path).unwrap();
+        let conn = durably_db::Connection::from(conn);
         for (in_queue, queue) in [(true, Some("q")), (false, None)] {
             for max in 1..4 {
                 claimable(&conn, queue, &["a"], max).unwrap();
             }
-            let statement = conn.prepare_cached(&claimable_sql(in_queue, 1)).unwrap();
+            let statement = conn
+                .as_sqlite()
+                .unwrap()
+                .prepare_cached(&claimable_sql(in_queue, 1))
+                .unwrap();
             assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
         }
     }

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use durably_db::{Connection, params};
 use durably_lock::Locker;
-use rusqlite::{Connection, params};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -256,6 +256,7 @@ fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option
     let Some(row) = rows.next()? else {
         return Ok(None);
     };
+    let row = &row;
     let payload = |index, column: &'static str| {
         Payload::read(row, index, bytes_max, || {
             format!("the stored {column} of execution {id}")

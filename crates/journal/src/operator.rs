@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::Locker;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 use uuid::Uuid;
 

@@ -1,8 +1,8 @@
 //! Taking an execution's lock inside a write transaction: by an open, or by an operator
 //! action that holds it for the length of its transaction.
 
+use durably_db::{Connection, params};
 use durably_lock::{Acquire, DeathReason, HolderRecord, Locker};
-use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use uuid::Uuid;
 

@@ -7,7 +7,7 @@
 //! cap is never loaded, by SQLite or by this crate, whatever its size: reading one costs what
 //! refusing it costs.
 
-use rusqlite::Row;
+use durably_db::Row;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

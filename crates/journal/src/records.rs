@@ -10,8 +10,7 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use rusqlite::Row;
-use rusqlite::types::Type;
+use durably_db::{FromSqlError, Row};
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
@@ -76,7 +75,7 @@ const RUNTIME_COLUMNS_SINCE: i64 = 7;
 ///
 /// # Errors
 /// A storage error reading the schema version.
-pub(crate) fn has_runtime_columns(conn: &rusqlite::Connection) -> rusqlite::Result<bool> {
+pub(crate) fn has_runtime_columns(conn: &durably_db::Connection) -> durably_db::Result<bool> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     Ok(version >= RUNTIME_COLUMNS_SINCE)
 }
@@ -88,9 +87,9 @@ pub(crate) fn has_runtime_columns(conn: &rusqlite::Connection) -> rusqlite::Resu
 /// # Errors
 /// A storage error reading the schema version.
 pub(crate) fn execution_columns<P: PayloadColumn>(
-    conn: &rusqlite::Connection,
+    conn: &durably_db::Connection,
     bytes_max: usize,
-) -> rusqlite::Result<String> {
+) -> durably_db::Result<String> {
     let runtime = if has_runtime_columns(conn)? {
         "queue, priority, due_at, wait_topic, cancel_requested_at, cancel_reason, status_detail"
     } else {
@@ -172,7 +171,7 @@ pub(crate) const AWAITING_OPERATOR_QUERY: &str =
      ORDER BY e.updated_at, e.id";
 
 impl AwaitingOperatorStep {
-    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+    pub(crate) fn from_row(row: &Row<'_>) -> durably_db::Result<Self> {
         let detail: String = row.get(4)?;
         Ok(Self {
             execution_id: uuid(row, 0)?,
@@ -368,13 +367,20 @@ fn parse_column<T, E>(
     index: usize,
     text: &str,
     parse: impl FnOnce(&str) -> Result<T, E>,
-) -> rusqlite::Result<T>
+) -> durably_db::Result<T>
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    parse(text).map_err(|error| {
-        rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error))
+    parse(text).map_err(|error| durably_db::Error::Column {
+        index,
+        source: FromSqlError::Other(Box::new(error)),
     })
+}
+
+/// A value of column `index` that is not of the storage class asked for, as the error naming
+/// the column.
+fn at(index: usize) -> impl FnOnce(FromSqlError) -> durably_db::Error {
+    move |source| durably_db::Error::Column { index, source }
 }
 
 /// A timestamp that is not RFC 3339.
@@ -386,36 +392,50 @@ fn parse_time(text: &str) -> Result<DateTime<Utc>, BadTimestamp> {
     durably_lock::parse_timestamp(text).ok_or_else(|| BadTimestamp(text.to_owned()))
 }
 
-pub(crate) fn uuid(row: &Row<'_>, index: usize) -> rusqlite::Result<Uuid> {
-    parse_column(index, row.get_ref(index)?.as_str()?, Uuid::parse_str)
+pub(crate) fn uuid(row: &Row<'_>, index: usize) -> durably_db::Result<Uuid> {
+    parse_column(
+        index,
+        row.get_ref(index)?.as_str().map_err(at(index))?,
+        Uuid::parse_str,
+    )
 }
 
-pub(crate) fn word<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
+pub(crate) fn word<T>(row: &Row<'_>, index: usize) -> durably_db::Result<T>
 where
     T: FromStr,
     T::Err: std::error::Error + Send + Sync + 'static,
 {
-    parse_column(index, row.get_ref(index)?.as_str()?, T::from_str)
+    parse_column(
+        index,
+        row.get_ref(index)?.as_str().map_err(at(index))?,
+        T::from_str,
+    )
 }
 
-fn optional_word<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>>
+fn optional_word<T>(row: &Row<'_>, index: usize) -> durably_db::Result<Option<T>>
 where
     T: FromStr,
     T::Err: std::error::Error + Send + Sync + 'static,
 {
     row.get_ref(index)?
-        .as_str_or_null()?
+        .as_str_or_null()
+        .map_err(at(index))?
         .map(|text| parse_column(index, text, T::from_str))
         .transpose()
 }
 
-fn time(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTime<Utc>> {
-    parse_column(index, row.get_ref(index)?.as_str()?, parse_time)
+fn time(row: &Row<'_>, index: usize) -> durably_db::Result<DateTime<Utc>> {
+    parse_column(
+        index,
+        row.get_ref(index)?.as_str().map_err(at(index))?,
+        parse_time,
+    )
 }
 
-fn optional_time(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<DateTime<Utc>>> {
+fn optional_time(row: &Row<'_>, index: usize) -> durably_db::Result<Option<DateTime<Utc>>> {
     row.get_ref(index)?
-        .as_str_or_null()?
+        .as_str_or_null()
+        .map_err(at(index))?
         .map(|text| parse_column(index, text, parse_time))
         .transpose()
 }

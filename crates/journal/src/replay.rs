@@ -15,7 +15,7 @@
 //! guarded step's intent, say) may commit before an earlier one's. Replay hands a gap back as
 //! not recorded, so the step runs again, as after any crash.
 
-use rusqlite::{Connection, params};
+use durably_db::{Connection, params};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -217,6 +217,7 @@ fn read_window(
     let mut rows = statement.query(params![resource, from_seq, REPLAY_WINDOW_STEPS_MAX])?;
     let (mut window, mut payload_bytes) = (Vec::new(), 0_usize);
     while let Some(row) = rows.next()? {
+        let row = &row;
         let expected = i64::from(from_seq) + window.len() as i64;
         let seq: i64 = row.get(0)?;
         if seq < expected {
@@ -270,7 +271,7 @@ mod tests {
     //! them, checking the window's size after every step.
     #![allow(clippy::unwrap_used)]
 
-    use rusqlite::{Connection, params};
+    use durably_db::{Connection, params};
     use uuid::Uuid;
 
     use super::{

@@ -10,8 +10,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_lock::{DeathReason, HolderRecord, Judge, Judgement};
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use durably_db::{Connection, params};
 use durably_lock::{
     DeathReason, HolderRecord, Judge, Judgement, LockRow, Locker, format_timestamp,
 };
-use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -420,7 +420,7 @@ const UNLOCKED_RUNNING: &str = "SELECT execution_id FROM executions
 fn unlocked_running(conn: &Connection) -> Result<Vec<Uuid>> {
     let mut statement = conn.prepare_cached(UNLOCKED_RUNNING)?;
     let rows = statement.query_map([], |row| records::uuid(row, 0))?;
-    Ok(rows.collect::<rusqlite::Result<Vec<Uuid>>>()?)
+    Ok(rows.collect::<durably_db::Result<Vec<Uuid>>>()?)
 }
 
 fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<Uuid>> {
@@ -488,7 +488,7 @@ fn delete_batch(
             params![statuses[0].as_str(), statuses[1].as_str(), cutoff, batch],
             |row| row.get(0),
         )?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<durably_db::Result<_>>()?;
     let mut deleted = BatchDeleted::default();
     for id in ids {
         let children = child_rows(conn, &id)?;

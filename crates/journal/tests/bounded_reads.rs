@@ -14,7 +14,8 @@
 
 mod support;
 
-use durably_journal::rusqlite::{ffi, params};
+use durably_journal::durably_db::params;
+use durably_journal::rusqlite::ffi;
 use durably_journal::{Error, Opened};
 use support::{Scratch, start};
 use uuid::Uuid;

@@ -16,8 +16,8 @@
 mod support;
 
 use chrono::{TimeDelta, Utc};
+use durably_journal::durably_db::Connection;
 use durably_journal::lifecycle::{self, Inserted, NewExecution, Wake};
-use durably_journal::rusqlite::Connection;
 use durably_journal::{Claim, Claimer, Execution, Journal, Status};
 use support::{Scratch, barrier};
 use uuid::Uuid;
@@ -286,7 +286,10 @@ async fn a_wake_moves_only_a_waiting_execution_whose_time_or_topic_came() {
             conn.execute(
                 "UPDATE executions SET status = 'waiting', wait_topic = 'approval', due_at = ?2
                  WHERE execution_id = ?1",
-                rusqlite::params![id.to_string(), durably_lock::format_timestamp(soon)],
+                durably_journal::durably_db::params![
+                    id.to_string(),
+                    durably_lock::format_timestamp(soon)
+                ],
             )?;
             Ok(())
         })

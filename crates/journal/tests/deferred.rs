@@ -15,7 +15,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use durably_journal::rusqlite::params;
+use durably_journal::durably_db::params;
 use durably_journal::{
     Begun, DEFERRED_STEPS_MAX, Effect, Error, Execution, FencingToken, Guarded, Journal, Policy,
     Release, Status, StepError, Timing,
@@ -333,7 +333,7 @@ async fn a_declined_write_keeps_what_is_pending() {
         .read(|conn| {
             let mut statement = conn.prepare("SELECT note FROM side ORDER BY rowid")?;
             let rows = statement.query_map([], |row| row.get(0))?;
-            Ok(rows.collect::<durably_journal::rusqlite::Result<_>>()?)
+            Ok(rows.collect::<durably_journal::durably_db::Result<_>>()?)
         })
         .unwrap();
     let mut notes = notes;

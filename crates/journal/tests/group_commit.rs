@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use durably_journal::{Durability, Error, Journal, rusqlite};
+use durably_journal::{Durability, Error, Journal, durably_db, rusqlite};
 use support::{Scratch, integrity, pure_steps, start};
 use uuid::Uuid;
 
@@ -296,7 +296,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
     assert!(
         matches!(
             &duplicate,
-            Err(Error::Storage(rusqlite::Error::SqliteFailure(failure, _)))
+            Err(Error::Storage(durably_db::Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _))))
                 if failure.code == rusqlite::ErrorCode::ConstraintViolation
         ),
         "{duplicate:?}"

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use chrono::{TimeDelta, Utc};
-use durably_journal::rusqlite::{self, Connection, params};
+use durably_journal::durably_db::{self, Connection, params};
 use durably_journal::{
     Effect, Error, Execution, Journal, Opened, Release, STATUS_DETAIL_BYTES_MAX, Status, StepError,
     StepRef, StepState, Timing, event_kind,
@@ -44,7 +44,7 @@ fn side_rows(journal: &Journal) -> Vec<(String, Option<u32>, String)> {
                 conn.prepare("SELECT execution_id, seq, note FROM side ORDER BY rowid")?;
             let rows =
                 statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-            Ok(rows.collect::<rusqlite::Result<_>>()?)
+            Ok(rows.collect::<durably_db::Result<_>>()?)
         })
         .unwrap()
 }

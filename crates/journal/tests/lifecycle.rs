@@ -491,7 +491,7 @@ async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     let journal = scratch.open();
     create_table(&journal, "CREATE TABLE marks (step TEXT NOT NULL) STRICT").await;
     let marks = || count_rows(&journal, "marks");
-    let mark = |conn: &durably_journal::rusqlite::Connection| -> durably_journal::Result<()> {
+    let mark = |conn: &durably_journal::durably_db::Connection| -> durably_journal::Result<()> {
         conn.execute("INSERT INTO marks (step) VALUES ('charge')", [])?;
         Ok(())
     };

@@ -253,8 +253,9 @@ async fn a_declining_hook_behind_a_later_step_halts_the_handle() {
     let journal = scratch.open();
     let id = Uuid::new_v4();
     let execution = start(&journal, id).await;
-    let decline =
-        |_: &durably_journal::rusqlite::Connection, _| Err(Error::Aborted("declined by the test"));
+    let decline = |_: &durably_journal::durably_db::Connection, _| {
+        Err(Error::Aborted("declined by the test"))
+    };
 
     // Alone: the seq is given back and the same step runs again at it.
     let alone = execution

@@ -44,7 +44,7 @@ async fn park(journal: &Journal, id: Uuid, status: Status, detail: &'static str)
         .write(move |conn| {
             conn.execute(
                 "UPDATE executions SET status = ?2, status_detail = ?3 WHERE execution_id = ?1",
-                rusqlite::params![id.to_string(), status.as_str(), detail],
+                durably_journal::durably_db::params![id.to_string(), status.as_str(), detail],
             )?;
             Ok(())
         })

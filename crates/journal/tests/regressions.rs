@@ -501,7 +501,7 @@ async fn an_operator_cancels_an_execution_that_waits_for_a_time_or_a_topic() {
                     "UPDATE executions SET status = ?2, finalized_at = NULL, output = NULL,
                                            due_at = '2999-01-01T00:00:00.000Z', wait_topic = ?3
                      WHERE execution_id = ?1",
-                    rusqlite::params![id.to_string(), status, topic],
+                    durably_journal::durably_db::params![id.to_string(), status, topic],
                 )?;
                 Ok(())
             })

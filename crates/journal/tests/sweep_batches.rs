@@ -55,13 +55,13 @@ async fn write_orphans(journal: &Journal, own: ProcessIdentity) {
                     "INSERT INTO executions (execution_id, kind, name, status, input, created_at,
                                              updated_at)
                      VALUES (?1, 'orphan', 'orphan', 'running', '{}', ?2, ?2)",
-                    rusqlite::params![id, at],
+                    durably_journal::durably_db::params![id, at],
                 )?;
                 conn.execute(
                     "INSERT INTO locks (resource, epoch, instance_id, pid, start_time, boot_id,
                                         pid_ns, hostname, acquired_at, heartbeat_at)
                      VALUES (?1, 1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?7)",
-                    rusqlite::params![
+                    durably_journal::durably_db::params![
                         id,
                         instance,
                         DEAD_PID,

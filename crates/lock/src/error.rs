@@ -75,9 +75,9 @@ pub enum Error {
         /// What was wrong with it.
         reason: String,
     },
-    /// SQLite failed.
-    #[error("SQLite error while working on locks: {0}")]
-    Storage(#[from] rusqlite::Error),
+    /// The database failed.
+    #[error("database error while working on locks: {0}")]
+    Storage(#[from] durably_db::Error),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use rusqlite::Connection;
+use durably_db::Connection;
 use uuid::Uuid;
 
 use crate::clock::{Clock, parse_timestamp};

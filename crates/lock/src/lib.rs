@@ -19,7 +19,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
 //! let database = dir.path().join("journal.db");
-//! let conn = rusqlite::Connection::open(&database)?;
+//! let conn = durably_db::Connection::from(rusqlite::Connection::open(&database)?);
 //! conn.execute_batch(MIGRATION_SQL)?;
 //!
 //! let liveness = LivenessDir::beside(&database);

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use durably_db::Connection;
 use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock, format_timestamp};

@@ -2,7 +2,7 @@
 //! caller's connection, inside the caller's transaction, so a lock change commits atomically
 //! with the caller's own rows.
 
-use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
+use durably_db::{Connection, FromSqlError, OptionalExtension, Row, ToSql, params};
 
 use crate::error::{Error, Result};
 
@@ -88,11 +88,19 @@ fn read_row(row: &Row<'_>) -> Result<LockRow> {
     })
 }
 
+/// The name of the column at `index` of [`COLUMNS`], for messages.
+fn column_name(index: usize) -> &'static str {
+    COLUMNS.split(", ").nth(index).unwrap_or("?")
+}
+
 fn map_read_error(resource: &str, error: Error) -> Error {
     match error {
-        Error::Storage(rusqlite::Error::InvalidColumnType(_, column, kind)) => Error::Corrupt {
+        Error::Storage(durably_db::Error::Column {
+            index,
+            source: FromSqlError::InvalidType { found, .. },
+        }) => Error::Corrupt {
             resource: resource.to_owned(),
-            reason: format!("column {column} holds a {kind}"),
+            reason: format!("column {} holds a {found}", column_name(index)),
         },
         other => other,
     }
@@ -107,7 +115,7 @@ pub fn read(conn: &Connection, resource: &str) -> Result<Option<LockRow>> {
         conn.prepare_cached(&format!("SELECT {COLUMNS} FROM locks WHERE resource = ?1"))?;
     let mut rows = statement.query(params![resource])?;
     match rows.next()? {
-        Some(row) => read_row(row)
+        Some(row) => read_row(&row)
             .map(Some)
             .map_err(|error| map_read_error(resource, error)),
         None => Ok(None),
@@ -151,7 +159,7 @@ fn held_rows(conn: &Connection, damaged: DamagedRows) -> Result<Vec<LockRow>> {
     let mut locks = Vec::new();
     while let Some(row) = rows.next()? {
         let resource: String = row.get(0)?;
-        match read_row(row).map_err(|error| map_read_error(&resource, error)) {
+        match read_row(&row).map_err(|error| map_read_error(&resource, error)) {
             Ok(lock) => locks.push(lock),
             Err(error) if damaged == DamagedRows::Skip => {
                 tracing::warn!(resource, %error, "skipping a lock row that does not read as a lock");
@@ -184,8 +192,8 @@ pub(crate) fn claim_free(
     let mut statement = conn.prepare_cached(
         "INSERT INTO locks (resource, epoch, instance_id, pid, start_time, boot_id, pid_ns, \
                             hostname, acquired_at, heartbeat_at, lease_ms, released_at)
-         VALUES (:resource, 1, :instance_id, :pid, :start_time, :boot_id, :pid_ns, :hostname,
-                 :now, :now, :lease_ms, NULL)
+         VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7,
+                 ?8, ?8, ?9, NULL)
          ON CONFLICT (resource) DO UPDATE SET
              epoch = locks.epoch + 1, instance_id = excluded.instance_id, pid = excluded.pid,
              start_time = excluded.start_time, boot_id = excluded.boot_id,
@@ -199,7 +207,7 @@ pub(crate) fn claim_free(
          RETURNING epoch",
     )?;
     let epoch: Option<i64> = statement
-        .query_row(&*new.named_params(&resource, None), |row| row.get(0))
+        .query_row(&*new.numbered_params(&resource, None), |row| row.get(0))
         .optional()?;
     epoch
         .map(|epoch| checked_epoch(resource, epoch))
@@ -223,16 +231,16 @@ pub(crate) fn swap_holder(
     new: &NewHolder<'_>,
 ) -> Result<Option<Epoch>> {
     let mut statement = conn.prepare_cached(
-        "UPDATE locks SET epoch = epoch + 1, instance_id = :instance_id, pid = :pid,
-                          start_time = :start_time, boot_id = :boot_id, pid_ns = :pid_ns,
-                          hostname = :hostname, acquired_at = :now, heartbeat_at = :now,
-                          lease_ms = :lease_ms, released_at = NULL
-         WHERE resource = :resource AND epoch = :expected
+        "UPDATE locks SET epoch = epoch + 1, instance_id = ?2, pid = ?3,
+                          start_time = ?4, boot_id = ?5, pid_ns = ?6,
+                          hostname = ?7, acquired_at = ?8, heartbeat_at = ?8,
+                          lease_ms = ?9, released_at = NULL
+         WHERE resource = ?1 AND epoch = ?10
          RETURNING epoch",
     )?;
     let expected = expected as i64;
     let epoch: Option<i64> = statement
-        .query_row(&*new.named_params(&resource, Some(&expected)), |row| {
+        .query_row(&*new.numbered_params(&resource, Some(&expected)), |row| {
             row.get(0)
         })
         .optional()?;
@@ -242,27 +250,28 @@ pub(crate) fn swap_holder(
 }
 
 impl NewHolder<'_> {
-    /// The named parameters of the holder columns, plus `:expected` for a compare-and-swap.
-    fn named_params<'p>(
+    /// The holder columns as parameters `?1` (the resource) to `?9`, plus `?10`, the expected
+    /// epoch, for a compare-and-swap.
+    fn numbered_params<'p>(
         &'p self,
         resource: &'p &'p str,
         expected: Option<&'p i64>,
-    ) -> Vec<(&'p str, &'p dyn ToSql)> {
-        let mut named: Vec<(&str, &dyn ToSql)> = vec![
-            (":resource", resource),
-            (":instance_id", &self.instance_id),
-            (":pid", &self.pid),
-            (":start_time", &self.start_time),
-            (":boot_id", &self.boot_id),
-            (":pid_ns", &self.pid_ns),
-            (":hostname", &self.hostname),
-            (":now", &self.now),
-            (":lease_ms", &self.lease_ms),
+    ) -> Vec<&'p dyn ToSql> {
+        let mut numbered: Vec<&dyn ToSql> = vec![
+            resource,
+            &self.instance_id,
+            &self.pid,
+            &self.start_time,
+            &self.boot_id,
+            &self.pid_ns,
+            &self.hostname,
+            &self.now,
+            &self.lease_ms,
         ];
         if let Some(expected) = expected {
-            named.push((":expected", expected));
+            numbered.push(expected);
         }
-        named
+        numbered
     }
 }
 
@@ -339,7 +348,7 @@ mod tests {
     /// released lock rows: the journal's open and every sweep list them.
     #[test]
     fn the_held_locks_are_read_from_their_index() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = Connection::from(rusqlite::Connection::open_in_memory().unwrap());
         conn.execute_batch(include_str!("../../../schema/0001_locks.sql"))
             .unwrap();
         let plan: String = conn

@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use durably_db::Connection;
 use durably_journal::lifecycle::{CANCEL_REASON_BYTES_MAX, cancel_now, cancel_requests};
 use durably_journal::{CancelOutcome, Execution, Status};
-use rusqlite::Connection;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 

@@ -28,12 +28,12 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::pending_cancel;
 use durably_journal::{
     Effect, ExecutionRecord, Status, StepError, StepKey, StepRef, StepState, Timing,
     execution_status,
 };
-use rusqlite::Connection;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -18,9 +18,9 @@
 //!   request) is cancelled instead of claimed.
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::{record_execution_event, recorded_steps, running_in_queue};
 use durably_journal::{Claimer, Status};
-use rusqlite::Connection;
 use uuid::Uuid;
 
 use crate::cancel::cancel_if_requested;

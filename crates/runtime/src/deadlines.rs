@@ -9,9 +9,9 @@
 //! cleared, so a late holder never keeps the pass busy.
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::Status;
 use durably_journal::lifecycle::{cancel_now, next_due, request_cancel};
-use rusqlite::Connection;
 use uuid::Uuid;
 
 use crate::cancel::nobody_runs;

@@ -29,8 +29,8 @@ use crate::store;
 use crate::telemetry;
 use crate::waiting::Waits;
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::{Wake, clear_not_before, due};
-use rusqlite::Connection;
 
 /// The most due executions one pass moves; the rest wait for the next pass, which comes at
 /// once because they are still due.

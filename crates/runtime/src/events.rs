@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use durably_journal::rusqlite::Connection;
+use durably_db::Connection;
 use durably_journal::{
     Effect, Payload, Reservation, StepError, StepKey, StepRef, StepState, Timing, execution_status,
 };

@@ -19,10 +19,10 @@
 //! new id: the remote side sees a new key, so an effect the original made at or after
 //! `from_seq` can happen again.
 
+use durably_db::Connection;
 use durably_journal::forks::{copy_steps, execution_kind, insert_fork, open_intent_before};
 use durably_journal::lifecycle::{record_execution_event, recorded_steps};
 use durably_journal::{Status, execution_status};
-use rusqlite::Connection;
 use serde_json::json;
 use uuid::Uuid;
 

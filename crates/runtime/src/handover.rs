@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 
+use durably_db::Connection;
 use durably_journal::{Claim, Claimer, Execution};
-use rusqlite::Connection;
 use serde::Serialize;
 use uuid::Uuid;
 

@@ -18,8 +18,8 @@ use std::any::type_name;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::Wake;
-use durably_journal::rusqlite::Connection;
 use durably_journal::{
     Effect, IdempotencyKey, Payload, Reservation, StepError, StepKey, StepRef, StepState, Timing,
     execution_status,

@@ -25,8 +25,8 @@
 use std::convert::Infallible;
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::{Wake, record_execution_event, wake};
-use durably_journal::rusqlite::Connection;
 use durably_journal::{Execution, Release};
 use serde_json::json;
 use tokio::sync::Notify;

@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 
+use durably_db::Connection;
 use durably_journal::lifecycle::{
     InterruptedRow, interrupted_after, park_stuck, recorded_steps, requeue_interrupted,
 };
 use durably_journal::{Status, execution_status};
-use rusqlite::Connection;
 use serde_json::json;
 use uuid::Uuid;
 

@@ -1,10 +1,10 @@
 //! [`Client::resume`]: an operator puts a stuck, cancelled or timed-out execution back in its
 //! queue, to continue from its last recorded step.
 
+use durably_db::Connection;
 use durably_journal::Status;
 use durably_journal::execution_status;
 use durably_journal::lifecycle::{record_execution_event, reopen, status_detail};
-use rusqlite::Connection;
 use serde_json::json;
 use uuid::Uuid;
 

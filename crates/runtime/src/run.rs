@@ -85,7 +85,7 @@ impl Runtime {
             client.journal(),
         )?;
         let name = options.name.unwrap_or_else(|| kind.to_owned());
-        let started = move |conn: &rusqlite::Connection| -> durably_journal::Result<()> {
+        let started = move |conn: &durably_db::Connection| -> durably_journal::Result<()> {
             let started = Started {
                 execution_id: id,
                 version,
@@ -153,7 +153,7 @@ async fn begin<A>(
     with_open: A,
 ) -> Result<Begun>
 where
-    A: Fn(&rusqlite::Connection) -> durably_journal::Result<()> + Clone + Send + 'static,
+    A: Fn(&durably_db::Connection) -> durably_journal::Result<()> + Clone + Send + 'static,
 {
     // Started only when another run of this process has the id, the rare case.
     let mut changes: Option<watch::Receiver<u64>> = None;

@@ -2,9 +2,9 @@
 //! the existing execution with that id.
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_journal::lifecycle::{Inserted, NewExecution, insert_execution};
 use durably_journal::{Payload, execution_status};
-use rusqlite::Connection;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;

@@ -162,7 +162,7 @@ async fn run_in_span(
 pub(crate) fn clear_deadline(
     id: uuid::Uuid,
     now: chrono::DateTime<chrono::Utc>,
-) -> impl FnOnce(&rusqlite::Connection) -> durably_journal::Result<()> + Send + 'static {
+) -> impl FnOnce(&durably_db::Connection) -> durably_journal::Result<()> + Send + 'static {
     move |conn| {
         store::set_deadline(conn, id, None)?;
         crate::children::settle(conn, id, now)

@@ -77,11 +77,11 @@ async fn interrupted_fixture(journal: &Journal) -> Vec<(Uuid, Owner)> {
                     "INSERT INTO executions (execution_id, kind, name, status, input, opens,
                                              created_at, updated_at)
                      VALUES (?1, ?2, ?2, 'interrupted', 'null', 1, ?3, ?3)",
-                    (&id, kind, at),
+                    durably_db::params![id, kind, at],
                 )?;
                 conn.execute(
                     "INSERT INTO locks (resource, epoch, released_at) VALUES (?1, 1, ?2)",
-                    (&id, at),
+                    durably_db::params![id, at],
                 )?;
                 if owner != Owner::Hand {
                     conn.execute(

@@ -142,7 +142,7 @@ async fn queue_views_show_positions_and_load() {
                     "INSERT INTO executions (execution_id, kind, name, status, input, opens, \
                      created_at, updated_at, queue, priority, due_at) \
                      VALUES (?1, 'k', 'k', 'queued', 'null', 0, 'now', 'now', 'q', ?2, ?3)",
-                    durably_journal::rusqlite::params![id, priority, due_at],
+                    durably_db::params![id, priority, due_at],
                 )?;
             }
             Ok(())

@@ -10,9 +10,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use durably_db::Connection;
 use durably_journal::{Error as JournalError, Result as JournalResult};
 use durably_runtime::{PreparedStart, StartOptions};
-use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::fire_id::Fire;

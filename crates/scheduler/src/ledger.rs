@@ -14,12 +14,12 @@
 //! transaction, so two processes can never both register a slot as new.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::{
     Error as JournalError, ExtensionSchema, Migration, Result as JournalResult, Status,
     execution_status,
 };
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -238,7 +238,7 @@ pub(crate) fn pending_slots(conn: &Connection, job: &str, limit: u32) -> Journal
         "SELECT slot_ms FROM fires WHERE job = ?1 AND state = 'pending' ORDER BY slot_ms LIMIT ?2",
     )?
     .query_map(params![job, limit], |row| row.get(0))?
-    .collect::<rusqlite::Result<Vec<i64>>>()
+    .collect::<durably_db::Result<Vec<i64>>>()
     .map_err(JournalError::from)
 }
 
@@ -269,7 +269,7 @@ pub(crate) fn jobs(conn: &Connection) -> JournalResult<Vec<JobRow>> {
                 paused: row.get(3)?,
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()
+        .collect::<durably_db::Result<Vec<_>>>()
         .map_err(JournalError::from)
 }
 
@@ -283,7 +283,7 @@ pub(crate) fn fire_counts(conn: &Connection, job: &str) -> JournalResult<Vec<(Fi
         .query_map(params![job], |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<durably_db::Result<Vec<_>>>()?;
     rows.into_iter()
         .map(|(state, count)| Ok((parse_state(&state)?, u64::try_from(count).unwrap_or(0))))
         .collect()
@@ -346,7 +346,7 @@ fn copy_page(conn: &Connection, job: &str, now: &str, after: i64) -> JournalResu
         .query_map(params![job, UNFINISHED_FIRES_SCANNED_MAX, after], |row| {
             Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<durably_db::Result<Vec<_>>>()?;
     let full_through = (unfinished.len() >= UNFINISHED_FIRES_SCANNED_MAX as usize)
         .then(|| unfinished.last().map(|(slot_ms, _)| *slot_ms))
         .flatten();

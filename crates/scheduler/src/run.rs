@@ -14,8 +14,8 @@ use std::ops::DerefMut;
 use std::pin::Pin;
 use std::task::{Context, Waker};
 
+use durably_db::Connection;
 use durably_journal::Result as JournalResult;
-use rusqlite::Connection;
 
 use crate::catch_up::{CatchUp, DueSlots, Overlap, SkippedSlots, due_slots};
 use crate::drive::{ReadyFire, Refusal, decide_in};

@@ -73,7 +73,7 @@ async fn main() -> Outcome {
             let place = (Path::new(db), Path::new(sink));
             fenced_effect(place, id.parse()?, lease_ms.parse()?, wait).await?
         }
-        ["open", db] => match Journal::open(db) {
+        ["open", db] => match Journal::open(*db) {
             Ok(_) => json!({ "outcome": "opened" }),
             Err(error) => error_json(&error),
         },
@@ -189,10 +189,10 @@ async fn hooked(db: &Path, id: Uuid, mode: &str) -> Outcome<Value> {
         Err(error) => return Ok(error_json(&error)),
     };
     execution.pure("prepare", || async { Ok(1_u32) }).await?;
-    let side = move |conn: &rusqlite::Connection, seq: Option<u32>, note: &str| {
+    let side = move |conn: &durably_db::Connection, seq: Option<u32>, note: &str| {
         conn.execute(
             "INSERT INTO side (execution_id, seq, note) VALUES (?1, ?2, ?3)",
-            rusqlite::params![id.to_string(), seq, note],
+            durably_db::params![id.to_string(), seq, note],
         )?;
         Ok(())
     };

@@ -15,8 +15,9 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use durably_db::{Connection, params};
 use durably_lock::{Acquire, Error, LivenessDir, Locker, LockerConfig};
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use durably_tests::immediate::immediate;
 
 type Outcome = Result<(), Box<dyn std::error::Error>>;
 
@@ -31,8 +32,9 @@ fn main() -> Outcome {
         config.lease_ms = Some(args.get(4).ok_or("--lease-ms needs a value")?.parse()?);
     }
     let locker = Locker::new(config)?;
-    let mut conn = Connection::open(&database)?;
+    let conn = rusqlite::Connection::open(&database)?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    let conn = Connection::from(conn);
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready {} {}", locker.instance_id(), std::process::id())?;
     out.flush()?;
@@ -40,10 +42,10 @@ fn main() -> Outcome {
         let line = line?;
         let mut words = line.split_whitespace();
         let answer = match (words.next(), words.next().map(str::parse::<u64>)) {
-            (Some("acquire"), None) => acquire(&locker, &mut conn, resource)?,
-            (Some("fence"), Some(Ok(epoch))) => fenced_write(&locker, &mut conn, resource, epoch)?,
+            (Some("acquire"), None) => acquire(&locker, &conn, resource)?,
+            (Some("fence"), Some(Ok(epoch))) => fenced_write(&locker, &conn, resource, epoch)?,
             (Some("release"), Some(Ok(epoch))) => {
-                under_epoch(&mut conn, format!("released {epoch}"), |transaction| {
+                under_epoch(&conn, format!("released {epoch}"), |transaction| {
                     locker.release(transaction, resource, epoch)
                 })?
             }
@@ -58,11 +60,12 @@ fn main() -> Outcome {
 
 fn acquire(
     locker: &Locker,
-    conn: &mut Connection,
+    conn: &Connection,
     resource: &str,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let answer = match locker.try_acquire(&transaction, resource)? {
+    let answer = match immediate(conn, |transaction| {
+        locker.try_acquire(transaction, resource)
+    })? {
         Acquire::Acquired { epoch, took_over } => match took_over {
             Some(takeover) => format!("acquired {epoch} {:?}", takeover.reason),
             None => format!("acquired {epoch} none"),
@@ -71,13 +74,12 @@ fn acquire(
             epoch, judgement, ..
         } => format!("held {epoch} {judgement}"),
     };
-    transaction.commit()?;
     Ok(answer)
 }
 
 fn fenced_write(
     locker: &Locker,
-    conn: &mut Connection,
+    conn: &Connection,
     resource: &str,
     epoch: u64,
 ) -> Result<String, Box<dyn std::error::Error>> {
@@ -95,16 +97,13 @@ fn fenced_write(
 /// lock is an answer, `lost <error>`, not a failure: dropping the transaction rolls it back, so
 /// nothing is written under a stale epoch.
 fn under_epoch(
-    conn: &mut Connection,
+    conn: &Connection,
     done: String,
-    work: impl FnOnce(&Transaction<'_>) -> durably_lock::Result<()>,
+    work: impl FnOnce(&Connection) -> durably_lock::Result<()>,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    match work(&transaction) {
-        Ok(()) => {}
-        Err(error @ Error::LockLost { .. }) => return Ok(format!("lost {error}")),
-        Err(error) => return Err(error.into()),
+    match immediate(conn, work) {
+        Ok(()) => Ok(done),
+        Err(error @ Error::LockLost { .. }) => Ok(format!("lost {error}")),
+        Err(error) => Err(error.into()),
     }
-    transaction.commit()?;
-    Ok(done)
 }

@@ -13,8 +13,9 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use durably_db::Connection;
 use durably_lock::{Acquire, LivenessDir, Locker, LockerConfig};
-use rusqlite::{Connection, TransactionBehavior};
+use durably_tests::immediate::immediate;
 
 type Outcome<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
@@ -37,7 +38,7 @@ fn main() -> Outcome {
     let database = PathBuf::from(database);
     let acquisitions: u64 = acquisitions.parse()?;
     let locker = Locker::new(LockerConfig::new(LivenessDir::beside(&database)))?;
-    let mut conn = Connection::open(&database)?;
+    let conn = rusqlite::Connection::open(&database)?;
     // SQLite's own busy handler backs off for up to 100 ms at a time, so one racer would get the
     // lock over and over while the others sleep. Short, bounded retries keep the race tight.
     conn.busy_handler(Some(|retries| {
@@ -45,6 +46,7 @@ fn main() -> Outcome {
         retries < BUSY_RETRIES_MAX
     }))?;
     conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    let conn = Connection::from(conn);
     let mut log = OpenOptions::new().append(true).open(log)?;
     let pid = std::process::id();
 
@@ -64,7 +66,7 @@ fn main() -> Outcome {
             return Err(format!("held the lock only {held} times in {RUN_MAX:?}").into());
         }
         attempts += 1;
-        let Some(epoch) = try_acquire(&locker, &mut conn, resource)? else {
+        let Some(epoch) = try_acquire(&locker, &conn, resource)? else {
             std::thread::yield_now();
             continue;
         };
@@ -72,9 +74,7 @@ fn main() -> Outcome {
         log.write_all(format!("enter {pid} {epoch}\n").as_bytes())?;
         locker.fence(&conn, resource, epoch)?;
         log.write_all(format!("exit {pid} {epoch}\n").as_bytes())?;
-        let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        locker.release(&transaction, resource, epoch)?;
-        transaction.commit()?;
+        immediate(&conn, |conn| locker.release(conn, resource, epoch))?;
         held += 1;
         std::thread::sleep(AFTER_RELEASE_PAUSE);
     }
@@ -84,19 +84,16 @@ fn main() -> Outcome {
 }
 
 /// One acquire attempt in its own transaction; the epoch when it got the lock.
-fn try_acquire(locker: &Locker, conn: &mut Connection, resource: &str) -> Outcome<Option<u64>> {
-    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let acquired = match locker.try_acquire(&transaction, resource)? {
+fn try_acquire(locker: &Locker, conn: &Connection, resource: &str) -> Outcome<Option<u64>> {
+    immediate(conn, |conn| match locker.try_acquire(conn, resource)? {
         Acquire::Acquired {
             epoch,
             took_over: None,
-        } => Some(epoch),
+        } => Ok(Some(epoch)),
         Acquire::Acquired {
             took_over: Some(takeover),
             ..
-        } => return Err(format!("no racer dies, yet one was taken over: {takeover:?}").into()),
-        Acquire::Held { .. } => None,
-    };
-    transaction.commit()?;
-    Ok(acquired)
+        } => Err(format!("no racer dies, yet one was taken over: {takeover:?}").into()),
+        Acquire::Held { .. } => Ok(None),
+    })
 }

@@ -242,7 +242,7 @@ fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErr
             "SELECT max(json_extract(input, '$.index')) FROM executions
              WHERE kind = ?1 AND json_extract(input, '$.shape') = 'runtime'
                AND json_extract(input, '$.slot') = ?2 AND json_extract(input, '$.index') < ?3",
-            rusqlite::params![RUNTIME_KIND, slot as i64, CHILD_INDEX_BASE as i64],
+            durably_db::params![RUNTIME_KIND, slot as i64, CHILD_INDEX_BASE as i64],
             |row| row.get(0),
         )?)
     })?;

@@ -200,7 +200,7 @@ fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxErro
             "SELECT max(json_extract(input, '$.index')) FROM executions
              WHERE kind = ?1 AND json_extract(input, '$.shape') != 'runtime'
                AND json_extract(input, '$.slot') = ?2",
-            rusqlite::params![EXECUTION_KIND, slot as i64],
+            durably_db::params![EXECUTION_KIND, slot as i64],
             |row| row.get(0),
         )?)
     })?;

@@ -7,11 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, params};
 use durably_lock::{
     Clock, Error, LivenessDir, Locker, LockerConfig, MIGRATION_SQL, ProcFs, ProcessIdentity,
     ProcessStat, ProcessTable, Result, format_timestamp,
 };
-use rusqlite::{Connection, TransactionBehavior, params};
+
+pub use durably_tests::immediate::immediate;
 
 use super::{Driven, Scratch};
 
@@ -59,25 +61,14 @@ impl Scratch {
 /// Opens `database` as the tests share it: WAL, a busy timeout, and `synchronous=NORMAL` (these
 /// tests are about exclusion and liveness, not power loss, and NORMAL keeps them fast).
 pub fn open(database: &Path) -> Connection {
-    let conn = Connection::open(database).unwrap();
+    let conn = rusqlite::Connection::open(database).unwrap();
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
     conn.execute_batch("PRAGMA synchronous = NORMAL").unwrap();
-    conn
-}
-
-/// Runs `work` in its own `BEGIN IMMEDIATE` transaction, committing only when it succeeds.
-pub fn immediate<T>(
-    conn: &mut Connection,
-    work: impl FnOnce(&Connection) -> Result<T>,
-) -> Result<T> {
-    let transaction = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let value = work(&transaction)?;
-    transaction.commit()?;
-    Ok(value)
+    Connection::from(conn)
 }
 
 /// Inserts a held lock row exactly as given, bypassing the locker: how a test crafts holders

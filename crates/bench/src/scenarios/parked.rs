@@ -16,9 +16,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use durably::db::{Connection, params};
 use durably::lock::{Clock, SystemClock, format_timestamp};
 use durably::runtime::Client;
-use durably::sqlite::rusqlite::{Connection, params};
 use durably::{Durability, IdempotencyKey, Journal};
 
 use crate::args::ParkedWorkerArgs;
@@ -109,7 +109,7 @@ async fn prepare(context: &Context, path: &Path, rows: u32) -> Result<Duration> 
     journal.write(move |conn| park(conn, rows)).await?;
     let took = began.elapsed();
     drop(journal);
-    let conn = Connection::open(path)?;
+    let conn = durably::sqlite::rusqlite::Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
     Ok(took)

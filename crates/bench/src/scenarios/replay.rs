@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durably::sqlite::rusqlite::params;
+use durably::db::params;
 use durably::{IdempotencyKey, Journal};
 use uuid::Uuid;
 

@@ -1,6 +1,6 @@
 //! `durably fires [--job JOB]`: the scheduler's slot ledger, read through the `fire_ledger` view.
 
-use durably::sqlite::rusqlite::{Row, params};
+use durably::db::{Row, params};
 use serde::Serialize;
 
 use crate::db::Target;
@@ -24,11 +24,11 @@ struct Fire {
 }
 
 impl Fire {
-    fn from_row(row: &Row<'_>) -> durably::sqlite::rusqlite::Result<Self> {
-        let text = |index: usize| -> durably::sqlite::rusqlite::Result<String> {
+    fn from_row(row: &Row<'_>) -> durably::db::Result<Self> {
+        let text = |index: usize| -> durably::db::Result<String> {
             row.get::<_, String>(index).map(|value| escape(&value))
         };
-        let optional = |index: usize| -> durably::sqlite::rusqlite::Result<Option<String>> {
+        let optional = |index: usize| -> durably::db::Result<Option<String>> {
             row.get::<_, Option<String>>(index)
                 .map(|value| value.as_deref().map(escape))
         };
@@ -67,7 +67,7 @@ pub fn run(target: &Target, job: Option<&str>, limit: u32, json: bool) -> Result
              ORDER BY slot DESC, job LIMIT ?2",
         )?;
         let rows = statement.query_map(params![job, limit], Fire::from_row)?;
-        Ok(rows.collect::<durably::sqlite::rusqlite::Result<Vec<_>>>()?)
+        Ok(rows.collect::<durably::db::Result<Vec<_>>>()?)
     })?;
     let header = [
         "JOB",

@@ -144,14 +144,15 @@ impl PgConnection {
         })
     }
 
-    /// Translates and prepares `sql` into the connection's cache, unless it is there already.
+    /// Translates and prepares `sql` into the connection's cache, unless it is there already;
+    /// returns how many columns its rows have.
     ///
     /// # Errors
     ///
     /// The server refused the SQL (a syntax error, a parameter type it cannot infer), or a
     /// result column has a type this adapter does not read (`UnsupportedType`).
-    pub fn prepare(&self, sql: &str) -> Result<(), PgError> {
-        self.prepared(sql).map(drop)
+    pub fn prepare(&self, sql: &str) -> Result<usize, PgError> {
+        self.prepared(sql).map(|prepared| prepared.columns.len())
     }
 
     /// Runs one statement and returns the number of rows it changed.

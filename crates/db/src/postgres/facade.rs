@@ -19,16 +19,22 @@ impl From<PgError> for Error {
 pub(crate) struct PgStatement<'c> {
     connection: &'c PgConnection,
     sql: String,
+    column_count: usize,
 }
 
 impl<'c> PgStatement<'c> {
     /// Prepares `sql` through the connection's cache, so a bad statement fails here, as on SQLite.
     pub(crate) fn new(connection: &'c PgConnection, sql: &str) -> Result<Self> {
-        connection.prepare(sql)?;
+        let column_count = connection.prepare(sql)?;
         Ok(Self {
             connection,
             sql: sql.to_owned(),
+            column_count,
         })
+    }
+
+    pub(crate) fn column_count(&self) -> usize {
+        self.column_count
     }
 
     pub(crate) fn execute<P: Params>(&self, params: &P) -> Result<usize> {

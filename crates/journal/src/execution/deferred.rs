@@ -29,8 +29,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_lock::{Locker, format_timestamp};
-use rusqlite::Connection;
 use uuid::Uuid;
 
 use super::Execution;

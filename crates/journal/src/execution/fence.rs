@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
+use durably_db::Connection;
 use durably_lock::{Clock, Locker, format_timestamp};
-use rusqlite::Connection;
 use uuid::Uuid;
 
 use super::deferred::{Carry, DeferredOpen, Pending};

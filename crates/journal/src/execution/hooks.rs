@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use rusqlite::Connection;
+use durably_db::Connection;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;

@@ -23,7 +23,7 @@ mod step_rows;
 use std::future::Future;
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use durably_db::Connection;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;

@@ -337,7 +337,7 @@ impl Shared {
             policy: policy.kind(),
             key: call.key().to_string(),
         };
-        let record = move |conn: &rusqlite::Connection, resource: &str, now: &str| {
+        let record = move |conn: &durably_db::Connection, resource: &str, now: &str| {
             row.record(conn, resource, now)
         };
         match with_intent {

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, params};
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
 use super::Execution;

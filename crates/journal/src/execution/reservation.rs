@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use rusqlite::{Connection, params};
+use durably_db::{Connection, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
@@ -267,7 +267,7 @@ fn first_missing_outcome(
     conn: &Connection,
     resource: &str,
     seqs: &[u32],
-) -> rusqlite::Result<Option<u32>> {
+) -> durably_db::Result<Option<u32>> {
     let mut statement = conn.prepare_cached(
         "SELECT count(*) FROM steps WHERE execution_id = ?1 AND seq = ?2 AND state != 'intent'",
     )?;

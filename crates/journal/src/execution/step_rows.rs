@@ -2,7 +2,7 @@
 //! thread. Each function runs inside a fenced transaction ([`super::fence::Fence`]); the audit
 //! event that goes with a change is written in the same transaction as the change.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use durably_db::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use crate::error::{AmbiguityReason, Error, Result};
@@ -311,7 +311,10 @@ mod tests {
     #[test]
     fn the_completion_check_seeks_past_the_steps_this_run_resolved() {
         assert_eq!(
-            query_plan(FIRST_OPEN_INTENT_FROM, rusqlite::params!["an execution", 7]),
+            query_plan(
+                FIRST_OPEN_INTENT_FROM,
+                durably_db::params!["an execution", 7]
+            ),
             ["SEARCH steps USING INDEX steps_by_execution (execution_id=? AND seq>?)"]
         );
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
+use durably_db::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result, classify, replicate};
@@ -257,7 +257,7 @@ impl Drop for WriterThread {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`. With `wal`, a committed batch is acknowledged only
+    /// Starts the writer thread on `conn`, a SQLite connection. With `wal`, a committed batch is acknowledged only
     /// after `wal` has synced it (the connection then commits without an fsync of its own);
     /// without, as soon as its COMMIT returns. The thread ends once every [`Writer`] is
     /// dropped; dropping the returned [`WriterThread`] after them waits for that.
@@ -397,6 +397,12 @@ fn run(
     busy_timeout_ms: u64,
     syncer: Option<Syncer>,
 ) {
+    // The batches are SQLite transactions, begun, savepointed and checked on the SQLite
+    // connection underneath. The journal starts its writer on SQLite only; on any other
+    // connection the thread ends at once, and every request is answered `WriterStopped`.
+    let Some(sqlite) = conn.as_sqlite() else {
+        return;
+    };
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(BATCH_REQUESTS_MAX);
     while let Some(first) = receiver.blocking_recv() {
         batch.push(counters.take(first));
@@ -421,7 +427,7 @@ fn run(
             continue;
         }
         let began = Instant::now();
-        if !commit_batch(conn, &mut batch, counters, busy_timeout_ms) {
+        if !commit_batch(conn, sqlite, &mut batch, counters, busy_timeout_ms) {
             telemetry::batch_failed(size);
             span.record("outcome", "failed");
             continue;
@@ -441,23 +447,24 @@ fn run(
 /// be acknowledged; `false` when it failed, and every request was told.
 fn commit_batch(
     conn: &Connection,
+    sqlite: &rusqlite::Connection,
     batch: &mut Vec<Box<dyn Job>>,
     counters: &Counters,
     busy_timeout_ms: u64,
 ) -> bool {
     let taken = Instant::now();
-    if let Err(error) = cached(conn, "BEGIN IMMEDIATE") {
-        fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
+    if let Err(error) = cached(sqlite, "BEGIN IMMEDIATE") {
+        fail_all(batch, &with_timeout(error, busy_timeout_ms), counters);
         return false;
     }
     let mut failed = 0_u64;
     for job in batch.iter_mut() {
-        match run_request(conn, job.as_mut(), taken) {
+        match run_request(conn, sqlite, job.as_mut(), taken) {
             Ok(true) => {}
             Ok(false) => failed += 1,
             Err(error) => {
                 // Its rows cannot be taken back alone; none of the batch may commit.
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = sqlite.execute_batch("ROLLBACK");
                 fail_all(batch, &error, counters);
                 return false;
             }
@@ -465,7 +472,7 @@ fn commit_batch(
         // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction
         // on its own. Running the rest of the batch would then write in autocommit mode,
         // outside any batch: stop, and report the batch failed to every request in it.
-        if conn.is_autocommit() {
+        if sqlite.is_autocommit() {
             let error = Error::CommitFailed {
                 reason: "SQLite rolled the batch back after an error in one of its requests"
                     .to_owned(),
@@ -474,11 +481,11 @@ fn commit_batch(
             return false;
         }
     }
-    if let Err(error) = cached(conn, "COMMIT") {
+    if let Err(error) = cached(sqlite, "COMMIT") {
         // A failed COMMIT may leave the transaction open; roll it back so the next batch starts
         // clean. Its own failure is moot: the batch is reported failed either way.
-        let _ = conn.execute_batch("ROLLBACK");
-        fail_all(batch, &with_timeout(&error, busy_timeout_ms), counters);
+        let _ = sqlite.execute_batch("ROLLBACK");
+        fail_all(batch, &with_timeout(error, busy_timeout_ms), counters);
         return false;
     }
     counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -494,15 +501,20 @@ fn commit_batch(
 /// Runs one request so that a failure takes back its own writes only. `Ok(false)` when it
 /// failed alone; `Err` when a request that promised [`Undo::OneStatement`] failed after
 /// changing rows, which nothing can take back short of the whole batch.
-fn run_request(conn: &Connection, job: &mut dyn Job, taken: Instant) -> Result<bool> {
+fn run_request(
+    conn: &Connection,
+    sqlite: &rusqlite::Connection,
+    job: &mut dyn Job,
+    taken: Instant,
+) -> Result<bool> {
     match job.undo() {
-        Undo::Savepoint => Ok(run_in_savepoint(conn, job, taken)),
+        Undo::Savepoint => Ok(run_in_savepoint(conn, sqlite, job, taken)),
         Undo::OneStatement => {
             // A statement SQLite took back adds nothing to the total (sqlite3VdbeSetChanges
             // is given 0 when a statement is rolled back).
-            let changes_before = conn.total_changes();
+            let changes_before = sqlite.total_changes();
             let ok = job.run(conn, taken);
-            if !ok && conn.total_changes() != changes_before {
+            if !ok && sqlite.total_changes() != changes_before {
                 return Err(Error::CommitFailed {
                     reason: "a request without a savepoint failed after changing rows, so its \
                              whole batch was rolled back; this is a bug in durably, please \
@@ -515,17 +527,22 @@ fn run_request(conn: &Connection, job: &mut dyn Job, taken: Instant) -> Result<b
     }
 }
 
-fn run_in_savepoint(conn: &Connection, job: &mut dyn Job, taken: Instant) -> bool {
-    if cached(conn, "SAVEPOINT request").is_err() {
+fn run_in_savepoint(
+    conn: &Connection,
+    sqlite: &rusqlite::Connection,
+    job: &mut dyn Job,
+    taken: Instant,
+) -> bool {
+    if cached(sqlite, "SAVEPOINT request").is_err() {
         return false;
     }
     let ok = job.run(conn, taken);
     // If ending the savepoint fails the whole transaction is in doubt; the COMMIT that follows
     // then fails too and every request of the batch is told.
     let _ = if ok {
-        cached(conn, "RELEASE request")
+        cached(sqlite, "RELEASE request")
     } else {
-        cached(conn, "ROLLBACK TO request").and_then(|_| cached(conn, "RELEASE request"))
+        cached(sqlite, "ROLLBACK TO request").and_then(|_| cached(sqlite, "RELEASE request"))
     };
     ok
 }
@@ -533,12 +550,13 @@ fn run_in_savepoint(conn: &Connection, job: &mut dyn Job, taken: Instant) -> boo
 /// Runs one statement through the connection's statement cache. The savepoint statements run
 /// twice per request and BEGIN and COMMIT once per batch; parsing them each time was a
 /// measurable share of the writer's time.
-fn cached(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
+fn cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<usize> {
     conn.prepare_cached(sql)?.execute([])
 }
 
-fn with_timeout(error: &rusqlite::Error, busy_timeout_ms: u64) -> Error {
-    match classify(error) {
+fn with_timeout(error: rusqlite::Error, busy_timeout_ms: u64) -> Error {
+    let error = durably_db::Error::from(error);
+    match classify(&error) {
         Some(Error::Busy { .. }) => Error::Busy { busy_timeout_ms },
         Some(classified) => classified,
         None => Error::CommitFailed {
@@ -558,7 +576,7 @@ fn fail_all(batch: &mut Vec<Box<dyn Job>>, error: &Error, counters: &Counters) {
 mod tests {
     use std::time::Duration;
 
-    use rusqlite::Connection;
+    use durably_db::{Connection, params};
 
     use super::{Undo, WalSync, Writer, WriterThread};
     use crate::error::Error;
@@ -575,7 +593,7 @@ mod tests {
         wal: Option<Box<dyn WalSync>>,
     ) -> (WriterThread, Writer) {
         let path = dir.path().join("writer.db");
-        let conn = Connection::open(&path).unwrap();
+        let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
@@ -583,7 +601,7 @@ mod tests {
         )
         .unwrap();
         let (writer, thread) =
-            Writer::start(&path, conn, 1_000, Duration::from_secs(20), wal).unwrap();
+            Writer::start(&path, conn.into(), 1_000, Duration::from_secs(20), wal).unwrap();
         (thread, writer)
     }
 
@@ -637,7 +655,10 @@ mod tests {
 
     fn insert(id: i64, who: &'static str) -> impl FnOnce(&Connection) -> crate::Result<()> {
         move |conn| {
-            conn.execute("INSERT INTO rows (id, who) VALUES (?1, ?2)", (id, who))?;
+            conn.execute(
+                "INSERT INTO rows (id, who) VALUES (?1, ?2)",
+                params![id, who],
+            )?;
             Ok(())
         }
     }
@@ -663,7 +684,7 @@ mod tests {
     }
 
     fn rows(dir: &tempfile::TempDir) -> Vec<(i64, String)> {
-        let conn = Connection::open(dir.path().join("writer.db")).unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("writer.db")).unwrap();
         let mut statement = conn
             .prepare("SELECT id, who FROM rows ORDER BY id")
             .unwrap();
@@ -771,7 +792,7 @@ mod tests {
 
         assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
         assert!(
-            matches!(&outcomes[1], Err(Error::Storage(rusqlite::Error::SqliteFailure(failure, _)))
+            matches!(&outcomes[1], Err(Error::Storage(durably_db::Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _))))
                 if failure.code == rusqlite::ErrorCode::ConstraintViolation),
             "{:?}",
             outcomes[1]

@@ -3,8 +3,8 @@
 //! child, read when a child ends (to tell its parent) and when a parent is cancelled (to
 //! cancel its children).
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// Links child `child` to step `seq` of `parent`. The child's runtime row exists (it was

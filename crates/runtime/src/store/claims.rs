@@ -6,8 +6,8 @@
 //! executions of versions this process does not serve wait ahead, the ones it serves are
 //! found. It only reads; every change of an execution's status stays the journal's.
 
+use durably_db::Connection;
 use durably_journal::Result;
-use rusqlite::Connection;
 use uuid::Uuid;
 
 /// A claim candidate: the execution, its kind and the version it was started with.
@@ -57,7 +57,7 @@ pub(crate) fn claim_candidates(
     }
     let mut statement =
         conn.prepare_cached(&claim_candidates_sql(queue.is_some(), served.len()))?;
-    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&queue, &max];
+    let mut parameters: Vec<&dyn durably_db::ToSql> = vec![&queue, &max];
     for (kind, version) in served {
         parameters.push(kind);
         parameters.push(version);
@@ -108,7 +108,7 @@ pub(crate) fn queued_other_versions(
         pairs = pairs.join(", ")
     );
     let mut statement = conn.prepare_cached(&sql)?;
-    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&scan_max];
+    let mut parameters: Vec<&dyn durably_db::ToSql> = vec![&scan_max];
     for (kind, version) in served {
         parameters.push(kind);
         parameters.push(version);
@@ -121,5 +121,5 @@ pub(crate) fn queued_other_versions(
             usize::try_from(count).unwrap_or(0),
         ))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }

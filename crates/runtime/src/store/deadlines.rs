@@ -3,9 +3,9 @@
 //! due pass acts on it, so the `runtime_deadlines` index holds only deadlines still to come.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
 use durably_lock::{format_timestamp, parse_timestamp};
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// Execution `execution_id`'s deadline, if it has one. One primary-key seek.

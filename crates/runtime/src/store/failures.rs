@@ -1,8 +1,8 @@
 //! Resume-failure accounting in `runtime_executions`: how many runs in a row ended abnormally
 //! without recording a step, and why the last one did.
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// Records why execution `execution_id`'s last run ended abnormally (for people: names,

@@ -1,8 +1,8 @@
 //! The runtime's rows of a fork (`crate::fork`): the link in `runtime_executions`, and the
 //! original's workflow events and patch answers that the copied steps recorded.
 
+use durably_db::{Connection, params};
 use durably_journal::Result;
-use rusqlite::{Connection, params};
 use uuid::Uuid;
 
 /// Inserts the runtime row of `fork`, started at `version`, copied from `original`'s steps

@@ -1,7 +1,7 @@
 //! The `messages` table: what `send` inserts and `recv` steps consume.
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// A stored message: one sent with an idempotency key, or one waiting for a `recv`.
@@ -13,7 +13,7 @@ pub(crate) struct StoredMessage {
 }
 
 impl StoredMessage {
-    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+    fn from_row(row: &durably_db::Row<'_>) -> durably_db::Result<Self> {
         Ok(Self {
             message_id: row.get(0)?,
             payload: row.get(1)?,

@@ -19,8 +19,8 @@ mod registrations;
 mod started;
 mod workflow_events;
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::{ExtensionSchema, Migration, Result};
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};

@@ -1,8 +1,8 @@
 //! The `runtime_patches` table: the answer each execution got from `patched(id)`, so it never
 //! flips (see `crate::patches`).
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// A recorded answer of `patched`.
@@ -89,8 +89,9 @@ pub(crate) fn executions_answering(
     let after = after.map(|id| id.to_string()).unwrap_or_default();
     let rows = statement.query_map(params![patch_id, answer, after, max], |row| {
         let text: String = row.get(0)?;
-        let execution_id = Uuid::parse_str(&text).map_err(|error| {
-            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, error.into())
+        let execution_id = Uuid::parse_str(&text).map_err(|error| durably_db::Error::Column {
+            index: 0,
+            source: durably_db::FromSqlError::Other(Box::new(error)),
         })?;
         Ok(AnsweredPatch {
             execution_id,
@@ -98,5 +99,5 @@ pub(crate) fn executions_answering(
             decided_at: row.get(2)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<durably_db::Result<_>>()?)
 }

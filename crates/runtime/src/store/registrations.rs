@@ -2,9 +2,9 @@
 //! kinds they run (`workflow_kinds`).
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 
 /// Records that `kind` at `version` is registered by a runtime, as of `at`.
 pub(crate) fn upsert_kind(

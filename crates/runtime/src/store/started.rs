@@ -2,9 +2,9 @@
 //! version and deadline) and `dedup_keys`.
 
 use chrono::{DateTime, Utc};
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
 use durably_lock::format_timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// What a start records for the runtime.

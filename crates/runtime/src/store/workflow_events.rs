@@ -1,7 +1,7 @@
 //! The `workflow_events` table: values an execution publishes with `set_event`.
 
+use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 /// The value execution `execution_id` last published under `key`, as stored JSON. One

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use durably_journal::rusqlite::types::Value;
+use durably_db::Value;
 use durably_journal::{Execution, Journal, Opened};
 use durably_runtime::{Error, WorkflowHandle};
 use uuid::Uuid;
@@ -31,7 +31,7 @@ impl Scratch {
         runtime_execution(&self.journal).await
     }
 
-    pub fn snapshot(&self) -> Vec<(String, Vec<Vec<Value>>)> {
+    pub fn snapshot(&self) -> Vec<(String, Vec<Vec<Value<'static>>>)> {
         snapshot(&self.journal)
     }
 
@@ -69,7 +69,7 @@ pub async fn runtime_execution(journal: &Journal) -> (Uuid, Execution) {
 }
 
 /// Every row of every table, in a stable order.
-pub fn snapshot(journal: &Journal) -> Vec<(String, Vec<Vec<Value>>)> {
+pub fn snapshot(journal: &Journal) -> Vec<(String, Vec<Vec<Value<'static>>>)> {
     journal
         .read(|conn| {
             let tables: Vec<String> = conn
@@ -83,7 +83,7 @@ pub fn snapshot(journal: &Journal) -> Vec<(String, Vec<Vec<Value>>)> {
             for table in tables {
                 let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\""))?;
                 let columns = statement.column_count();
-                let mut rows: Vec<Vec<Value>> = statement
+                let mut rows: Vec<Vec<Value<'static>>> = statement
                     .query_map([], |row| (0..columns).map(|i| row.get(i)).collect())?
                     .collect::<Result<_, _>>()?;
                 rows.sort_by_key(|row| format!("{row:?}"));
