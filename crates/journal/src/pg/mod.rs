@@ -4,4 +4,5 @@
 
 pub(crate) mod migrate;
 pub(crate) mod open;
+pub(crate) mod readers;
 pub(crate) mod workers;

@@ -1,7 +1,7 @@
 //! [`open`]: a journal in a PostgreSQL database. Its sessions, their settings, and the order of
 //! an open: migrate, sweep, then start the writer's workers and the read pool.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use durably_db::{Connection, PgConnection, PgUrl, Target};
@@ -17,9 +17,10 @@ use crate::readers::Readers;
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
     url: PgUrl,
-    /// The lock instance's id, whose first 8 hex digits name the sessions
-    /// (`application_name = durably:<instance8>:<role>`), so an operator sees whose they are.
-    instance: Uuid,
+    /// What names the sessions before their role: the first 8 hex digits of the lock
+    /// instance's id (`application_name = durably:<instance8>:<role>`), so an operator sees
+    /// whose they are; `inspect` for an inspector, which has no instance.
+    owner: String,
     durability: Durability,
     /// Becomes the session's `lock_timeout`: how long a statement waits for a row lock.
     busy_timeout_ms: u64,
@@ -29,9 +30,15 @@ impl Session {
     /// The sessions of lock instance `instance` on `url`, with `config`'s durability and
     /// busy timeout.
     pub(crate) fn new(url: &PgUrl, instance: Uuid, config: &JournalBuilder) -> Self {
+        let instance = instance.simple().to_string();
+        Self::named(url, instance.get(..8).unwrap_or(&instance), config)
+    }
+
+    /// The sessions on `url` named after `owner`, with `config`'s durability and busy timeout.
+    pub(crate) fn named(url: &PgUrl, owner: &str, config: &JournalBuilder) -> Self {
         Self {
             url: url.clone(),
-            instance,
+            owner: owner.to_owned(),
             durability: config.durability,
             busy_timeout_ms: config.busy_timeout_ms,
         }
@@ -46,8 +53,7 @@ impl Session {
     /// # Errors
     /// The server cannot be reached or refuses the session or a setting.
     pub(crate) fn connect(&self, role: &str) -> durably_db::Result<Connection> {
-        let instance = self.instance.simple().to_string();
-        let name = format!("{}:{role}", instance.get(..8).unwrap_or(&instance));
+        let name = format!("{}:{role}", self.owner);
         let conn = Connection::from(PgConnection::connect(self.url.expose(), &name)?);
         let synchronous_commit = match self.durability {
             Durability::Full => "on",
@@ -66,7 +72,15 @@ impl Session {
     /// # Errors
     /// As [`Session::connect`].
     pub(crate) fn reader(&self) -> durably_db::Result<Connection> {
-        let conn = self.connect("reader")?;
+        self.read_only("reader")
+    }
+
+    /// A session for `role` whose transactions are `REPEATABLE READ READ ONLY`.
+    ///
+    /// # Errors
+    /// As [`Session::connect`].
+    pub(crate) fn read_only(&self, role: &str) -> durably_db::Result<Connection> {
+        let conn = self.connect(role)?;
         conn.execute_batch(
             "SET default_transaction_isolation = 'repeatable read';
              SET default_transaction_read_only = on",
@@ -87,10 +101,9 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     let path = PathBuf::from(url.to_string());
     let locker = journal::locker(&config, liveness())?;
     let session = Session::new(url, locker.instance_id(), &config);
-    let conn = session.connect("open").map_err(|error| Error::CannotOpen {
-        path: path.clone(),
-        reason: error.to_string(),
-    })?;
+    let conn = session
+        .connect("open")
+        .map_err(|error| cannot_open(&path, &error))?;
     super::migrate::journal(&conn, &path)?;
     if config.sweep_on_open {
         crate::sweep::reclaim_orphans(&conn, &locker)?;
@@ -112,11 +125,19 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     ))
 }
 
+/// The error of a session that could not be opened at all.
+pub(crate) fn cannot_open(path: &Path, error: &durably_db::Error) -> Error {
+    Error::CannotOpen {
+        path: path.to_owned(),
+        reason: error.to_string(),
+    }
+}
+
 /// Where this host's journals on PostgreSQL keep their liveness files: one directory per user,
 /// shared by every database, since instance ids are unique. A holder on another host is never
 /// judged dead from here (its boot id differs). Session liveness (an advisory lock per
 /// instance, judged through `pg_locks`) replaces it.
-fn liveness() -> LivenessDir {
+pub(crate) fn liveness() -> LivenessDir {
     let uid = crate::files::effective_uid();
     LivenessDir::at(std::env::temp_dir().join(format!("durably-pg-liveness-{uid}")))
 }
