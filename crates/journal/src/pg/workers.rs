@@ -58,7 +58,7 @@ pub(crate) fn start(
 /// One worker's loop: each request in its own transaction, on a session opened at the first
 /// request and again after one is lost.
 fn run(session: &Session, mut receiver: mpsc::UnboundedReceiver<Queued>, counters: &Counters) {
-    let mut conn: Option<Connection> = None;
+    let mut idle: Option<Connection> = None;
     while let Some(queued) = receiver.blocking_recv() {
         let mut job = counters.take(queued);
         telemetry::queue_depth(counters.queued());
@@ -68,25 +68,22 @@ fn run(session: &Session, mut receiver: mpsc::UnboundedReceiver<Queued>, counter
             outcome = tracing::field::Empty
         );
         let _entered = span.enter();
-        let open = match conn.take() {
-            Some(open) => open,
-            None => match session.connect("writer") {
-                Ok(open) => open,
-                Err(error) => {
-                    counters.commit_failed();
-                    job.finish(Some(Error::from(error)));
-                    telemetry::batch_failed(1);
-                    span.record("outcome", "failed");
-                    continue;
-                }
-            },
-        };
         let began = Instant::now();
+        let open = match begin(session, idle.take()) {
+            Ok(open) => open,
+            Err(error) => {
+                counters.commit_failed();
+                job.finish(Some(commit_error(error)));
+                telemetry::batch_failed(1);
+                span.record("outcome", "failed");
+                continue;
+            }
+        };
         let (outcome, kept) = commit_one(&open, job.as_mut(), counters);
         // A session that failed its ROLLBACK or COMMIT is lost, or in a state nobody knows:
         // the next request opens a new one.
         if kept {
-            conn = Some(open);
+            idle = Some(open);
         }
         match outcome {
             Outcome::Committed => {
@@ -114,18 +111,32 @@ enum Outcome {
     Committed,
     /// The request failed and its transaction was rolled back; its own error is its answer.
     FailedAlone,
-    /// `BEGIN` or `COMMIT` failed, with this error.
+    /// `COMMIT` failed, with this error.
     CommitFailed(Error),
 }
 
-/// Runs `job` in one transaction on `conn`. Also says whether `conn` is fit for the next
+/// A session with a transaction begun: on `idle`, or on a new session when there is none or
+/// its `BEGIN` fails. Outside a transaction `BEGIN` fails only on a lost session (a server
+/// restart, `pg_terminate_backend`, an idle timeout), and nothing of the request has run yet,
+/// so beginning again on a new session is safe.
+///
+/// # Errors
+/// The new session could not be opened, or refused `BEGIN`.
+fn begin(session: &Session, idle: Option<Connection>) -> durably_db::Result<Connection> {
+    if let Some(idle) = idle
+        && idle.execute_batch("BEGIN").is_ok()
+    {
+        return Ok(idle);
+    }
+    let fresh = session.connect("writer")?;
+    fresh.execute_batch("BEGIN")?;
+    Ok(fresh)
+}
+
+/// Runs `job` in the transaction begun on `conn`. Also says whether `conn` is fit for the next
 /// request: its transaction ended cleanly.
 fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Outcome, bool) {
     let taken = Instant::now();
-    if let Err(error) = conn.execute_batch("BEGIN") {
-        counters.commit_failed();
-        return (Outcome::CommitFailed(commit_error(error)), false);
-    }
     if !job.run(conn, taken) {
         counters.failed_alone();
         let kept = conn.execute_batch("ROLLBACK").is_ok();
