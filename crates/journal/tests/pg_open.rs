@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Barrier};
 
-use durably_journal::{Durability, Error, Journal, SCHEMA_VERSION};
+use durably_journal::{Durability, Error, Journal, ListFilter, SCHEMA_VERSION};
 use durably_testkit::{Backend, TestDb};
 
 /// A text the catalog gives for `sql`, read through `journal`'s read pool.
@@ -72,7 +72,7 @@ fn a_reopen_changes_nothing_and_a_newer_schema_is_refused() {
     );
     assert_eq!(journal.path().to_str(), Some(db.target().as_str()));
     let inspector = Journal::inspect(db.target()).unwrap();
-    assert!(inspector.list(&Default::default()).unwrap().is_empty());
+    assert!(inspector.list(&ListFilter::default()).unwrap().is_empty());
 
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

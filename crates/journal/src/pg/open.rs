@@ -111,7 +111,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     drop(conn);
     let readers = journal::read_pool(&config, Readers::Postgres(session.clone()))?;
     let (writer, writer_thread) =
-        super::workers::start(&path, session, config.pg_writers, config.ack_timeout)?;
+        super::workers::start(&path, &session, config.pg_writers, config.ack_timeout)?;
     Ok(Journal::assemble(
         config,
         Parts {
