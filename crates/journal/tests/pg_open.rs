@@ -1,7 +1,8 @@
 //! Opening a journal on PostgreSQL: two journals opening one fresh schema at once both
 //! succeed, with the baseline applied once; a reopen changes nothing; a schema a newer build
 //! migrated is refused by a writer's open and by an inspector, which creates nothing in an
-//! empty schema; the sessions carry the journal's name, durability and busy timeout.
+//! empty schema; the sessions carry the journal's name, durability and busy timeout; a server
+//! that cannot be reached is `CannotOpen`, whose message hides the URL's password.
 //!
 //! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
 //! (`durably_testkit::TestDb`, which fails loudly without one), and reads the catalog through
@@ -160,5 +161,24 @@ fn sessions_carry_the_journal_name_durability_and_busy_timeout() {
                     || current_setting('transaction_isolation')",
         );
         assert_eq!(read_only, "on repeatable read");
+    }
+}
+
+#[test]
+fn an_unreachable_server_cannot_be_opened_and_its_password_is_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "postgresql://agent:s3cret@/journal?host={}",
+        dir.path().join("no-server").display()
+    );
+    for refused in [
+        Journal::open(url.as_str()).map(drop),
+        Journal::inspect(url.as_str()).map(drop),
+    ] {
+        let error = refused.unwrap_err();
+        assert!(matches!(error, Error::CannotOpen { .. }), "{error:?}");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("agent:***@"), "{shown}");
     }
 }
