@@ -49,15 +49,17 @@ mod judge;
 mod liveness;
 mod locker;
 mod row;
+mod session;
 
 pub use checked_dir::Refusal;
 pub use clock::{Clock, SystemClock, format_timestamp, parse_timestamp};
 pub use error::{Error, Result};
 pub use identity::{ProcFs, ProcessIdentity, ProcessStat, ProcessTable};
-pub use judge::{DeathReason, Judge, Judgement};
+pub use judge::{DeathReason, Judge, Judgement, Liveness};
 pub use liveness::{LivenessDir, LivenessFile, Probe};
 pub use locker::{Acquire, Locker, LockerConfig, TakeOver};
 pub use row::{Epoch, HolderRecord, LockRow, held, held_readable, read};
+pub use session::{SESSION_KEY_ATTEMPTS_MAX, SessionLiveness, SessionProbe, session_key};
 
 /// The migration that creates the `locks` table (`schema/0001_locks.sql`). The journal applies
 /// it with its other migrations; it is exported for programs that use locks on their own.

@@ -1,0 +1,288 @@
+//! The PostgreSQL side of the lock: an instance is alive exactly while a session holds its
+//! advisory key, whatever host or pid it stamped; a fence locks the lock row so a takeover waits
+//! for the fenced write and the fenced holder then sees the new epoch; and an instance whose
+//! liveness session is gone writes nothing more.
+//!
+//! Each test uses several real sessions of the server `DURABLY_POSTGRES_URL` names (as
+//! `.ci/pg start` prints it), in a schema of its own, and synchronizes on the server's own view
+//! of who waits on a lock (`pg_stat_activity`), never on sleeps. Without the variable the tests
+//! print why and pass: CI sets it, and the journal-level tests (`pg_ownership`) never skip.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use durably_db::{Connection, PgConnection, params};
+use durably_lock::{
+    Acquire, DeathReason, Error, Judgement, Liveness, Locker, LockerConfig, SessionLiveness,
+    session_key,
+};
+use uuid::Uuid;
+
+/// How long a test waits for the server to show an expected state before failing.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// A schema of one test with the PostgreSQL `locks` table, dropped at the end.
+struct Scratch {
+    url: String,
+    schema: String,
+}
+
+impl Scratch {
+    fn new() -> Option<Self> {
+        let Ok(url) = std::env::var("DURABLY_POSTGRES_URL") else {
+            eprintln!("skipped: DURABLY_POSTGRES_URL is unset (eval \"$(.ci/pg start)\")");
+            return None;
+        };
+        let schema = format!("lock_t_{}", Uuid::new_v4().simple());
+        let scratch = Self { url, schema };
+        let conn = scratch.session("setup");
+        conn.execute_batch(include_str!("../../../schema/postgres/0001_journal.sql"))
+            .unwrap();
+        Some(scratch)
+    }
+
+    /// A new session whose tables are this test's.
+    fn session(&self, role: &str) -> Connection {
+        let pg = PgConnection::connect(&self.url, role).unwrap();
+        pg.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {0}; SET search_path = {0}",
+            self.schema
+        ))
+        .unwrap();
+        Connection::from(pg)
+    }
+
+    fn locker(&self, role: &str) -> (Locker, SessionLiveness) {
+        let session = SessionLiveness::hold(self.session(role)).unwrap();
+        let locker = Locker::new(LockerConfig::new(Liveness::Session(session.clone()))).unwrap();
+        (locker, session)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let conn = PgConnection::connect(&self.url, "teardown").unwrap();
+        let _ = conn.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema));
+    }
+}
+
+fn backend_pid(conn: &Connection) -> i64 {
+    conn.query_row("SELECT CAST(pg_backend_pid() AS BIGINT)", [], |row| {
+        row.get(0)
+    })
+    .unwrap()
+}
+
+/// Waits until the server shows `pid` waiting on a lock.
+fn wait_until_blocked(observer: &Connection, pid: i64) {
+    let started = Instant::now();
+    loop {
+        let waiting: i64 = observer
+            .query_row(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE pid = ?1 AND wait_event_type = 'Lock'",
+                params![pid],
+                |row| row.get(0),
+            )
+            .unwrap();
+        if waiting == 1 {
+            return;
+        }
+        assert!(
+            started.elapsed() < WAIT_MAX,
+            "pid {pid} never waited on a lock"
+        );
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn a_holder_is_alive_while_its_key_is_held_and_dead_once_its_session_ends() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let (first, first_session) = scratch.locker("first");
+    let (second, _second_session) = scratch.locker("second");
+    let conn = scratch.session("rows");
+    let Acquire::Acquired { epoch, .. } = first.try_acquire(&conn, "execution-1").unwrap() else {
+        panic!("a fresh lock is free");
+    };
+    let Acquire::Held { judgement, .. } = second.try_acquire(&conn, "execution-1").unwrap() else {
+        panic!("a live holder's lock was taken");
+    };
+    assert!(matches!(judgement, Judgement::Alive(_)), "{judgement}");
+
+    // The holder's process may be anywhere: its pid and boot id are never judged on PostgreSQL.
+    let mut holder = durably_lock::read(&conn, "execution-1")
+        .unwrap()
+        .unwrap()
+        .holder
+        .unwrap();
+    holder.pid = -1;
+    holder.boot_id = "not a boot id".to_owned();
+    assert!(matches!(second.judge().judge(&holder), Judgement::Alive(_)));
+    let pass = second.judge().pass();
+
+    drop(first);
+    drop(first_session);
+    let started = Instant::now();
+    while second.judge().judge(&holder) != Judgement::Dead(DeathReason::SessionEnded) {
+        assert!(
+            started.elapsed() < WAIT_MAX,
+            "the ended session's key stayed held"
+        );
+        thread::yield_now();
+    }
+    assert!(
+        matches!(pass.judge(&holder), Judgement::Alive(_)),
+        "a pass judges by the keys it read once"
+    );
+    let Acquire::Acquired {
+        epoch: taken,
+        took_over: Some(takeover),
+    } = second.try_acquire(&conn, "execution-1").unwrap()
+    else {
+        panic!("a dead holder's lock was not taken over");
+    };
+    assert_eq!(taken, epoch + 1);
+    assert_eq!(takeover.reason, DeathReason::SessionEnded);
+}
+
+#[test]
+fn a_key_held_already_makes_the_instance_draw_another_id() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let first = SessionLiveness::hold(scratch.session("first")).unwrap();
+    let taken = first.instance_id();
+    let fresh = Uuid::new_v4();
+    let mut ids = [taken, fresh].into_iter();
+    let second =
+        SessionLiveness::hold_with(scratch.session("second"), || ids.next().unwrap()).unwrap();
+    assert_eq!(second.instance_id(), fresh);
+    assert_ne!(second.key(), session_key(&taken));
+    let error = SessionLiveness::hold_with(scratch.session("third"), || taken).unwrap_err();
+    assert!(
+        matches!(error, Error::SessionKeyCollisions { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_takeover_waits_for_a_fenced_write_and_the_fenced_holder_then_sees_the_new_epoch() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let (holder, _holder_session) = scratch.locker("holder");
+    let (taker, _taker_session) = scratch.locker("taker");
+    let holder_conn = scratch.session("holder-rows");
+    let Acquire::Acquired { epoch, .. } = holder.try_acquire(&holder_conn, "r").unwrap() else {
+        panic!("a fresh lock is free");
+    };
+    // The holder is inside a fenced write: its transaction has passed the fence.
+    holder_conn.execute_batch("BEGIN").unwrap();
+    holder.fence(&holder_conn, "r", epoch).unwrap();
+
+    let taker_conn = scratch.session("taker-rows");
+    let taker_pid = backend_pid(&taker_conn);
+    let taker = Arc::new(taker);
+    let swap = thread::spawn({
+        let taker = Arc::clone(&taker);
+        move || {
+            taker_conn.execute_batch("BEGIN").unwrap();
+            let swapped = taker.take_over(&taker_conn, "r", epoch).unwrap();
+            taker_conn.execute_batch("COMMIT").unwrap();
+            swapped
+        }
+    });
+    wait_until_blocked(&scratch.session("observer"), taker_pid);
+    holder_conn.execute_batch("COMMIT").unwrap();
+    assert_eq!(swap.join().unwrap(), Some(epoch + 1));
+
+    let error = holder.fence(&holder_conn, "r", epoch).unwrap_err();
+    assert!(matches!(error, Error::LockLost { .. }), "{error}");
+}
+
+#[test]
+fn a_fence_that_waits_on_a_takeover_fails() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let (holder, _holder_session) = scratch.locker("holder");
+    let (taker, _taker_session) = scratch.locker("taker");
+    let holder_conn = scratch.session("holder-rows");
+    let Acquire::Acquired { epoch, .. } = holder.try_acquire(&holder_conn, "r").unwrap() else {
+        panic!("a fresh lock is free");
+    };
+    let taker_conn = scratch.session("taker-rows");
+    taker_conn.execute_batch("BEGIN").unwrap();
+    assert_eq!(
+        taker.take_over(&taker_conn, "r", epoch).unwrap(),
+        Some(epoch + 1)
+    );
+
+    let holder_pid = backend_pid(&holder_conn);
+    let holder = Arc::new(holder);
+    let fenced = thread::spawn({
+        let holder = Arc::clone(&holder);
+        move || {
+            holder_conn.execute_batch("BEGIN").unwrap();
+            let fenced = holder.fence(&holder_conn, "r", epoch);
+            holder_conn.execute_batch("ROLLBACK").unwrap();
+            fenced
+        }
+    });
+    wait_until_blocked(&scratch.session("observer"), holder_pid);
+    taker_conn.execute_batch("COMMIT").unwrap();
+    let error = fenced.join().unwrap().unwrap_err();
+    assert!(matches!(error, Error::LockLost { .. }), "{error}");
+}
+
+#[test]
+fn a_terminated_liveness_session_poisons_the_instance_for_good() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let liveness_conn = scratch.session("liveness");
+    let liveness_pid = backend_pid(&liveness_conn);
+    let session = SessionLiveness::hold(liveness_conn).unwrap();
+    let locker = Locker::new(LockerConfig::new(session.clone())).unwrap();
+    let conn = scratch.session("rows");
+    let Acquire::Acquired { epoch, .. } = locker.try_acquire(&conn, "r").unwrap() else {
+        panic!("a fresh lock is free");
+    };
+    session.ping().unwrap();
+
+    let terminated: bool = conn
+        .query_row(
+            "SELECT pg_terminate_backend(?1)",
+            params![liveness_pid],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(terminated);
+    let started = Instant::now();
+    while session.ping().is_ok() {
+        assert!(started.elapsed() < WAIT_MAX, "the ping never noticed");
+        thread::yield_now();
+    }
+    assert!(session.is_lost());
+    for error in [
+        locker.fence(&conn, "r", epoch).unwrap_err(),
+        locker.heartbeat(&conn, "r", epoch).unwrap_err(),
+        locker.try_acquire(&conn, "other").unwrap_err(),
+        session.ping().unwrap_err(),
+    ] {
+        assert!(
+            matches!(error, Error::InstanceLost { instance } if instance == session.instance_id()),
+            "{error}"
+        );
+    }
+    assert!(
+        durably_lock::read(&conn, "other").unwrap().is_none(),
+        "a lost instance writes no lock row"
+    );
+}
