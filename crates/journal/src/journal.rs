@@ -91,7 +91,7 @@ impl Journal {
         )?);
         storage::migrate(backend::sqlite(&conn)?, &path)?;
         let locker = Arc::new(Locker::new(LockerConfig {
-            liveness: LivenessDir::beside(&path),
+            liveness: LivenessDir::beside(&path).into(),
             lease_ms: config.lease_ms,
             processes: Arc::clone(&config.processes),
             clock: Arc::clone(&config.clock),

@@ -66,6 +66,8 @@ mod open;
 mod operator;
 mod ownership;
 mod payload;
+#[cfg(feature = "postgres")]
+mod pg;
 mod readers;
 mod records;
 mod replay;

@@ -14,6 +14,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
 
 use durably_db::{Connection, params};
 use uuid::Uuid;
@@ -206,6 +208,30 @@ impl SessionLiveness {
                 self.ensure_live()
             }
         }
+    }
+
+    /// Pings the session every `interval` on a thread of its own, which ends once the session
+    /// is lost or every clone of this `SessionLiveness` is dropped (the session then closes,
+    /// freeing the key).
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn keep_pinging(&self, interval: Duration) -> std::io::Result<()> {
+        let shared = Arc::downgrade(&self.shared);
+        thread::Builder::new()
+            .name("durably-liveness".to_owned())
+            .spawn(move || {
+                loop {
+                    thread::sleep(interval);
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    if (Self { shared }).ping().is_err() {
+                        return;
+                    }
+                }
+            })
+            .map(drop)
     }
 
     /// Whether some session holds the key of `instance`.

@@ -1,0 +1,3 @@
+//! The PostgreSQL side of the journal.
+
+pub(crate) mod liveness;
