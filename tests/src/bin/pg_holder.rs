@@ -15,7 +15,7 @@
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-use durably_journal::{Error, Journal, Opened, Policy};
+use durably_journal::{Error, Guarded, Journal, Opened, Policy};
 use durably_tests::worker_io::say;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -43,9 +43,12 @@ async fn main() -> Outcome {
     else {
         return Err("the execution was already finished".into());
     };
-    execution
+    let Guarded::Done(_) = execution
         .guarded("first", Policy::Fail, |_key| async { Ok(1_u32) })
-        .await?;
+        .await?
+    else {
+        return Err("a fresh Fail step was skipped".into());
+    };
     say(&json!({ "ready": journal.locker().instance_id().to_string() }))?;
 
     for line in std::io::stdin().lock().lines() {
