@@ -95,6 +95,10 @@ pub enum Error {
         /// How many ids were tried.
         attempts: u32,
     },
+    /// A locker was given a liveness session that holds no instance key (an observer): rows it
+    /// stamped would name an instance nobody can prove alive.
+    #[error("a liveness session that holds no instance key cannot take locks")]
+    SessionWithoutKey,
     /// The database failed.
     #[error("database error while working on locks: {0}")]
     Storage(#[from] durably_db::Error),

@@ -102,7 +102,8 @@ impl Locker {
     ///
     /// # Errors
     /// [`Error::Identity`] when `/proc` cannot be read, [`Error::LivenessDir`] when the
-    /// liveness directory cannot be used.
+    /// liveness directory cannot be used, [`Error::SessionWithoutKey`] for an observing
+    /// session.
     pub fn new(config: LockerConfig) -> Result<Self> {
         let own = config.processes.own_identity()?;
         let (instance_id, liveness_file, session) = match &config.liveness {
@@ -110,7 +111,10 @@ impl Locker {
                 let instance_id = Uuid::new_v4();
                 (instance_id, Some(dir.hold(&instance_id)?), None)
             }
-            Liveness::Session(session) => (session.instance_id(), None, Some(session.clone())),
+            Liveness::Session(session) if session.holds_key() => {
+                (session.instance_id(), None, Some(session.clone()))
+            }
+            Liveness::Session(_) => return Err(Error::SessionWithoutKey),
         };
         let lease_ms = config
             .lease_ms

@@ -87,8 +87,11 @@ pub struct SessionLiveness {
 }
 
 struct Shared {
+    /// The instance whose key the session holds; the nil id for an observer, which holds none.
     instance: Uuid,
     key: i64,
+    /// Whether the session holds `key`: false for an observer ([`SessionLiveness::observe`]).
+    holds_key: bool,
     /// The session that holds the key; also where the judge asks `pg_locks`. One statement at a
     /// time: the ping and the judges take turns.
     conn: Mutex<Connection>,
@@ -134,6 +137,7 @@ impl SessionLiveness {
                     shared: Arc::new(Shared {
                         instance,
                         key,
+                        holds_key: true,
                         conn: Mutex::new(conn),
                         lost: AtomicBool::new(false),
                     }),
@@ -146,7 +150,26 @@ impl SessionLiveness {
         })
     }
 
-    /// The instance whose key this session holds.
+    /// A session that holds no key and only judges others (a program that reads a journal, such
+    /// as an inspector): a [`crate::Locker`] refuses it, so it can never stamp a lock row.
+    pub fn observe(conn: Connection) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                instance: Uuid::nil(),
+                key: session_key(&Uuid::nil()),
+                holds_key: false,
+                conn: Mutex::new(conn),
+                lost: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Whether this session holds an instance's key (false for an observer).
+    pub fn holds_key(&self) -> bool {
+        self.shared.holds_key
+    }
+
+    /// The instance whose key this session holds (the nil id for an observer).
     pub fn instance_id(&self) -> Uuid {
         self.shared.instance
     }

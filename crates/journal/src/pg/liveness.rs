@@ -2,10 +2,12 @@
 //! the instance's advisory key for the journal's whole life (see `durably_lock`'s `session`
 //! module for what the key proves, and why a lost session poisons the instance for good).
 
+use std::path::Path;
 use std::time::Duration;
 
-use durably_db::{Connection, PgConnection};
+use durably_db::{Connection, PgConnection, PgUrl};
 use durably_lock::SessionLiveness;
+use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
@@ -24,27 +26,50 @@ const KEEPALIVES: [(&str, &str); 4] = [
     ("keepalives_retries", "3"),
 ];
 
-/// The role the session shows in `application_name` (`durably:liveness`).
-const ROLE: &str = "liveness";
-
 /// Opens the liveness session of a new instance on the server `url` names, takes its key, and
-/// starts pinging it every [`PING_INTERVAL`].
+/// starts pinging it every [`PING_INTERVAL`]. The session is named `durably:<instance8>:liveness`
+/// after the first id drawn (a collision, which draws another, leaves that name).
 ///
 /// # Errors
-/// A storage error when the server cannot be reached, [`Error::Lock`] when every instance id
-/// tried collided, [`Error::Io`] when the ping thread cannot start.
-pub(crate) fn start(url: &str) -> Result<SessionLiveness> {
-    let conn =
-        PgConnection::connect(&with_keepalives(url), ROLE).map_err(durably_db::Error::from)?;
-    let session = SessionLiveness::hold(Connection::from(conn))?;
+/// [`Error::CannotOpen`] when the server cannot be reached, [`Error::Lock`] when every instance
+/// id tried collided, [`Error::Io`] when the ping thread cannot start.
+pub(crate) fn start(url: &PgUrl, path: &Path) -> Result<SessionLiveness> {
+    let first = Uuid::new_v4();
+    let conn = connect(url, path, &format!("{}:liveness", short(first)))?;
+    let mut drawn = Some(first);
+    let session = SessionLiveness::hold_with(conn, || drawn.take().unwrap_or_else(Uuid::new_v4))?;
     session
         .keep_pinging(PING_INTERVAL)
         .map_err(|source| Error::Io {
             action: "start the liveness ping thread of",
-            path: durably_db::Target::from(url).to_string().into(),
+            path: path.to_owned(),
             source,
         })?;
     Ok(session)
+}
+
+/// A session that holds no key, for a program that only judges holders (an inspector).
+///
+/// # Errors
+/// [`Error::CannotOpen`] when the server cannot be reached.
+pub(crate) fn observe(url: &PgUrl, path: &Path) -> Result<SessionLiveness> {
+    Ok(SessionLiveness::observe(connect(
+        url,
+        path,
+        "inspect:liveness",
+    )?))
+}
+
+fn connect(url: &PgUrl, path: &Path, role: &str) -> Result<Connection> {
+    let conn = PgConnection::connect(&with_keepalives(url.expose()), role)
+        .map_err(|error| super::open::cannot_open(path, &error.into()))?;
+    Ok(Connection::from(conn))
+}
+
+/// The first 8 hex digits of `instance`, as every session of the instance is named.
+fn short(instance: Uuid) -> String {
+    let simple = instance.simple().to_string();
+    simple.get(..8).unwrap_or(&simple).to_owned()
 }
 
 /// `url` with [`KEEPALIVES`] added, as a URL's query parameters or as key-value pairs. They come
