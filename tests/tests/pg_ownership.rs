@@ -103,6 +103,17 @@ impl Place {
             .unwrap()
     }
 
+    fn events(&self) -> Vec<(String, String)> {
+        let mut statement = self
+            .sql
+            .prepare("SELECT kind, CAST(detail AS TEXT) FROM events ORDER BY id")
+            .unwrap();
+        let events = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap();
+        events.collect::<Result<_, _>>().unwrap()
+    }
+
     fn takeover_reasons(&self) -> Vec<String> {
         let mut statement = self
             .sql
@@ -117,9 +128,9 @@ impl Place {
         reasons.collect::<Result<_, _>>().unwrap()
     }
 
-    /// Opens the execution from this process, which must take it over at epoch 2, and records
-    /// a step under the new epoch.
-    async fn take_over(&self, journal: &Journal) {
+    /// Opens the execution from this process, which must take it over at epoch 2, replays the
+    /// steps the holder recorded (`replayed`) and records one more under the new epoch.
+    async fn take_over(&self, journal: &Journal, replayed: &[&str]) {
         let Opened::Running(execution) = journal
             .open_execution(self.id, "worker", "pg", &"input")
             .await
@@ -127,7 +138,26 @@ impl Place {
         else {
             panic!("the execution was finished");
         };
-        assert_eq!(self.epoch(), 2, "taken over at epoch + 1");
+        assert_eq!(
+            self.epoch(),
+            2,
+            "taken over at epoch + 1: {:?}",
+            self.events()
+        );
+        for name in replayed {
+            let replay = execution
+                .guarded(name, Policy::Fail, |_key| async {
+                    Err::<u32, _>(durably_journal::StepError::fatal(
+                        "a replay ran the closure",
+                    ))
+                })
+                .await
+                .unwrap();
+            assert!(
+                matches!(replay, Guarded::Done(_)),
+                "{name} was not replayed"
+            );
+        }
         let taken = execution
             .guarded("taker", Policy::Fail, |_key| async { Ok(3_u32) })
             .await
@@ -153,7 +183,7 @@ async fn a_killed_holder_is_taken_over_at_once() {
         place.key_holders(instance).is_empty()
     });
     let journal = place.builder().open().unwrap();
-    place.take_over(&journal).await;
+    place.take_over(&journal, &["first", "before"]).await;
     let reasons = place.takeover_reasons();
     assert_eq!(reasons.len(), 1, "{reasons:?}");
     assert!(
@@ -185,8 +215,8 @@ async fn a_stopped_holder_keeps_its_lock_but_for_its_lease_and_then_writes_nothi
     drop(journal);
 
     let far = TestClock::at(Utc::now() + chrono::Duration::days(1));
-    let journal = place.db.builder().clock(far).open().unwrap();
-    place.take_over(&journal).await;
+    let journal = place.builder().clock(far).open().unwrap();
+    place.take_over(&journal, &["first"]).await;
     let reasons = place.takeover_reasons();
     assert!(reasons[0].contains("lease expired"), "{reasons:?}");
 
@@ -222,7 +252,7 @@ async fn a_holder_whose_session_is_terminated_is_taken_over_and_writes_nothing()
         place.key_holders(instance).is_empty()
     });
     let journal = place.builder().open().unwrap();
-    place.take_over(&journal).await;
+    place.take_over(&journal, &["first"]).await;
     assert!(
         place.takeover_reasons()[0].contains("liveness session has ended"),
         "{:?}",
