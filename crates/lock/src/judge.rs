@@ -225,6 +225,7 @@ impl Judge {
     /// A judge for one pass over many holders: on PostgreSQL it reads every held key once,
     /// now, and judges by that snapshot (a takeover still judges again, live, under its row
     /// locks); on SQLite it is this judge.
+    #[must_use]
     pub fn pass(&self) -> Self {
         let mut pass = self.clone();
         if let Liveness::Session(session) = &self.liveness {

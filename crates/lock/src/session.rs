@@ -224,13 +224,13 @@ impl SessionLiveness {
                 |row| row.get::<_, i64>(0),
             )
         });
-        match held {
-            Ok(1) => Ok(()),
-            Ok(_) | Err(_) => {
-                self.mark_lost();
-                self.ensure_live()
-            }
+        // Exactly one granted lock on the key, by this very session; anything else (none, an
+        // error, a lost connection) means the key may be free for others to judge by.
+        if matches!(held, Ok(1)) {
+            return Ok(());
         }
+        self.mark_lost();
+        self.ensure_live()
     }
 
     /// Pings the session every `interval` on a thread of its own, which ends once the session

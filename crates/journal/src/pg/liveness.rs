@@ -76,15 +76,15 @@ fn short(instance: Uuid) -> String {
 /// last, so they override the URL's own: the liveness session's timing is part of the ownership
 /// guarantees, not a tuning knob.
 fn with_keepalives(url: &str) -> String {
+    let is_url = url.contains("://");
     let mut joined = url.to_owned();
     for (key, value) in KEEPALIVES {
-        if url.contains("://") {
-            let separator = if joined.contains('?') { '&' } else { '?' };
-            joined.push(separator);
-            joined.push_str(&format!("{key}={value}"));
-        } else {
-            joined.push_str(&format!(" {key}={value}"));
-        }
+        let separator = match (is_url, joined.contains('?')) {
+            (true, true) => "&",
+            (true, false) => "?",
+            (false, _) => " ",
+        };
+        joined.extend([separator, key, "=", value]);
     }
     joined
 }

@@ -114,7 +114,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     let (writer, writer_thread) = super::workers::start(
         &path,
         session,
-        liveness,
+        &liveness,
         config.pg_writers,
         config.ack_timeout,
     )?;

@@ -32,7 +32,7 @@ use crate::writer::{Counters, Job, Queued, Writer, WriterThread};
 pub(crate) fn start(
     path: &Path,
     session: Session,
-    liveness: SessionLiveness,
+    liveness: &SessionLiveness,
     workers: usize,
     ack_timeout: Duration,
 ) -> Result<(Writer, WriterThread)> {
