@@ -1,7 +1,8 @@
 //! Steps on PostgreSQL: an execution's pure, idempotent and guarded steps are written by the
 //! writer's workers and replayed, unchanged and without calling a closure, by a journal opened
 //! afresh on the same schema; 64 executions written at once each keep their own steps' order;
-//! the writer's counters count one commit per request.
+//! the writer's counters count one commit per request; a worker whose session the server ended
+//! opens a new one, and no request fails for it.
 //!
 //! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
 //! (`durably_testkit::TestDb`, which fails loudly without one). Replay is checked by closures
@@ -151,4 +152,58 @@ async fn concurrent_executions_keep_their_own_order_and_each_request_is_one_comm
         "{before:?} -> {after:?}"
     );
     assert_eq!(after.commits_failed, 0, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_whose_sessions_were_ended_open_new_ones_and_no_request_fails() {
+    const WORKERS: usize = 3;
+    let db = TestDb::on(Backend::Postgres);
+    let journal = db.builder().pg_writers(WORKERS).open().unwrap();
+    let instance = journal.locker().instance_id().simple().to_string();
+    let writers = format!("durably:{}:writer", &instance[..8]);
+    // Every worker has a session once each has taken a request.
+    for _ in 0..WORKERS {
+        journal.write(|_| Ok(())).await.unwrap();
+    }
+    let backends = |journal: &Journal, writers: &str| {
+        let writers = writers.to_owned();
+        journal
+            .read(move |conn| {
+                Ok(conn.query_row(
+                    "SELECT CAST(count(*) AS BIGINT) FROM pg_stat_activity
+                     WHERE application_name = ?1",
+                    [writers],
+                    |row| row.get::<_, i64>(0),
+                )?)
+            })
+            .unwrap()
+    };
+    assert_eq!(backends(&journal, &writers), WORKERS as i64);
+
+    let ended: i64 = journal
+        .read({
+            let writers = writers.clone();
+            move |conn| {
+                Ok(conn.query_row(
+                    "SELECT CAST(count(pg_terminate_backend(pid, 10000)) AS BIGINT)
+                     FROM pg_stat_activity WHERE application_name = ?1",
+                    [writers],
+                    |row| row.get(0),
+                )?)
+            }
+        })
+        .unwrap();
+    assert_eq!(ended, WORKERS as i64);
+
+    let id = durably_journal::new_execution_id();
+    let execution = running(&journal, id).await;
+    let calls = AtomicU32::new(0);
+    for seq in 0..STEPS {
+        run_step(&execution, seq, &calls).await;
+    }
+    for _ in 0..WORKERS * 2 {
+        journal.write(|_| Ok(())).await.unwrap();
+    }
+    assert_eq!(backends(&journal, &writers), WORKERS as i64);
+    assert_eq!(journal.writer_stats().commits_failed, 0);
 }

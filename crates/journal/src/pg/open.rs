@@ -113,7 +113,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     let readers = journal::read_pool(&config, Readers::Postgres(session.clone()))?;
     let (writer, writer_thread) = super::workers::start(
         &path,
-        session,
+        &session,
         &liveness,
         config.pg_writers,
         config.ack_timeout,

@@ -31,7 +31,7 @@ use crate::writer::{Counters, Job, Queued, Writer, WriterThread};
 /// [`Error::Io`] when a thread cannot be started.
 pub(crate) fn start(
     path: &Path,
-    session: Session,
+    session: &Session,
     liveness: &SessionLiveness,
     workers: usize,
     ack_timeout: Duration,
@@ -67,7 +67,7 @@ fn run(
     mut receiver: mpsc::UnboundedReceiver<Queued>,
     counters: &Counters,
 ) {
-    let mut conn: Option<Connection> = None;
+    let mut idle: Option<Connection> = None;
     while let Some(queued) = receiver.blocking_recv() {
         let mut job = counters.take(queued);
         telemetry::queue_depth(counters.queued());
@@ -84,25 +84,22 @@ fn run(
             span.record("outcome", "failed");
             continue;
         }
-        let open = match conn.take() {
-            Some(open) => open,
-            None => match session.connect("writer") {
-                Ok(open) => open,
-                Err(error) => {
-                    counters.commit_failed();
-                    job.finish(Some(Error::from(error)));
-                    telemetry::batch_failed(1);
-                    span.record("outcome", "failed");
-                    continue;
-                }
-            },
-        };
         let began = Instant::now();
+        let open = match begin(session, idle.take()) {
+            Ok(open) => open,
+            Err(error) => {
+                counters.commit_failed();
+                job.finish(Some(commit_error(&error)));
+                telemetry::batch_failed(1);
+                span.record("outcome", "failed");
+                continue;
+            }
+        };
         let (outcome, kept) = commit_one(&open, job.as_mut(), counters);
         // A session that failed its ROLLBACK or COMMIT is lost, or in a state nobody knows:
         // the next request opens a new one.
         if kept {
-            conn = Some(open);
+            idle = Some(open);
         }
         match outcome {
             Outcome::Committed => {
@@ -130,18 +127,32 @@ enum Outcome {
     Committed,
     /// The request failed and its transaction was rolled back; its own error is its answer.
     FailedAlone,
-    /// `BEGIN` or `COMMIT` failed, with this error.
+    /// `COMMIT` failed, with this error.
     CommitFailed(Error),
 }
 
-/// Runs `job` in one transaction on `conn`. Also says whether `conn` is fit for the next
+/// A session with a transaction begun: on `idle`, or on a new session when there is none or
+/// its `BEGIN` fails. Outside a transaction `BEGIN` fails only on a lost session (a server
+/// restart, `pg_terminate_backend`, an idle timeout), and nothing of the request has run yet,
+/// so beginning again on a new session is safe.
+///
+/// # Errors
+/// The new session could not be opened, or refused `BEGIN`.
+fn begin(session: &Session, idle: Option<Connection>) -> durably_db::Result<Connection> {
+    if let Some(idle) = idle
+        && idle.execute_batch("BEGIN").is_ok()
+    {
+        return Ok(idle);
+    }
+    let fresh = session.connect("writer")?;
+    fresh.execute_batch("BEGIN")?;
+    Ok(fresh)
+}
+
+/// Runs `job` in the transaction begun on `conn`. Also says whether `conn` is fit for the next
 /// request: its transaction ended cleanly.
 fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Outcome, bool) {
     let taken = Instant::now();
-    if let Err(error) = conn.execute_batch("BEGIN") {
-        counters.commit_failed();
-        return (Outcome::CommitFailed(commit_error(error)), false);
-    }
     if !job.run(conn, taken) {
         counters.failed_alone();
         let kept = conn.execute_batch("ROLLBACK").is_ok();
@@ -157,7 +168,7 @@ fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Out
             // The server ended the transaction (a conflict, a deferred constraint) and the
             // session goes on; after a lost session, or a COMMIT whose fate is unknown, it
             // does not.
-            let error = commit_error(error);
+            let error = commit_error(&error);
             let kept = matches!(error, Error::Conflict { .. } | Error::CommitFailed { .. })
                 && conn.execute_batch("ROLLBACK").is_ok();
             (Outcome::CommitFailed(error), kept)
@@ -167,8 +178,8 @@ fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Out
 
 /// The error a failed `BEGIN` or `COMMIT` answers: the classified ones as they are, any other
 /// as [`Error::CommitFailed`] with the server's account.
-fn commit_error(error: durably_db::Error) -> Error {
-    classify(&error).unwrap_or_else(|| Error::CommitFailed {
+fn commit_error(error: &durably_db::Error) -> Error {
+    classify(error).unwrap_or_else(|| Error::CommitFailed {
         reason: error.to_string(),
     })
 }
