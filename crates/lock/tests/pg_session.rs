@@ -62,10 +62,43 @@ impl Scratch {
     }
 }
 
+/// Two instances, the holder of lock `r` at `epoch` (on `holder_conn`) and a would-be taker.
+struct Contest {
+    holder: Locker,
+    taker: Locker,
+    holder_conn: Connection,
+    epoch: u64,
+    _sessions: [SessionLiveness; 2],
+}
+
+impl Contest {
+    fn new(scratch: &Scratch) -> Self {
+        let (holder, holder_session) = scratch.locker("holder");
+        let (taker, taker_session) = scratch.locker("taker");
+        let holder_conn = scratch.session("holder-rows");
+        let epoch = acquire(&holder, &holder_conn, "r");
+        Self {
+            holder,
+            taker,
+            holder_conn,
+            epoch,
+            _sessions: [holder_session, taker_session],
+        }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let conn = PgConnection::connect(&self.url, "teardown").unwrap();
         let _ = conn.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema));
+    }
+}
+
+/// Takes the free lock `resource` for `locker`; returns its epoch.
+fn acquire(locker: &Locker, conn: &Connection, resource: &str) -> u64 {
+    match locker.try_acquire(conn, resource).unwrap() {
+        Acquire::Acquired { epoch, .. } => epoch,
+        held @ Acquire::Held { .. } => panic!("a fresh lock is held: {held:?}"),
     }
 }
 
@@ -107,9 +140,7 @@ fn a_holder_is_alive_while_its_key_is_held_and_dead_once_its_session_ends() {
     let (first, first_session) = scratch.locker("first");
     let (second, _second_session) = scratch.locker("second");
     let conn = scratch.session("rows");
-    let Acquire::Acquired { epoch, .. } = first.try_acquire(&conn, "execution-1").unwrap() else {
-        panic!("a fresh lock is free");
-    };
+    let epoch = acquire(&first, &conn, "execution-1");
     let Acquire::Held { judgement, .. } = second.try_acquire(&conn, "execution-1").unwrap() else {
         panic!("a live holder's lock was taken");
     };
@@ -176,12 +207,13 @@ fn a_takeover_waits_for_a_fenced_write_and_the_fenced_holder_then_sees_the_new_e
     let Some(scratch) = Scratch::new() else {
         return;
     };
-    let (holder, _holder_session) = scratch.locker("holder");
-    let (taker, _taker_session) = scratch.locker("taker");
-    let holder_conn = scratch.session("holder-rows");
-    let Acquire::Acquired { epoch, .. } = holder.try_acquire(&holder_conn, "r").unwrap() else {
-        panic!("a fresh lock is free");
-    };
+    let Contest {
+        holder,
+        taker,
+        holder_conn,
+        epoch,
+        _sessions,
+    } = Contest::new(&scratch);
     // The holder is inside a fenced write: its transaction has passed the fence.
     holder_conn.execute_batch("BEGIN").unwrap();
     holder.fence(&holder_conn, "r", epoch).unwrap();
@@ -211,12 +243,13 @@ fn a_fence_that_waits_on_a_takeover_fails() {
     let Some(scratch) = Scratch::new() else {
         return;
     };
-    let (holder, _holder_session) = scratch.locker("holder");
-    let (taker, _taker_session) = scratch.locker("taker");
-    let holder_conn = scratch.session("holder-rows");
-    let Acquire::Acquired { epoch, .. } = holder.try_acquire(&holder_conn, "r").unwrap() else {
-        panic!("a fresh lock is free");
-    };
+    let Contest {
+        holder,
+        taker,
+        holder_conn,
+        epoch,
+        _sessions,
+    } = Contest::new(&scratch);
     let taker_conn = scratch.session("taker-rows");
     taker_conn.execute_batch("BEGIN").unwrap();
     assert_eq!(
@@ -251,9 +284,7 @@ fn a_terminated_liveness_session_poisons_the_instance_for_good() {
     let session = SessionLiveness::hold(liveness_conn).unwrap();
     let locker = Locker::new(LockerConfig::new(session.clone())).unwrap();
     let conn = scratch.session("rows");
-    let Acquire::Acquired { epoch, .. } = locker.try_acquire(&conn, "r").unwrap() else {
-        panic!("a fresh lock is free");
-    };
+    let epoch = acquire(&locker, &conn, "r");
     session.ping().unwrap();
 
     let terminated: bool = conn
