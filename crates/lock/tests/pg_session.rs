@@ -10,7 +10,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -62,28 +61,39 @@ impl Scratch {
     }
 }
 
-/// Two instances, the holder of lock `r` at `epoch` (on `holder_conn`) and a would-be taker.
+/// Two instances in a scratch schema: the holder of lock `r` at `epoch`, with the session its
+/// fenced writes run on, and a would-be taker with its own.
 struct Contest {
     holder: Locker,
-    taker: Locker,
     holder_conn: Connection,
+    taker: Locker,
     epoch: u64,
     _sessions: [SessionLiveness; 2],
+    scratch: Scratch,
 }
 
 impl Contest {
-    fn new(scratch: &Scratch) -> Self {
+    fn new() -> Option<Self> {
+        let scratch = Scratch::new()?;
         let (holder, holder_session) = scratch.locker("holder");
         let (taker, taker_session) = scratch.locker("taker");
         let holder_conn = scratch.session("holder-rows");
         let epoch = acquire(&holder, &holder_conn, "r");
-        Self {
+        Some(Self {
             holder,
-            taker,
             holder_conn,
+            taker,
             epoch,
             _sessions: [holder_session, taker_session],
-        }
+            scratch,
+        })
+    }
+
+    /// A waiter's session and the server's pid for it.
+    fn waiter(&self, role: &str) -> (Connection, i64) {
+        let conn = self.scratch.session(role);
+        let pid = backend_pid(&conn);
+        (conn, pid)
     }
 }
 
@@ -204,73 +214,60 @@ fn a_key_held_already_makes_the_instance_draw_another_id() {
 
 #[test]
 fn a_takeover_waits_for_a_fenced_write_and_the_fenced_holder_then_sees_the_new_epoch() {
-    let Some(scratch) = Scratch::new() else {
+    let Some(contest) = Contest::new() else {
         return;
     };
-    let Contest {
-        holder,
-        taker,
-        holder_conn,
-        epoch,
-        _sessions,
-    } = Contest::new(&scratch);
+    let (holder, conn, epoch) = (&contest.holder, &contest.holder_conn, contest.epoch);
     // The holder is inside a fenced write: its transaction has passed the fence.
-    holder_conn.execute_batch("BEGIN").unwrap();
-    holder.fence(&holder_conn, "r", epoch).unwrap();
+    conn.execute_batch("BEGIN").unwrap();
+    holder.fence(conn, "r", epoch).unwrap();
 
-    let taker_conn = scratch.session("taker-rows");
-    let taker_pid = backend_pid(&taker_conn);
-    let taker = Arc::new(taker);
-    let swap = thread::spawn({
-        let taker = Arc::clone(&taker);
-        move || {
+    let (taker_conn, taker_pid) = contest.waiter("taker-rows");
+    let taker = &contest.taker;
+    let swap = thread::scope(|scope| {
+        let swap = scope.spawn(move || {
             taker_conn.execute_batch("BEGIN").unwrap();
-            let swapped = taker.take_over(&taker_conn, "r", epoch).unwrap();
+            let swapped = taker.take_over(&taker_conn, "r", epoch);
             taker_conn.execute_batch("COMMIT").unwrap();
-            swapped
-        }
+            swapped.unwrap()
+        });
+        wait_until_blocked(&contest.scratch.session("observer"), taker_pid);
+        conn.execute_batch("COMMIT").unwrap();
+        swap.join().unwrap()
     });
-    wait_until_blocked(&scratch.session("observer"), taker_pid);
-    holder_conn.execute_batch("COMMIT").unwrap();
-    assert_eq!(swap.join().unwrap(), Some(epoch + 1));
+    assert_eq!(swap, Some(epoch + 1));
 
-    let error = holder.fence(&holder_conn, "r", epoch).unwrap_err();
+    let error = holder.fence(conn, "r", epoch).unwrap_err();
     assert!(matches!(error, Error::LockLost { .. }), "{error}");
 }
 
 #[test]
 fn a_fence_that_waits_on_a_takeover_fails() {
-    let Some(scratch) = Scratch::new() else {
+    let Some(contest) = Contest::new() else {
         return;
     };
-    let Contest {
-        holder,
-        taker,
-        holder_conn,
-        epoch,
-        _sessions,
-    } = Contest::new(&scratch);
-    let taker_conn = scratch.session("taker-rows");
-    taker_conn.execute_batch("BEGIN").unwrap();
+    let epoch = contest.epoch;
+    let (conn, _) = contest.waiter("taker-rows");
+    conn.execute_batch("BEGIN").unwrap();
     assert_eq!(
-        taker.take_over(&taker_conn, "r", epoch).unwrap(),
+        contest.taker.take_over(&conn, "r", epoch).unwrap(),
         Some(epoch + 1)
     );
 
-    let holder_pid = backend_pid(&holder_conn);
-    let holder = Arc::new(holder);
-    let fenced = thread::spawn({
-        let holder = Arc::clone(&holder);
-        move || {
+    let (holder_conn, holder_pid) = contest.waiter("holder-fence");
+    let holder = &contest.holder;
+    let fenced = thread::scope(|scope| {
+        let fenced = scope.spawn(move || {
             holder_conn.execute_batch("BEGIN").unwrap();
             let fenced = holder.fence(&holder_conn, "r", epoch);
             holder_conn.execute_batch("ROLLBACK").unwrap();
             fenced
-        }
+        });
+        wait_until_blocked(&contest.scratch.session("observer"), holder_pid);
+        conn.execute_batch("COMMIT").unwrap();
+        fenced.join().unwrap()
     });
-    wait_until_blocked(&scratch.session("observer"), holder_pid);
-    taker_conn.execute_batch("COMMIT").unwrap();
-    let error = fenced.join().unwrap().unwrap_err();
+    let error = fenced.unwrap_err();
     assert!(matches!(error, Error::LockLost { .. }), "{error}");
 }
 
