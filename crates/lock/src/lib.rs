@@ -10,6 +10,13 @@
 //! Every acquire and takeover bumps a fencing epoch; a write fenced by a stale epoch fails with
 //! [`Error::LockLost`].
 //!
+//! On PostgreSQL, where holders may run on any host, the evidence is a session instead
+//! ([`Liveness::Session`]): each instance holds an advisory lock on its [`session_key`] on a
+//! dedicated session ([`SessionLiveness`]), and a holder is alive exactly while `pg_locks` shows
+//! its key held; pids, boot ids and files are stamped but never judged there. A fence locks the
+//! lock row `FOR SHARE`, so a takeover's epoch swap waits for the fenced writes in flight. An
+//! instance whose session is lost fails every lock operation with [`Error::InstanceLost`].
+//!
 //! Every operation runs on the caller's connection, inside the caller's transaction, so a lock
 //! change commits atomically with the caller's own rows.
 //!
