@@ -5,9 +5,10 @@
 //!
 //! Each test uses several real sessions of the server `DURABLY_POSTGRES_URL` names (as
 //! `.ci/pg start` prints it), in a schema of its own, and synchronizes on the server's own view
-//! of who waits on a lock (`pg_stat_activity`), never on sleeps. Without the variable the tests
-//! print why and pass: CI sets it, and the journal-level tests (`pg_ownership`) never skip.
+//! of who waits on a lock (`pg_stat_activity`), never on sleeps. Built with the `postgres`
+//! feature only; then a missing server fails the tests, which never skip.
 
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::thread;
@@ -30,17 +31,19 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new() -> Option<Self> {
-        let Ok(url) = std::env::var("DURABLY_POSTGRES_URL") else {
-            eprintln!("skipped: DURABLY_POSTGRES_URL is unset (eval \"$(.ci/pg start)\")");
-            return None;
-        };
+    fn new() -> Self {
+        let url = std::env::var("DURABLY_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "DURABLY_POSTGRES_URL is unset: start a private server with \
+                 `eval \"$(.ci/pg start)\"`, or run the tests under `.ci/pg run cargo test ...`"
+            )
+        });
         let schema = format!("lock_t_{}", Uuid::new_v4().simple());
         let scratch = Self { url, schema };
         let conn = scratch.session("setup");
         conn.execute_batch(include_str!("../../../schema/postgres/0001_journal.sql"))
             .unwrap();
-        Some(scratch)
+        scratch
     }
 
     /// A new session whose tables are this test's.
@@ -73,20 +76,20 @@ struct Contest {
 }
 
 impl Contest {
-    fn new() -> Option<Self> {
-        let scratch = Scratch::new()?;
+    fn new() -> Self {
+        let scratch = Scratch::new();
         let (holder, holder_session) = scratch.locker("holder");
         let (taker, taker_session) = scratch.locker("taker");
         let holder_conn = scratch.session("holder-rows");
         let epoch = acquire(&holder, &holder_conn, "r");
-        Some(Self {
+        Self {
             holder,
             holder_conn,
             taker,
             epoch,
             _sessions: [holder_session, taker_session],
             scratch,
-        })
+        }
     }
 
     /// A waiter's session and the server's pid for it.
@@ -144,9 +147,7 @@ fn wait_until_blocked(observer: &Connection, pid: i64) {
 
 #[test]
 fn a_holder_is_alive_while_its_key_is_held_and_dead_once_its_session_ends() {
-    let Some(scratch) = Scratch::new() else {
-        return;
-    };
+    let scratch = Scratch::new();
     let (first, first_session) = scratch.locker("first");
     let (second, _second_session) = scratch.locker("second");
     let conn = scratch.session("rows");
@@ -194,9 +195,7 @@ fn a_holder_is_alive_while_its_key_is_held_and_dead_once_its_session_ends() {
 
 #[test]
 fn a_key_held_already_makes_the_instance_draw_another_id() {
-    let Some(scratch) = Scratch::new() else {
-        return;
-    };
+    let scratch = Scratch::new();
     let first = SessionLiveness::hold(scratch.session("first")).unwrap();
     let taken = first.instance_id();
     let fresh = Uuid::new_v4();
@@ -214,9 +213,7 @@ fn a_key_held_already_makes_the_instance_draw_another_id() {
 
 #[test]
 fn a_takeover_waits_for_a_fenced_write_and_the_fenced_holder_then_sees_the_new_epoch() {
-    let Some(contest) = Contest::new() else {
-        return;
-    };
+    let contest = Contest::new();
     let (holder, conn, epoch) = (&contest.holder, &contest.holder_conn, contest.epoch);
     // The holder is inside a fenced write: its transaction has passed the fence.
     conn.execute_batch("BEGIN").unwrap();
@@ -243,9 +240,7 @@ fn a_takeover_waits_for_a_fenced_write_and_the_fenced_holder_then_sees_the_new_e
 
 #[test]
 fn a_fence_that_waits_on_a_takeover_fails() {
-    let Some(contest) = Contest::new() else {
-        return;
-    };
+    let contest = Contest::new();
     let epoch = contest.epoch;
     let (conn, _) = contest.waiter("taker-rows");
     conn.execute_batch("BEGIN").unwrap();
@@ -273,9 +268,7 @@ fn a_fence_that_waits_on_a_takeover_fails() {
 
 #[test]
 fn a_terminated_liveness_session_poisons_the_instance_for_good() {
-    let Some(scratch) = Scratch::new() else {
-        return;
-    };
+    let scratch = Scratch::new();
     let liveness_conn = scratch.session("liveness");
     let liveness_pid = backend_pid(&liveness_conn);
     let session = SessionLiveness::hold(liveness_conn).unwrap();
