@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durably_db::{Connection, Target};
-use durably_lock::{Clock, LivenessDir, Locker, LockerConfig, format_timestamp};
+use durably_lock::{Clock, Liveness, LivenessDir, Locker, LockerConfig, format_timestamp};
 
 use crate::backend;
 use crate::config::{Durability, JournalBuilder, StepSettings};
@@ -232,9 +232,12 @@ pub(crate) struct Parts {
 }
 
 /// The journal's lock instance, whose liveness `liveness` keeps.
-pub(crate) fn locker(config: &JournalBuilder, liveness: LivenessDir) -> Result<Arc<Locker>> {
+pub(crate) fn locker(
+    config: &JournalBuilder,
+    liveness: impl Into<Liveness>,
+) -> Result<Arc<Locker>> {
     Ok(Arc::new(Locker::new(LockerConfig {
-        liveness,
+        liveness: liveness.into(),
         lease_ms: config.lease_ms,
         processes: Arc::clone(&config.processes),
         clock: Arc::clone(&config.clock),

@@ -183,6 +183,8 @@ fn open_in_transaction(
     now: &str,
 ) -> Result<OpenFound> {
     let resource = row.id.to_string();
+    // Locked before it is read, so the status judged below is the one the takeover acts on.
+    crate::ownership::lock_execution_row(conn, &resource)?;
     let existing = read_existing(conn, row.id, bytes_max)?;
     if let Some(existing) = &existing {
         match existing.status {

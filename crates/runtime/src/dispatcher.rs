@@ -86,6 +86,11 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
         // wake-up, at the latest the safety tick, tries again.
         let next_due = match pass(&dispatch).await {
             Ok(next_due) => next_due,
+            // A lost PostgreSQL instance may have been taken over already: it claims nothing
+            // more, and its runs halt at their next write, which fails the same way.
+            Err(crate::Error::Journal(error @ durably_journal::Error::InstanceLost { .. })) => {
+                return Err(error.into());
+            }
             Err(error) => {
                 tracing::warn!(%error, "a dispatcher pass failed");
                 None
