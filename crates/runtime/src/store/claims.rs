@@ -6,7 +6,7 @@
 //! executions of versions this process does not serve wait ahead, the ones it serves are
 //! found. It only reads; every change of an execution's status stays the journal's.
 
-use durably_db::Connection;
+use durably_db::{Connection, Dialect};
 use durably_journal::Result;
 use uuid::Uuid;
 
@@ -18,7 +18,11 @@ pub(crate) type Candidate = (Uuid, String, u32);
 /// claim order and seeks each entry's `runtime_executions` row. `LIMIT +?2`, and the pairs as
 /// a list of parameters: see the journal's `claimable_sql` for why neither is bound
 /// otherwise.
-fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
+///
+/// On PostgreSQL the candidates are locked `FOR UPDATE OF e SKIP LOCKED`: claimers on other
+/// hosts pass over the rows one is claiming instead of waiting for its commit and then finding
+/// them `running`. SQLite's single writer needs no lock.
+fn claim_candidates_sql(dialect: Dialect, in_queue: bool, pairs: usize) -> String {
     let queue = if in_queue {
         "e.queue = ?1"
     } else {
@@ -33,8 +37,12 @@ fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
          JOIN runtime_executions AS r ON r.execution_id = e.execution_id
          WHERE e.status = 'queued' AND e.due_at IS NULL AND {queue}
            AND (e.kind, r.version) IN (VALUES {})
-         ORDER BY e.priority DESC, e.id LIMIT +?2",
-        pairs.join(", ")
+         ORDER BY e.priority DESC, e.id LIMIT +?2{}",
+        pairs.join(", "),
+        match dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE OF e SKIP LOCKED",
+        }
     )
 }
 
@@ -55,8 +63,8 @@ pub(crate) fn claim_candidates(
     if served.is_empty() {
         return Ok(Vec::new());
     }
-    let mut statement =
-        conn.prepare_cached(&claim_candidates_sql(queue.is_some(), served.len()))?;
+    let sql = claim_candidates_sql(conn.dialect(), queue.is_some(), served.len());
+    let mut statement = conn.prepare_cached(&sql)?;
     let mut parameters: Vec<&dyn durably_db::ToSql> = vec![&queue, &max];
     for (kind, version) in served {
         parameters.push(kind);

@@ -34,7 +34,7 @@ pub(crate) use messages::{
 };
 pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
 pub(crate) use registrations::{
-    kind_version_known, latest_kind_version, stored_queue, upsert_kind, upsert_queue,
+    kind_version_known, latest_kind_version, lock_queue, stored_queue, upsert_kind, upsert_queue,
 };
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,
