@@ -11,7 +11,7 @@
 //! transaction.
 
 use chrono::{DateTime, Utc};
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, Dialect, OptionalExtension, params};
 use durably_lock::format_timestamp;
 use uuid::Uuid;
 
@@ -462,14 +462,31 @@ pub fn pending_cancel(conn: &Connection, id: Uuid) -> Result<Option<String>> {
 }
 
 /// [`pending_cancel`] by the execution id's text, as fences name their execution.
+///
+/// On PostgreSQL the execution's row is locked `FOR SHARE` whether or not a cancel is pending
+/// (before the fence locks the lock row: the execution row first): a cancel request waits for
+/// the transaction that checked, and every later check sees it.
 pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Option<String>> {
-    let reason: Option<Option<String>> = conn
-        .prepare_cached(
-            "SELECT cancel_reason FROM executions
-             WHERE execution_id = ?1 AND cancel_requested_at IS NOT NULL",
-        )?
-        .query_row(params![resource], |row| row.get(0))
-        .optional()?;
+    let reason: Option<Option<String>> = match conn.dialect() {
+        Dialect::Sqlite => conn
+            .prepare_cached(
+                "SELECT cancel_reason FROM executions
+                 WHERE execution_id = ?1 AND cancel_requested_at IS NOT NULL",
+            )?
+            .query_row(params![resource], |row| row.get(0))
+            .optional()?,
+        Dialect::Postgres => conn
+            .prepare_cached(
+                "SELECT cancel_requested_at IS NOT NULL, cancel_reason FROM executions
+                 WHERE execution_id = ?1 FOR SHARE",
+            )?
+            .query_row(params![resource], |row| {
+                let pending: bool = row.get(0)?;
+                Ok(pending.then(|| row.get(1)).transpose()?)
+            })
+            .optional()?
+            .flatten(),
+    };
     Ok(reason.map(Option::unwrap_or_default))
 }
 
