@@ -7,7 +7,6 @@
 //! journal's own tables, and only the claim's candidates (`claims`) read one: what else the
 //! runtime needs of those it asks through the journal's functions.
 
-mod changes;
 mod children;
 mod claims;
 mod deadlines;
@@ -23,7 +22,6 @@ use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::{ExtensionSchema, Migration, Result};
 use uuid::Uuid;
 
-pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use children::{children_below, children_of, end_consumed_below, parent_of, set_parent};
 pub(crate) use claims::{claim_candidates, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};

@@ -1,0 +1,3 @@
+//! The PostgreSQL backend of the journal.
+
+pub(crate) mod listen;
