@@ -77,6 +77,7 @@ const RUNTIME_COLUMNS_SINCE: i64 = 7;
 /// # Errors
 /// A storage error reading the schema version.
 pub(crate) fn has_runtime_columns(conn: &durably_db::Connection) -> durably_db::Result<bool> {
+    // PostgreSQL's oldest journal schema, its baseline, equals version 7.
     if conn.dialect() == Dialect::Postgres {
         return Ok(true);
     }
