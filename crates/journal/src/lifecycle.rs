@@ -458,35 +458,43 @@ pub const CANCEL_REASON_BYTES_MAX: usize = 1024;
 /// # Errors
 /// A storage error.
 pub fn pending_cancel(conn: &Connection, id: Uuid) -> Result<Option<String>> {
-    pending_cancel_of(conn, &id.to_string())
+    cancel_reason(conn, &id.to_string())
 }
 
-/// [`pending_cancel`] by the execution id's text, as fences name their execution.
+/// [`pending_cancel`] by the execution id's text, as fences name their execution, in the
+/// fence's write transaction.
 ///
 /// On PostgreSQL the execution's row is locked `FOR SHARE` whether or not a cancel is pending
 /// (before the fence locks the lock row: the execution row first): a cancel request waits for
 /// the transaction that checked, and every later check sees it.
 pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Option<String>> {
-    let reason: Option<Option<String>> = match conn.dialect() {
-        Dialect::Sqlite => conn
-            .prepare_cached(
-                "SELECT cancel_reason FROM executions
-                 WHERE execution_id = ?1 AND cancel_requested_at IS NOT NULL",
-            )?
-            .query_row(params![resource], |row| row.get(0))
-            .optional()?,
-        Dialect::Postgres => conn
+    match conn.dialect() {
+        Dialect::Sqlite => cancel_reason(conn, resource),
+        Dialect::Postgres => Ok(conn
             .prepare_cached(
                 "SELECT cancel_requested_at IS NOT NULL, cancel_reason FROM executions
                  WHERE execution_id = ?1 FOR SHARE",
             )?
             .query_row(params![resource], |row| {
                 let pending: bool = row.get(0)?;
-                Ok(pending.then(|| row.get(1)).transpose()?)
+                Ok(pending.then(|| row.get::<_, Option<String>>(1)).transpose()?)
             })
             .optional()?
-            .flatten(),
-    };
+            .flatten()
+            .map(Option::unwrap_or_default)),
+    }
+}
+
+/// The reason of a cancel pending for `resource` (`""` when none was given), read without a
+/// lock.
+fn cancel_reason(conn: &Connection, resource: &str) -> Result<Option<String>> {
+    let reason: Option<Option<String>> = conn
+        .prepare_cached(
+            "SELECT cancel_reason FROM executions
+             WHERE execution_id = ?1 AND cancel_requested_at IS NOT NULL",
+        )?
+        .query_row(params![resource], |row| row.get(0))
+        .optional()?;
     Ok(reason.map(Option::unwrap_or_default))
 }
 

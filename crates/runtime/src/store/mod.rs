@@ -23,7 +23,7 @@ use durably_journal::{ExtensionSchema, Migration, PgSchema, Result};
 use uuid::Uuid;
 
 pub(crate) use children::{children_below, children_of, end_consumed_below, parent_of, set_parent};
-pub(crate) use claims::{claim_candidates, queued_other_versions};
+pub(crate) use claims::{claim_candidates, has_candidate, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use forks::{copy_fork_rows, insert_fork_row};
