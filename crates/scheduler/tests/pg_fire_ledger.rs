@@ -1,6 +1,6 @@
 //! On PostgreSQL the fire ledger holds one fire per slot across hosts: two schedulers, each on
 //! a journal of its own (two hosts) on one schema, register the same job at once and then run
-//! their passes at the same moments; every slot is started by exactly one of them and its
+//! their passes at the same moments; every due slot is started by exactly one of them and its
 //! workflow runs once. An explicit `fire` of one slot by both at once starts it once, the
 //! other finding it.
 //!
@@ -73,16 +73,19 @@ async fn two_schedulers_on_two_hosts_fire_each_slot_once() {
             }
         }
     }
-    let every_slot_once: BTreeMap<i64, usize> =
-        (0..SLOTS).map(|at| (T0_MS + at * MINUTE_MS, 1)).collect();
-    assert_eq!(
-        started, every_slot_once,
-        "each slot started by one scheduler"
-    );
+    // Which slots a first pass fires is the catch-up policy's business; every slot from the
+    // second pass on is due, and each is started once, by one of the two.
+    for at in 1..SLOTS {
+        assert!(
+            started.contains_key(&(T0_MS + at * MINUTE_MS)),
+            "{started:?}"
+        );
+    }
+    assert!(started.values().all(|&count| count == 1), "{started:?}");
     assert_eq!(
         calls.per_slot(),
-        every_slot_once,
-        "each slot's workflow ran once"
+        started,
+        "each started slot's workflow ran once"
     );
 
     // An explicit fire of a new slot by both at once: one starts it, the other finds it.
