@@ -250,9 +250,9 @@ fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option
     let sql = format!(
         "SELECT status, {}, {}, {}, CAST(status_detail ->> 'seq' AS INTEGER)
          FROM executions WHERE execution_id = ?1",
-        Payload::select("input", bytes_max),
-        Payload::select("output", bytes_max),
-        Payload::select("error", bytes_max),
+        Payload::select("input", bytes_max, conn.dialect()),
+        Payload::select("output", bytes_max, conn.dialect()),
+        Payload::select("error", bytes_max, conn.dialect()),
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let mut rows = statement.query(params![id.to_string()])?;

@@ -128,7 +128,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
             if work {
                 break;
             }
-            work = !store::claim_candidates(conn, queue.as_deref(), &served, 1)?.is_empty();
+            work = store::has_candidate(conn, queue.as_deref(), &served)?;
         }
         Ok((work, next))
     })?;

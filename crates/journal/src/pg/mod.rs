@@ -2,6 +2,7 @@
 //! pool's sessions. Everything above these files runs the same on both backends, through
 //! [`durably_db::Connection`].
 
+pub(crate) mod listen;
 pub(crate) mod liveness;
 pub(crate) mod migrate;
 pub(crate) mod open;
