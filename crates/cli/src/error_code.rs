@@ -154,13 +154,16 @@ impl ErrorCode {
             E::DanglingSymlink { .. } => Self::DatabaseMissing,
             E::UnsafeFile { .. } => Self::UnsafeFile,
             E::ReadOnly { .. } => Self::ReadOnly,
-            E::Busy { .. } | E::ChangedWhileReading { .. } | E::AckTimeout { .. } | E::Pool(_) => {
-                Self::Busy
-            }
+            E::Busy { .. }
+            | E::ChangedWhileReading { .. }
+            | E::AckTimeout { .. }
+            | E::Pool(_)
+            | E::Conflict { .. } => Self::Busy,
             E::DiskFull => Self::DiskFull,
             E::Storage(_)
             | E::Pragma { .. }
             | E::CommitFailed { .. }
+            | E::CommitUnknown { .. }
             | E::WriterStopped
             | E::ReadFailed { .. } => Self::StorageError,
             E::Io { .. } => Self::IoError,

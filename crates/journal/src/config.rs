@@ -89,6 +89,9 @@ pub const FAILED_RETENTION_DEFAULT: Duration = Duration::from_hours(30 * 24);
 pub const AMBIGUOUS_RERUNS_MAX_DEFAULT: u32 = 3;
 /// Default number of read connections.
 pub const READERS_MAX_DEFAULT: u32 = 4;
+
+/// Default number of writer workers on PostgreSQL ([`JournalBuilder::pg_writers`]).
+pub const PG_WRITERS_DEFAULT: usize = 16;
 /// Default read timeout of an [`crate::Inspector`]: how long one read may run before it is
 /// stopped. Far above what any query of a journal durably wrote takes; it is there for files
 /// someone else wrote.
@@ -110,6 +113,7 @@ pub struct JournalBuilder {
     pub(crate) ambiguous_reruns_max: u32,
     pub(crate) lease_ms: Option<u64>,
     pub(crate) readers_max: u32,
+    pub(crate) pg_writers: usize,
     pub(crate) read_timeout_ms: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) processes: Arc<dyn ProcessTable>,
@@ -130,6 +134,7 @@ impl JournalBuilder {
             ambiguous_reruns_max: AMBIGUOUS_RERUNS_MAX_DEFAULT,
             lease_ms: None,
             readers_max: READERS_MAX_DEFAULT,
+            pg_writers: PG_WRITERS_DEFAULT,
             read_timeout_ms: READ_TIMEOUT_MS_DEFAULT,
             clock: Arc::new(SystemClock),
             processes: Arc::new(ProcFs::default()),
@@ -215,6 +220,16 @@ impl JournalBuilder {
     #[must_use]
     pub fn lease_ms(mut self, lease_ms: u64) -> Self {
         self.lease_ms = Some(lease_ms);
+        self
+    }
+
+    /// On PostgreSQL, how many writer workers the journal runs, each a thread with its own
+    /// connection committing one request at a time (the server groups the commits of
+    /// concurrent workers). All of one execution's writes go to one worker, in order. Default
+    /// 16, at least 1; ignored on SQLite, which has one writer.
+    #[must_use]
+    pub fn pg_writers(mut self, workers: usize) -> Self {
+        self.pg_writers = workers.max(1);
         self
     }
 

@@ -462,6 +462,27 @@ pub enum Error {
         /// The Cargo feature of the `durably` crate that compiles it in.
         feature: &'static str,
     },
+    /// PostgreSQL rolled the write's transaction back to break a deadlock or a serialization
+    /// conflict with another session (SQLSTATE 40P01 or 40001): nothing of it committed. The
+    /// request had run, so an execution handle halts as after a crash; opening it again
+    /// retries from what is recorded.
+    #[error(
+        "the write conflicted with another session and was rolled back, nothing committed: {reason}"
+    )]
+    Conflict {
+        /// The server's account of the conflict.
+        reason: String,
+    },
+    /// The connection to PostgreSQL was lost while the write's `COMMIT` was in flight: it may
+    /// or may not have committed, and only reading the journal again tells. An execution handle
+    /// halts; opening it again reads what is recorded.
+    #[error(
+        "the connection was lost during COMMIT, so whether the write committed is unknown: {reason}"
+    )]
+    CommitUnknown {
+        /// What was lost, as the driver reported it.
+        reason: String,
+    },
     /// The database failed in a way not listed above.
     #[error("database error: {0}")]
     Storage(#[source] durably_db::Error),
@@ -602,6 +623,26 @@ pub(crate) fn classify(error: &durably_db::Error) -> Option<Error> {
             "a stored value in column {index} does not parse: {cause}"
         ))),
         durably_db::Error::Sqlite(error) => classify_sqlite(error),
+        #[cfg(feature = "postgres")]
+        durably_db::Error::Postgres(error) => classify_postgres(error),
+        _ => None,
+    }
+}
+
+/// [`classify`] for PostgreSQL's errors, by their kind.
+#[cfg(feature = "postgres")]
+fn classify_postgres(error: &durably_db::PgError) -> Option<Error> {
+    use durably_db::PgErrorKind;
+    let reason = || error.to_string();
+    match error.kind() {
+        PgErrorKind::Deadlock | PgErrorKind::SerializationFailure => {
+            Some(Error::Conflict { reason: reason() })
+        }
+        PgErrorKind::CommitUnknown => Some(Error::CommitUnknown { reason: reason() }),
+        PgErrorKind::LockNotAvailable => Some(Error::Busy { busy_timeout_ms: 0 }),
+        PgErrorKind::InsufficientResources if error.sqlstate() == Some("53100") => {
+            Some(Error::DiskFull)
+        }
         _ => None,
     }
 }
@@ -651,6 +692,12 @@ pub(crate) fn replicate(error: &Error) -> Error {
             reason: reason.clone(),
         },
         Error::CommitFailed { reason } => Error::CommitFailed {
+            reason: reason.clone(),
+        },
+        Error::Conflict { reason } => Error::Conflict {
+            reason: reason.clone(),
+        },
+        Error::CommitUnknown { reason } => Error::CommitUnknown {
             reason: reason.clone(),
         },
         other => Error::CommitFailed {

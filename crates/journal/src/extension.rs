@@ -33,6 +33,24 @@ pub struct ExtensionSchema {
     /// them, so editing a view never changes what an old migration does. A view no longer
     /// wanted is dropped by a numbered migration.
     pub views: &'static str,
+    /// The same schema on PostgreSQL.
+    pub postgres: PgSchema,
+}
+
+/// An owner's schema on PostgreSQL (`schema/postgres/<owner>/`): a baseline that folds the
+/// migrations up to `baseline_version` into one file, and the views. Later migrations carry
+/// their PostgreSQL SQL in [`Migration::postgres`], so one version number names the same
+/// schema on both backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgSchema {
+    /// The tables of the first `baseline_version` migrations, applied to a schema that has no
+    /// row for the owner in `schema_versions`. It ends by inserting that row.
+    pub baseline: &'static str,
+    /// The version the baseline equals.
+    pub baseline_version: i64,
+    /// The views: each dropped (`CASCADE`) and created, applied whenever their blake3 differs
+    /// from the owner's `schema_versions.views_sha`.
+    pub views: &'static str,
 }
 
 impl Journal {
@@ -47,6 +65,13 @@ impl Journal {
     /// migrations than it lists (a newer build migrated it; nothing is changed), or a storage
     /// error from a migration's SQL (that migration is rolled back).
     pub async fn migrate_extension(&self, schema: &'static ExtensionSchema) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if self.target().dialect() == durably_db::Dialect::Postgres {
+            let path = self.path().to_owned();
+            return self
+                .write(move |conn| crate::pg::migrate::extension(conn, &path, schema))
+                .await;
+        }
         // One pass a migration, plus the pass that finds the schema current.
         for _ in 0..=schema.migrations.len() {
             let path = self.path().to_owned();

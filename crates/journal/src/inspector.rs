@@ -105,6 +105,11 @@ impl Inspector {
     /// durably reads. Of the settings, the busy and read timeouts, the payload cap, the clock
     /// and the process table apply; a writer's settings do not.
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
+        #[cfg(feature = "postgres")]
+        if let Target::Postgres(url) = &config.target {
+            let url = url.clone();
+            return Self::open_postgres(config, &url);
+        }
         let path = resolve(backend::sqlite_path(&config.target)?)?;
         files::check_path_length(&path)?;
         let own = config.processes.own_identity()?;
@@ -128,7 +133,36 @@ impl Inspector {
         Ok(inspector)
     }
 
-    /// The database file, with its links resolved.
+    /// The inspector of the journal in the PostgreSQL database `url` names: one read-only
+    /// session (see `pg::readers::inspector_session`), checked before its first read.
+    #[cfg(feature = "postgres")]
+    fn open_postgres(config: JournalBuilder, url: &durably_db::PgUrl) -> Result<Self> {
+        let path = PathBuf::from(url.to_string());
+        let conn = crate::pg::readers::inspector_session(url, &path, &config)?;
+        let own = config.processes.own_identity()?;
+        let judge = Judge::new(
+            own,
+            crate::pg::open::liveness(),
+            config.processes,
+            config.clock,
+        );
+        let inspector = Self {
+            path,
+            conn: RefCell::new(conn),
+            view: Cell::new(View::Server),
+            checked: Cell::new(false),
+            judge,
+            deadline: Arc::new(Deadline::new()),
+            read_timeout_ms: config.read_timeout_ms,
+            busy_timeout_ms: config.busy_timeout_ms,
+            payload_bytes_max: config.payload_bytes_max,
+        };
+        inspector.read(|_| Ok(()))?;
+        Ok(inspector)
+    }
+
+    /// The database file, with its links resolved; on PostgreSQL, the URL with its password
+    /// hidden.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -265,12 +299,16 @@ impl Inspector {
     }
 
     /// SQLite's `PRAGMA integrity_check`: the problems it finds (at most 20), none when the
-    /// file is sound.
+    /// file is sound. On PostgreSQL the server keeps its own storage sound (and `amcheck`
+    /// checks it), so this only reads the schema's version and finds nothing.
     ///
     /// # Errors
     /// As [`Inspector::read`]; [`Error::Corrupt`] when the damage stops the check itself.
     pub fn integrity_check(&self) -> Result<Vec<String>> {
         self.read(|conn| {
+            if conn.as_sqlite().is_none() {
+                return Ok(Vec::new());
+            }
             let mut statement =
                 conn.prepare(&format!("PRAGMA integrity_check({INTEGRITY_PROBLEMS_MAX})"))?;
             let found = statement
@@ -288,11 +326,11 @@ impl Inspector {
             self.deadline.arm(self.read_timeout_ms);
             let value = in_read_transaction(&conn, |conn| {
                 if !self.checked.get() {
-                    check_readable(conn, &self.path)?;
+                    self.check_readable(conn)?;
                 }
                 work(conn)
             });
-            if self.deadline.disarm() {
+            if self.deadline.disarm() || value.as_ref().is_err_and(|error| self.timed_out(error)) {
                 return Err(Error::ReadTimeout {
                     path: self.path.clone(),
                     timeout_ms: self.read_timeout_ms,
@@ -308,6 +346,30 @@ impl Inspector {
         let value = value?;
         self.checked.set(true);
         Ok(Some(value))
+    }
+
+    /// Refuses what this build does not read (see the free function of the same name).
+    fn check_readable(&self, conn: &Connection) -> Result<()> {
+        match self.view.get() {
+            #[cfg(feature = "postgres")]
+            View::Server => {
+                crate::pg::readers::check_readable(conn, &self.path, SCHEMA_VERSION_READABLE_MIN)
+            }
+            View::Live | View::Snapshot(_) => check_readable(conn, &self.path),
+        }
+    }
+
+    /// Whether `error` is the server stopping a read at the read timeout (SQLite's reads are
+    /// stopped by the deadline instead).
+    fn timed_out(&self, error: &Error) -> bool {
+        match self.view.get() {
+            #[cfg(feature = "postgres")]
+            View::Server => crate::pg::readers::timed_out(error),
+            View::Live | View::Snapshot(_) => {
+                let _ = error;
+                false
+            }
+        }
     }
 
     /// Opens the file again, deciding afresh how to read it.
@@ -328,6 +390,9 @@ enum View {
     /// With `immutable=1`: no lock and no WAL; each read checks that the file is still as it
     /// was when opened.
     Snapshot(FileState),
+    /// A PostgreSQL session: the server gives each read transaction its snapshot.
+    #[cfg(feature = "postgres")]
+    Server,
 }
 
 /// What changes when anyone writes the database file: a checkpoint, or a file put in its place.

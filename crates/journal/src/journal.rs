@@ -60,6 +60,16 @@ impl Journal {
     }
 
     pub(crate) fn open_with(config: JournalBuilder) -> Result<Self> {
+        if config.lease_ms == Some(0) {
+            return Err(Error::InvalidConfig(
+                "lease_ms must be at least 1 ms; leave the lease unset for no lease".to_owned(),
+            ));
+        }
+        #[cfg(feature = "postgres")]
+        if let Target::Postgres(url) = &config.target {
+            let url = url.clone();
+            return crate::pg::open::open(config, &url);
+        }
         let busy_timeout_ms = config.busy_timeout_ms;
         let path = backend::sqlite_path(&config.target)?.to_owned();
         Self::open_unlabelled(config).map_err(|error| match error {
@@ -77,11 +87,6 @@ impl Journal {
     }
 
     fn open_unlabelled(config: JournalBuilder) -> Result<Self> {
-        if config.lease_ms == Some(0) {
-            return Err(Error::InvalidConfig(
-                "lease_ms must be at least 1 ms; leave the lease unset for no lease".to_owned(),
-            ));
-        }
         let path = absolute(backend::sqlite_path(&config.target)?)?;
         files::check_path_length(&path)?;
         let conn = Connection::from(storage::open_writer(
@@ -90,33 +95,38 @@ impl Journal {
             config.busy_timeout_ms,
         )?);
         storage::migrate(backend::sqlite(&conn)?, &path)?;
-        let locker = Arc::new(Locker::new(LockerConfig {
-            liveness: LivenessDir::beside(&path),
-            lease_ms: config.lease_ms,
-            processes: Arc::clone(&config.processes),
-            clock: Arc::clone(&config.clock),
-        })?);
+        let locker = locker(&config, LivenessDir::beside(&path))?;
         if config.sweep_on_open {
             crate::sweep::reclaim_orphans(&conn, &locker)?;
         }
         let busy_timeout_ms = config.busy_timeout_ms;
-        let manager = Readers::sqlite(&path, busy_timeout_ms);
-        let readers = r2d2::Pool::builder()
-            .max_size(config.readers_max)
-            .min_idle(Some(0))
-            .connection_timeout(Duration::from_millis(busy_timeout_ms.max(1000)))
-            .build(manager)?;
+        let readers = read_pool(&config, Readers::sqlite(&path, busy_timeout_ms))?;
         let wal_sync = storage::writer_wal_sync(backend::sqlite(&conn)?, &path, config.durability)?;
         let (writer, writer_thread) =
             Writer::start(&path, conn, busy_timeout_ms, config.ack_timeout, wal_sync)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
+        Ok(Self::assemble(
+            config,
+            Parts {
                 target: Target::Sqlite(path.clone()),
                 path,
-                writer,
-                _writer_thread: writer_thread,
                 readers,
+                writer,
+                writer_thread,
                 locker,
+            },
+        ))
+    }
+
+    /// The journal of `parts`, with the rest of `config`'s settings.
+    pub(crate) fn assemble(config: JournalBuilder, parts: Parts) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                target: parts.target,
+                path: parts.path,
+                writer: parts.writer,
+                _writer_thread: parts.writer_thread,
+                readers: parts.readers,
+                locker: parts.locker,
                 handles: Arc::default(),
                 clock: config.clock,
                 durability: config.durability,
@@ -129,10 +139,10 @@ impl Journal {
                 completed_retention: config.completed_retention,
                 failed_retention: config.failed_retention,
             }),
-        })
+        }
     }
 
-    /// The database file.
+    /// The database file; on PostgreSQL, the URL with its password hidden.
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -208,6 +218,36 @@ impl Journal {
     pub(crate) fn now(&self) -> String {
         format_timestamp(self.inner.clock.now())
     }
+}
+
+/// What a backend opened, for [`Journal::assemble`].
+pub(crate) struct Parts {
+    /// The file, or the URL as shown (its password hidden).
+    pub(crate) path: PathBuf,
+    pub(crate) target: Target,
+    pub(crate) readers: r2d2::Pool<Readers>,
+    pub(crate) writer: Writer,
+    pub(crate) writer_thread: WriterThread,
+    pub(crate) locker: Arc<Locker>,
+}
+
+/// The journal's lock instance, whose liveness `liveness` keeps.
+pub(crate) fn locker(config: &JournalBuilder, liveness: LivenessDir) -> Result<Arc<Locker>> {
+    Ok(Arc::new(Locker::new(LockerConfig {
+        liveness,
+        lease_ms: config.lease_ms,
+        processes: Arc::clone(&config.processes),
+        clock: Arc::clone(&config.clock),
+    })?))
+}
+
+/// The read pool over the connections `manager` opens.
+pub(crate) fn read_pool(config: &JournalBuilder, manager: Readers) -> Result<r2d2::Pool<Readers>> {
+    Ok(r2d2::Pool::builder()
+        .max_size(config.readers_max)
+        .min_idle(Some(0))
+        .connection_timeout(Duration::from_millis(config.busy_timeout_ms.max(1000)))
+        .build(manager)?)
 }
 
 /// Makes `path` absolute and resolves links in its directory, so every process names the same

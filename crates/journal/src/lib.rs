@@ -66,6 +66,8 @@ mod open;
 mod operator;
 mod ownership;
 mod payload;
+#[cfg(feature = "postgres")]
+mod pg;
 mod readers;
 mod records;
 mod replay;
@@ -81,8 +83,8 @@ pub use begin::Begun;
 pub use claim::{Claim, ClaimedRow, Claimer};
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
-    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
-    READERS_MAX_DEFAULT, RetryPolicy,
+    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, PG_WRITERS_DEFAULT,
+    READ_TIMEOUT_MS_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::{
@@ -91,7 +93,8 @@ pub use execution::{
 };
 pub use execution_id::new_execution_id;
 pub use extension::{
-    ExtensionSchema, ambiguous_step_exists, execution_status, record_event, step_attempts_total,
+    ExtensionSchema, PgSchema, ambiguous_step_exists, execution_status, record_event,
+    step_attempts_total,
 };
 pub use inspect::Previews;
 pub use inspector::Inspector;

@@ -15,6 +15,7 @@ use crate::ownership::{OwnLocks, acquire_or_locked};
 use crate::payload::{self, Payload, PayloadColumn};
 use crate::replay::Replay;
 use crate::states::Status;
+use crate::writer::Undo;
 
 /// What opening an execution found.
 #[derive(Debug)]
@@ -92,7 +93,7 @@ impl Journal {
         let found = self
             .inner
             .writer
-            .write(move |conn| {
+            .write_for(id, Undo::Savepoint, move |conn| {
                 // This open holds the claim, so a lock of this instance on `id` is a leak.
                 let row = NewRow {
                     id,

@@ -76,6 +76,10 @@ const RUNTIME_COLUMNS_SINCE: i64 = 7;
 /// # Errors
 /// A storage error reading the schema version.
 pub(crate) fn has_runtime_columns(conn: &durably_db::Connection) -> durably_db::Result<bool> {
+    // PostgreSQL's oldest journal schema, its baseline, equals version 7.
+    if conn.dialect() == durably_db::Dialect::Postgres {
+        return Ok(true);
+    }
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     Ok(version >= RUNTIME_COLUMNS_SINCE)
 }

@@ -22,6 +22,10 @@ pub struct Migration {
     /// Its SQL: statements with no transaction control, run in one transaction with the
     /// version that counts it.
     pub sql: &'static str,
+    /// Its PostgreSQL twin, under the same number (`schema/postgres/`). `None` for a
+    /// migration the owner's PostgreSQL baseline already contains; a schema on PostgreSQL
+    /// that needs a migration without it is refused.
+    pub postgres: Option<&'static str>,
 }
 
 /// How the journal applies one of its own migrations.
@@ -43,30 +47,37 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "0001_locks",
         sql: durably_lock::MIGRATION_SQL,
+        postgres: None,
     },
     Migration {
         name: "0002_journal",
         sql: include_str!("../../../schema/0002_journal.sql"),
+        postgres: None,
     },
     Migration {
         name: "0003_scheduler",
         sql: include_str!("../../../schema/0003_scheduler.sql"),
+        postgres: None,
     },
     Migration {
         name: "0004_views",
         sql: include_str!("../../../schema/0004_views.sql"),
+        postgres: None,
     },
     Migration {
         name: "0005_steps_in_commit_order",
         sql: include_str!("../../../schema/0005_steps_in_commit_order.sql"),
+        postgres: None,
     },
     Migration {
         name: "0006_schema_versions",
         sql: include_str!("../../../schema/0006_schema_versions.sql"),
+        postgres: None,
     },
     Migration {
         name: "0007_runtime_statuses",
         sql: include_str!("../../../schema/0007_runtime_statuses.sql"),
+        postgres: None,
     },
 ];
 
@@ -330,7 +341,7 @@ pub(crate) enum Owner {
 }
 
 impl Owner {
-    fn migrations(self) -> &'static [Migration] {
+    pub(crate) fn migrations(self) -> &'static [Migration] {
         match self {
             Self::Journal => MIGRATIONS,
             Self::Extension(schema) => schema.migrations,
@@ -378,7 +389,7 @@ impl Owner {
         Ok(())
     }
 
-    fn too_new(self, path: &Path, found: i64, supported: i64) -> Error {
+    pub(crate) fn too_new(self, path: &Path, found: i64, supported: i64) -> Error {
         match self {
             Self::Journal => Error::SchemaTooNew {
                 path: path.to_owned(),
@@ -394,7 +405,7 @@ impl Owner {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Journal => "journal",
             Self::Extension(schema) => schema.owner,

@@ -377,7 +377,11 @@ pub(crate) fn reclaim_orphans(conn: &Connection, locker: &Locker) -> Result<()> 
 }
 
 fn in_transaction<T>(conn: &Connection, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    // SQLite takes the write lock at once; PostgreSQL locks rows as the statements reach them.
+    conn.execute_batch(conn.pick(&durably_db::Sql {
+        sqlite: "BEGIN IMMEDIATE",
+        postgres: "BEGIN",
+    }))?;
     match work(conn) {
         Ok(value) => {
             conn.execute_batch("COMMIT")?;

@@ -189,7 +189,14 @@ pub(crate) fn claim_free(
     resource: &str,
     new: &NewHolder<'_>,
 ) -> Result<Option<Epoch>> {
-    let mut statement = conn.prepare_cached(
+    // A foreign or damaged row (the table is STRICT, so only a non-STRICT foreign one) is left
+    // alone, and the read that follows reports it as corrupt. PostgreSQL's column types admit
+    // only integers.
+    let valid_epoch = conn.pick(&durably_db::Sql {
+        sqlite: "typeof(locks.epoch) = 'integer' AND locks.epoch >= 1",
+        postgres: "locks.epoch >= 1",
+    });
+    let mut statement = conn.prepare_cached(&format!(
         "INSERT INTO locks (resource, epoch, instance_id, pid, start_time, boot_id, pid_ns, \
                             hostname, acquired_at, heartbeat_at, lease_ms, released_at)
          VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7,
@@ -200,12 +207,9 @@ pub(crate) fn claim_free(
              pid_ns = excluded.pid_ns, hostname = excluded.hostname,
              acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,
              lease_ms = excluded.lease_ms, released_at = NULL
-         WHERE locks.instance_id IS NULL
-           -- A foreign or damaged row (the table is STRICT, so only a non-STRICT foreign one)
-           -- is left alone, and the read that follows reports it as corrupt.
-           AND typeof(locks.epoch) = 'integer' AND locks.epoch >= 1
+         WHERE locks.instance_id IS NULL AND {valid_epoch}
          RETURNING epoch",
-    )?;
+    ))?;
     let epoch: Option<i64> = statement
         .query_row(&*new.numbered_params(&resource, None), |row| row.get(0))
         .optional()?;

@@ -16,7 +16,7 @@
 use chrono::{DateTime, Utc};
 use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::{
-    Error as JournalError, ExtensionSchema, Migration, Result as JournalResult, Status,
+    Error as JournalError, ExtensionSchema, Migration, PgSchema, Result as JournalResult, Status,
     execution_status,
 };
 use durably_lock::format_timestamp;
@@ -37,13 +37,20 @@ pub(crate) static LEDGER_SCHEMA: ExtensionSchema = ExtensionSchema {
         Migration {
             name: "0001_ledger",
             sql: include_str!("../../../schema/scheduler/0001_ledger.sql"),
+            postgres: None,
         },
         Migration {
             name: "0002_workflow_fires",
             sql: include_str!("../../../schema/scheduler/0002_workflow_fires.sql"),
+            postgres: None,
         },
     ],
     views: include_str!("../../../schema/scheduler/views.sql"),
+    postgres: PgSchema {
+        baseline: include_str!("../../../schema/postgres/scheduler/0001_ledger.sql"),
+        baseline_version: 2,
+        views: include_str!("../../../schema/postgres/scheduler/views.sql"),
+    },
 };
 
 /// The most unfinished fires of one job one page of [`copy_ends`] looks at, to copy the ends

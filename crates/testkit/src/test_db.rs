@@ -113,19 +113,14 @@ impl TestDb {
     }
 
     /// A journal builder for this database, with the default settings.
-    ///
-    /// # Panics
-    /// On PostgreSQL, until the journal opens one (as [`TestDb::path`]).
     pub fn builder(&self) -> JournalBuilder {
-        // needs Journal::builder(Target): then this is `Journal::builder(self.target())`, and
-        // works on both backends.
-        Journal::builder(self.path())
+        Journal::builder(self.target())
     }
 
     /// The journal on this database, opened with the default settings.
     ///
     /// # Panics
-    /// When it cannot be opened, with the journal's error; as [`TestDb::builder`].
+    /// When it cannot be opened, with the journal's error.
     pub fn open(&self) -> Journal {
         self.builder().open().unwrap_or_else(|error| {
             // Through `Target`, which hides a URL's password.

@@ -365,7 +365,7 @@ impl Fence {
         let taken_by_this = carrying.then(|| Arc::clone(&taken_seqs));
         let written = self
             .writer
-            .write_with(undo, move |conn| {
+            .write_for(self.id, undo, move |conn| {
                 // An execution this write opens has no row yet, so no request.
                 let request = if opening {
                     None
@@ -463,7 +463,7 @@ impl Fence {
             Arc::clone(&self.resource),
             self.epoch.load(Ordering::SeqCst),
         );
-        self.writer.write_detached(move |conn| {
+        self.writer.write_detached(self.id, move |conn| {
             release_if_held(conn, &locker, &resource, epoch);
             Ok(())
         });

@@ -10,14 +10,23 @@
 //! One queue, first in first out, carries every request. Callers who wait for an answer take
 //! room in it ([`QUEUE_REQUESTS_MAX`]) and wait for room when it is full; the release of a
 //! dropped handle takes none and never waits (see [`Writer::write_detached`]).
+//!
+//! On PostgreSQL the same [`Writer`] feeds another engine (`crate::pg::workers`): a queue per
+//! worker thread, each with its own connection and one transaction per request. Invariant:
+//! every request about one execution ([`Writer::write_for`]) goes to the queue of worker
+//! `hash(id) % n`, so one execution's requests commit in the order they were submitted (an
+//! intent before its result, a release before a reopen); other requests take the queues in
+//! turn. On SQLite there is one queue, so the order holds for every request.
 
+use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use durably_db::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use uuid::Uuid;
 
 use crate::error::{Error, Result, classify, replicate};
 use crate::telemetry;
@@ -69,7 +78,7 @@ pub struct WriterStats {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     queued: AtomicU64,
     commits: AtomicU64,
     requests: AtomicU64,
@@ -84,9 +93,34 @@ struct Counters {
 impl Counters {
     /// The writer takes `queued` out of the queue: it no longer counts as queued, and its room
     /// is given back.
-    fn take(&self, queued: Queued) -> Box<dyn Job> {
+    pub(crate) fn take(&self, queued: Queued) -> Box<dyn Job> {
         self.queued.fetch_sub(1, Ordering::Relaxed);
         queued.job
+    }
+
+    /// Counts a commit of `requests` requests, of which `failed` failed alone (their writes
+    /// taken back, their errors answered).
+    pub(crate) fn committed(&self, requests: u64, failed: u64) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.requests
+            .fetch_add(requests - failed, Ordering::Relaxed);
+        self.requests_failed.fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// Counts a request that failed alone in a transaction of its own, which was rolled back.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn failed_alone(&self) {
+        self.requests_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a commit that failed (every request in it was told).
+    pub(crate) fn commit_failed(&self) {
+        self.commits_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests waiting in the queues right now.
+    pub(crate) fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Counts one answered request, submitted at `sent` and taken by the writer at `taken`
@@ -120,7 +154,7 @@ pub(crate) enum Undo {
 
 /// One request: runs (inside its savepoint, if it needs one), then learns whether its batch
 /// committed.
-trait Job: Send {
+pub(crate) trait Job: Send {
     /// How the request's writes are taken back if it fails.
     fn undo(&self) -> Undo;
     /// Runs the request's writes, in the batch the writer took at `taken`. `false` when it
@@ -206,7 +240,7 @@ where
 }
 
 /// A request in the writer's queue.
-struct Queued {
+pub(crate) struct Queued {
     job: Box<dyn Job>,
     /// The room the request takes in the queue while it waits there, given back when the
     /// writer takes it. `None` for a release, which never waits for room.
@@ -218,9 +252,12 @@ struct Queued {
 pub(crate) struct Writer {
     /// The database file, named in errors that SQLite raises without it.
     path: Arc<Path>,
-    /// Unbounded in itself: the bound on waiting callers' requests is `room`, and the releases,
-    /// which take no room, are bounded by the handles (see [`Writer::write_detached`]).
-    queue: mpsc::UnboundedSender<Queued>,
+    /// One queue per engine thread: one on SQLite, one per worker on PostgreSQL. Unbounded in
+    /// themselves: the bound on waiting callers' requests is `room`, and the releases, which
+    /// take no room, are bounded by the handles (see [`Writer::write_detached`]).
+    queues: Arc<[mpsc::UnboundedSender<Queued>]>,
+    /// The queue the next request about no execution goes to, modulo the number of queues.
+    turn: Arc<AtomicUsize>,
     /// [`QUEUE_REQUESTS_MAX`] permits; a caller holds one while its request is queued.
     room: Arc<Semaphore>,
     counters: Arc<Counters>,
@@ -236,22 +273,36 @@ pub(crate) struct Writer {
 /// dropping its journal sees it whole. Without the join it would race the closing thread.
 #[derive(Debug)]
 pub(crate) struct WriterThread {
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The engine's threads: the SQLite writer, or the PostgreSQL workers.
+    threads: Vec<std::thread::JoinHandle<()>>,
     syncer: Option<std::thread::ThreadId>,
+}
+
+impl WriterThread {
+    /// The threads of an engine without a syncer.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn of(threads: Vec<std::thread::JoinHandle<()>>) -> Self {
+        Self {
+            threads,
+            syncer: None,
+        }
+    }
 }
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
-        // A request's closure may own the last handle of the journal, and is dropped on the
-        // writer thread itself: that thread cannot wait for its own end. A request's outcome
+        // A request's closure may own the last handle of the journal, and is dropped on an
+        // engine thread itself: that thread cannot wait for its own end. A request's outcome
         // may own it too, and is dropped on the syncer thread when its caller stopped waiting:
         // the writer thread waits for the syncer's end, so the syncer cannot wait for it.
         let current = std::thread::current().id();
-        if thread.thread().id() != current && self.syncer != Some(current) {
-            let _ = thread.join();
+        if self.syncer == Some(current) {
+            return;
+        }
+        for thread in self.threads.drain(..) {
+            if thread.thread().id() != current {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -285,18 +336,29 @@ impl Writer {
             .name("durably-writer".to_owned())
             .spawn(move || run(&conn, receiver, &thread_counters, busy_timeout_ms, syncer))
             .map_err(thread_error)?;
-        let writer = Self {
-            path: Arc::from(path),
-            queue,
-            room: Arc::new(Semaphore::new(QUEUE_REQUESTS_MAX)),
-            counters,
-            ack_timeout,
-        };
+        let writer = Self::over(path, vec![queue], counters, ack_timeout);
         let thread = WriterThread {
-            thread: Some(thread),
+            threads: vec![thread],
             syncer: syncer_thread,
         };
         Ok((writer, thread))
+    }
+
+    /// The handle over an engine's `queues`, whose threads count their work in `counters`.
+    pub(crate) fn over(
+        path: &Path,
+        queues: Vec<mpsc::UnboundedSender<Queued>>,
+        counters: Arc<Counters>,
+        ack_timeout: Duration,
+    ) -> Self {
+        Self {
+            path: Arc::from(path),
+            queues: queues.into(),
+            turn: Arc::default(),
+            room: Arc::new(Semaphore::new(QUEUE_REQUESTS_MAX)),
+            counters,
+            ack_timeout,
+        }
     }
 
     /// Submits `work` and waits until the commit that contains it has returned. It runs inside
@@ -322,6 +384,27 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.submit(None, undo, work).await
+    }
+
+    /// [`Writer::write_with`] for a request about execution `id`: it commits after every
+    /// request about `id` submitted before it (see the module's invariant).
+    ///
+    /// # Errors
+    /// As [`Writer::write`].
+    pub(crate) async fn write_for<T, F>(&self, id: Uuid, undo: Undo, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        self.submit(Some(id), undo, work).await
+    }
+
+    async fn submit<T, F>(&self, id: Option<Uuid>, undo: Undo, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
         let sent = Instant::now();
         let (reply, acknowledged) = oneshot::channel();
         let job = TypedJob::boxed(undo, work, reply);
@@ -331,7 +414,7 @@ impl Writer {
                 .acquire_owned()
                 .await
                 .map_err(|_| Error::WriterStopped)?;
-            self.enqueue(job, Some(room))?;
+            self.enqueue(id, job, Some(room))?;
             let answer: Answer<T> = acknowledged.await.map_err(|_| Error::WriterStopped)?;
             self.counters.record_answer(sent, answer.taken);
             answer.outcome
@@ -353,20 +436,36 @@ impl Writer {
     /// is opened by a request through this same queue, and an open queued behind a release
     /// returns only after the writer has taken that release. So every handle whose release is
     /// still queued was open, or being opened, when the oldest queued release was submitted:
-    /// the queued releases never outnumber the handles of one moment.
-    pub(crate) fn write_detached<F>(&self, work: F)
+    /// the queued releases never outnumber the handles of one moment. It is about execution
+    /// `id`, and ordered with its other requests as [`Writer::write_for`] says.
+    pub(crate) fn write_detached<F>(&self, id: Uuid, work: F)
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
         let (reply, _ignored) = oneshot::channel();
         // Fails only when the writer thread has ended, and then nothing can be written.
-        let _ = self.enqueue(TypedJob::boxed(Undo::Savepoint, work, reply), None);
+        let _ = self.enqueue(
+            Some(id),
+            TypedJob::boxed(Undo::Savepoint, work, reply),
+            None,
+        );
     }
 
-    /// Puts `job` at the end of the queue, holding `room` until the writer takes it.
-    fn enqueue(&self, job: Box<dyn Job>, room: Option<OwnedSemaphorePermit>) -> Result<()> {
+    /// Puts `job` at the end of its queue, holding `room` until the engine takes it: the queue
+    /// of execution `id`, or the next in turn.
+    fn enqueue(
+        &self,
+        id: Option<Uuid>,
+        job: Box<dyn Job>,
+        room: Option<OwnedSemaphorePermit>,
+    ) -> Result<()> {
+        let index = match id {
+            Some(id) => shard(id, self.queues.len()),
+            None => self.turn.fetch_add(1, Ordering::Relaxed) % self.queues.len(),
+        };
+        let queue = self.queues.get(index).ok_or(Error::WriterStopped)?;
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        self.queue.send(Queued { job, _room: room }).map_err(|_| {
+        queue.send(Queued { job, _room: room }).map_err(|_| {
             self.counters.queued.fetch_sub(1, Ordering::Relaxed);
             Error::WriterStopped
         })
@@ -386,6 +485,16 @@ impl Writer {
             waited_ns: self.counters.waited_ns.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The queue, of `queues`, of every request about execution `id`. The hash is the standard
+/// library's with fixed keys, so it is the same in every run; only one process's writer uses
+/// it, so it needs no stability across builds.
+fn shard(id: Uuid, queues: usize) -> usize {
+    let mut hasher = std::hash::DefaultHasher::new();
+    id.hash(&mut hasher);
+    // The remainder is below `queues`, a usize.
+    (hasher.finish() % queues.max(1) as u64) as usize
 }
 
 /// The writer thread's loop. It owns the syncer, so the syncer's last acknowledgements are
@@ -412,7 +521,7 @@ fn run(
                 Err(_) => break,
             }
         }
-        telemetry::queue_depth(counters.queued.load(Ordering::Relaxed));
+        telemetry::queue_depth(counters.queued());
         let size = batch.len();
         let span = tracing::info_span!(
             telemetry::SPAN_WRITER_BATCH,
@@ -488,13 +597,7 @@ fn commit_batch(
         fail_all(batch, &with_timeout(error, busy_timeout_ms), counters);
         return false;
     }
-    counters.commits.fetch_add(1, Ordering::Relaxed);
-    counters
-        .requests
-        .fetch_add(batch.len() as u64 - failed, Ordering::Relaxed);
-    counters
-        .requests_failed
-        .fetch_add(failed, Ordering::Relaxed);
+    counters.committed(batch.len() as u64, failed);
     true
 }
 
@@ -566,7 +669,7 @@ fn with_timeout(error: rusqlite::Error, busy_timeout_ms: u64) -> Error {
 }
 
 fn fail_all(batch: &mut Vec<Box<dyn Job>>, error: &Error, counters: &Counters) {
-    counters.commits_failed.fetch_add(1, Ordering::Relaxed);
+    counters.commit_failed();
     for job in batch.drain(..) {
         job.finish(Some(replicate(error)));
     }

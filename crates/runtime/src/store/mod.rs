@@ -20,7 +20,7 @@ mod started;
 mod workflow_events;
 
 use durably_db::{Connection, OptionalExtension, params};
-use durably_journal::{ExtensionSchema, Migration, Result};
+use durably_journal::{ExtensionSchema, Migration, PgSchema, Result};
 use uuid::Uuid;
 
 pub(crate) use changes::{data_version, open_change_probe};
@@ -49,17 +49,25 @@ pub(crate) static SCHEMA: ExtensionSchema = ExtensionSchema {
         Migration {
             name: "0001_runtime",
             sql: include_str!("../../../../schema/runtime/0001_runtime.sql"),
+            postgres: None,
         },
         Migration {
             name: "0002_children",
             sql: include_str!("../../../../schema/runtime/0002_children.sql"),
+            postgres: None,
         },
         Migration {
             name: "0003_patches_and_forks",
             sql: include_str!("../../../../schema/runtime/0003_patches_and_forks.sql"),
+            postgres: None,
         },
     ],
     views: include_str!("../../../../schema/runtime/views.sql"),
+    postgres: PgSchema {
+        baseline: include_str!("../../../../schema/postgres/runtime/0001_runtime.sql"),
+        baseline_version: 3,
+        views: include_str!("../../../../schema/postgres/runtime/views.sql"),
+    },
 };
 
 /// Whether `execution_id` was started through the runtime (it has a `runtime_executions`

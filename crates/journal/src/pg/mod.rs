@@ -1,0 +1,8 @@
+//! The journal on PostgreSQL: opening (sessions, migrations), the writer's workers and the read
+//! pool's sessions. Everything above these files runs the same on both backends, through
+//! [`durably_db::Connection`].
+
+pub(crate) mod migrate;
+pub(crate) mod open;
+pub(crate) mod readers;
+pub(crate) mod workers;

@@ -1,0 +1,209 @@
+//! Steps on PostgreSQL: an execution's pure, idempotent and guarded steps are written by the
+//! writer's workers and replayed, unchanged and without calling a closure, by a journal opened
+//! afresh on the same schema; 64 executions written at once each keep their own steps' order;
+//! the writer's counters count one commit per request; a worker whose session the server ended
+//! opens a new one, and no request fails for it.
+//!
+//! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
+//! (`durably_testkit::TestDb`, which fails loudly without one). Replay is checked by closures
+//! that count their calls; order by reading each execution's steps back by `seq` and by `id`
+//! (the insertion order), which must agree.
+
+#![cfg(feature = "postgres")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use durably_journal::{Execution, Guarded, Journal, Opened, Policy, StepError};
+use durably_testkit::{Backend, TestDb};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const STEPS: u32 = 30;
+
+fn value_of(seq: u32) -> Value {
+    json!({ "seq": seq, "text": format!("step {seq}: \"quoted\" \u{1F980}"), "extremes": [i64::MIN, u64::MAX] })
+}
+
+/// Runs step `seq` as pure, idempotent or guarded in turn; `calls` counts closure calls.
+async fn run_step(execution: &Execution, seq: u32, calls: &AtomicU32) -> Value {
+    let name = format!("step-{seq}");
+    let value = value_of(seq);
+    let body = || {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let value = value.clone();
+        async move { Ok::<_, StepError>(value) }
+    };
+    match seq % 3 {
+        0 => execution.pure(&name, body).await.unwrap(),
+        1 => execution.idempotent(&name, |_key| body()).await.unwrap(),
+        _ => match execution
+            .guarded(&name, Policy::Fail, |_key| body())
+            .await
+            .unwrap()
+        {
+            Guarded::Done(value) => value,
+            Guarded::Skipped(skipped) => panic!("nothing was ambiguous: {skipped}"),
+        },
+    }
+}
+
+async fn running(journal: &Journal, id: Uuid) -> Execution {
+    match journal
+        .open_execution(id, "test", "pg", &json!({"n": 1}))
+        .await
+        .unwrap()
+    {
+        Opened::Running(execution) => execution,
+        Opened::Finished(finished) => panic!("unexpectedly finished: {finished:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_written_on_postgres_replay_unchanged_without_calling_a_closure() {
+    let db = TestDb::on(Backend::Postgres);
+    let id = durably_journal::new_execution_id();
+    let first_calls = AtomicU32::new(0);
+    let mut first = Vec::new();
+    {
+        let journal = db.open();
+        let execution = running(&journal, id).await;
+        assert!(!execution.is_resume());
+        for seq in 0..STEPS {
+            first.push(run_step(&execution, seq, &first_calls).await);
+        }
+        drop(execution);
+    }
+    assert_eq!(first_calls.load(Ordering::SeqCst), STEPS);
+
+    let journal = db.open();
+    let execution = running(&journal, id).await;
+    assert!(execution.is_resume());
+    let replay_calls = AtomicU32::new(0);
+    for (seq, value) in (0..STEPS).zip(&first) {
+        assert_eq!(
+            &run_step(&execution, seq, &replay_calls).await,
+            value,
+            "step {seq}"
+        );
+    }
+    assert_eq!(
+        replay_calls.load(Ordering::SeqCst),
+        0,
+        "a recorded step ran again"
+    );
+    execution.complete(&json!("done")).await.unwrap();
+    let reopened = journal
+        .open_execution(id, "test", "pg", &json!({"n": 1}))
+        .await
+        .unwrap();
+    assert!(matches!(reopened, Opened::Finished(_)), "{reopened:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_executions_keep_their_own_order_and_each_request_is_one_commit() {
+    const EXECUTIONS: usize = 64;
+    const EACH: u32 = 6;
+    let db = TestDb::on(Backend::Postgres);
+    let journal = db.builder().pg_writers(4).open().unwrap();
+    let before = journal.writer_stats();
+    let mut tasks = Vec::new();
+    for _ in 0..EXECUTIONS {
+        let journal = journal.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = durably_journal::new_execution_id();
+            let execution = running(&journal, id).await;
+            let calls = AtomicU32::new(0);
+            for seq in 0..EACH {
+                run_step(&execution, seq, &calls).await;
+            }
+            execution.complete(&json!(null)).await.unwrap();
+            id
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    for id in ids {
+        let (by_seq, by_id) = journal
+            .read(move |conn| {
+                let seqs = |order: &str| -> durably_journal::Result<Vec<u32>> {
+                    let sql =
+                        format!("SELECT seq FROM steps WHERE execution_id = ?1 ORDER BY {order}");
+                    let mut statement = conn.prepare(&sql)?;
+                    let rows = statement
+                        .query_map([id.to_string()], |row| row.get(0))?
+                        .collect::<durably_journal::durably_db::Result<Vec<u32>>>()?;
+                    Ok(rows)
+                };
+                Ok((seqs("seq")?, seqs("id")?))
+            })
+            .unwrap();
+        assert_eq!(by_seq, (0..EACH).collect::<Vec<_>>(), "execution {id}");
+        assert_eq!(by_id, by_seq, "execution {id}: steps inserted out of order");
+    }
+    let after = journal.writer_stats();
+    let requests = after.requests - before.requests;
+    assert!(requests > 0);
+    assert_eq!(
+        after.commits - before.commits,
+        requests,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(after.commits_failed, 0, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_whose_sessions_were_ended_open_new_ones_and_no_request_fails() {
+    const WORKERS: usize = 3;
+    let db = TestDb::on(Backend::Postgres);
+    let journal = db.builder().pg_writers(WORKERS).open().unwrap();
+    let instance = journal.locker().instance_id().simple().to_string();
+    let writers = format!("durably:{}:writer", &instance[..8]);
+    // Every worker has a session once each has taken a request.
+    for _ in 0..WORKERS {
+        journal.write(|_| Ok(())).await.unwrap();
+    }
+    let backends = |journal: &Journal, writers: &str| {
+        let writers = writers.to_owned();
+        journal
+            .read(move |conn| {
+                Ok(conn.query_row(
+                    "SELECT CAST(count(*) AS BIGINT) FROM pg_stat_activity
+                     WHERE application_name = ?1",
+                    [writers],
+                    |row| row.get::<_, i64>(0),
+                )?)
+            })
+            .unwrap()
+    };
+    assert_eq!(backends(&journal, &writers), WORKERS as i64);
+
+    let ended: i64 = journal
+        .read({
+            let writers = writers.clone();
+            move |conn| {
+                Ok(conn.query_row(
+                    "SELECT CAST(count(pg_terminate_backend(pid, 10000)) AS BIGINT)
+                     FROM pg_stat_activity WHERE application_name = ?1",
+                    [writers],
+                    |row| row.get(0),
+                )?)
+            }
+        })
+        .unwrap();
+    assert_eq!(ended, WORKERS as i64);
+
+    let id = durably_journal::new_execution_id();
+    let execution = running(&journal, id).await;
+    let calls = AtomicU32::new(0);
+    for seq in 0..STEPS {
+        run_step(&execution, seq, &calls).await;
+    }
+    for _ in 0..WORKERS * 2 {
+        journal.write(|_| Ok(())).await.unwrap();
+    }
+    assert_eq!(backends(&journal, &writers), WORKERS as i64);
+    assert_eq!(journal.writer_stats().commits_failed, 0);
+}
