@@ -33,7 +33,9 @@ impl Schema {
     pub fn create(server: &PgUrl) -> Result<Self> {
         let admin = Connection::from(
             PgConnection::connect(server.expose(), "bench:admin").map_err(|source| {
-                BenchError::Setup(format!("cannot connect to the PostgreSQL server {server}: {source}"))
+                BenchError::Setup(format!(
+                    "cannot connect to the PostgreSQL server {server}: {source}"
+                ))
             })?,
         );
         let name = format!("b_{}", uuid::Uuid::new_v4().simple());
@@ -99,8 +101,9 @@ fn with_search_path(url: &str, schema: &str) -> String {
 /// # Errors
 /// The server cannot be reached or refuses the setting.
 pub fn connect_like_journal(url: &PgUrl, durability: Durability) -> Result<Connection> {
-    let conn = Connection::from(PgConnection::connect(url.expose(), "bench:baseline")
-            .map_err(durably::db::Error::from)?);
+    let conn = Connection::from(
+        PgConnection::connect(url.expose(), "bench:baseline").map_err(durably::db::Error::from)?,
+    );
     let synchronous_commit = match durability {
         Durability::Full => "on",
         Durability::ProcessCrash => "off",

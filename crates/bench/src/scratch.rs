@@ -13,8 +13,11 @@ use crate::error::{BenchError, Result};
 #[derive(Debug)]
 pub struct Scratch {
     // Declared first so it drops first: nothing in the directory outlives the schema's use.
+    /// Held for its drop, which drops the schema.
     #[cfg(feature = "postgres")]
-    schema: Option<crate::postgres::Schema>,
+    _schema: Option<crate::postgres::Schema>,
+    /// The schema's target, kept beside it so that the SQLite-only build reads it too.
+    schema_target: Option<Target>,
     dir: TempDir,
 }
 
@@ -33,15 +36,21 @@ impl Scratch {
             Some(Target::Postgres(url)) => Some(crate::postgres::Schema::create(url)?),
             Some(Target::Sqlite(_)) | None => None,
         };
+        #[cfg(feature = "postgres")]
+        let schema_target = schema.as_ref().map(|schema| schema.target().clone());
         #[cfg(not(feature = "postgres"))]
-        if server.is_some() {
-            return Err(BenchError::Setup(
-                crate::context::POSTGRES_NOT_BUILT.to_owned(),
-            ));
-        }
+        let schema_target = match server {
+            Some(_) => {
+                return Err(BenchError::Setup(
+                    crate::context::POSTGRES_NOT_BUILT.to_owned(),
+                ));
+            }
+            None => None,
+        };
         Ok(Self {
             #[cfg(feature = "postgres")]
-            schema,
+            _schema: schema,
+            schema_target,
             dir,
         })
     }
@@ -54,10 +63,7 @@ impl Scratch {
     /// The schema's target, which every journal of the scenario opens; `None` on SQLite, where
     /// each journal is a file the scenario names.
     pub fn schema(&self) -> Option<&Target> {
-        #[cfg(feature = "postgres")]
-        return self.schema.as_ref().map(crate::postgres::Schema::target);
-        #[cfg(not(feature = "postgres"))]
-        None
+        self.schema_target.as_ref()
     }
 
     /// Where the baseline commits: the schema, or a file of its own in the directory.
