@@ -58,7 +58,10 @@ impl Journal {
     /// each as its own writer request (one transaction, with the version that counts it), then
     /// recreates its views if they differ from [`ExtensionSchema::views`]. Each pass re-reads
     /// the version under the write lock, so processes migrating the same file at once apply
-    /// each migration once.
+    /// each migration once. On PostgreSQL it is one writer request: under the schema's
+    /// migration lock, the owner's [`PgSchema`] baseline when the schema has no version row
+    /// for it, then the later migrations' PostgreSQL SQL, then the views when their blake3
+    /// differs from the stored one.
     ///
     /// # Errors
     /// [`crate::Error::ExtensionSchemaTooNew`] when the file counts more of `schema`'s

@@ -11,6 +11,12 @@
 //! that commit has returned and, with [`Durability::Full`], after an fsync of the WAL that
 //! began after it. That fsync runs on a second thread while the writer runs the next batch.
 //!
+//! With the `postgres` feature, a journal also lives in a PostgreSQL database:
+//! `Journal::open("postgresql://…")` (the schema is the URL's `search_path`). There the
+//! writer is a set of worker threads, each with its own session and one transaction per
+//! request, and all the requests about one execution go to one worker, in order; the server's
+//! own group commit takes the place of batching.
+//!
 //! To read a journal without writing to it (a tool inspecting another program's file),
 //! [`Journal::inspect`] opens an [`Inspector`]: read-only, with no lock instance, no migration
 //! and no file created.

@@ -1,7 +1,10 @@
 //! Opening a journal on PostgreSQL: two journals opening one fresh schema at once both
 //! succeed, with the baseline applied once; a reopen changes nothing; a schema a newer build
 //! migrated is refused by a writer's open and by an inspector, which creates nothing in an
-//! empty schema; the sessions carry the journal's name, durability and busy timeout.
+//! empty schema; the sessions carry the journal's name, durability and busy timeout; a server
+//! that cannot be reached is `CannotOpen`, whose message hides the URL's password; a crate's
+//! schema (`migrate_extension`) gets its PostgreSQL baseline, its later migrations and its
+//! views once, however many journals migrate it at once.
 //!
 //! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
 //! (`durably_testkit::TestDb`, which fails loudly without one), and reads the catalog through
@@ -12,7 +15,9 @@
 
 use std::sync::{Arc, Barrier};
 
-use durably_journal::{Durability, Error, Journal, SCHEMA_VERSION};
+use durably_journal::{
+    Durability, Error, ExtensionSchema, Journal, ListFilter, Migration, PgSchema, SCHEMA_VERSION,
+};
 use durably_testkit::{Backend, TestDb};
 
 /// A text the catalog gives for `sql`, read through `journal`'s read pool.
@@ -72,7 +77,7 @@ fn a_reopen_changes_nothing_and_a_newer_schema_is_refused() {
     );
     assert_eq!(journal.path().to_str(), Some(db.target().as_str()));
     let inspector = Journal::inspect(db.target()).unwrap();
-    assert!(inspector.list(&Default::default()).unwrap().is_empty());
+    assert!(inspector.list(&ListFilter::default()).unwrap().is_empty());
 
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -161,4 +166,90 @@ fn sessions_carry_the_journal_name_durability_and_busy_timeout() {
         );
         assert_eq!(read_only, "on repeatable read");
     }
+}
+
+#[test]
+fn an_unreachable_server_cannot_be_opened_and_its_password_is_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "postgresql://agent:s3cret@/journal?host={}",
+        dir.path().join("no-server").display()
+    );
+    for refused in [
+        Journal::open(url.as_str()).map(drop),
+        Journal::inspect(url.as_str()).map(drop),
+    ] {
+        let error = refused.unwrap_err();
+        assert!(matches!(error, Error::CannotOpen { .. }), "{error:?}");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("agent:***@"), "{shown}");
+    }
+}
+
+/// A crate's schema whose PostgreSQL baseline folds its first migration, and whose second
+/// migration has PostgreSQL SQL of its own.
+static EXTENSION: ExtensionSchema = ExtensionSchema {
+    owner: "pg_open_test",
+    migrations: &[
+        Migration {
+            name: "0001_things",
+            sql: "CREATE TABLE things (id INTEGER PRIMARY KEY)",
+            postgres: None,
+        },
+        Migration {
+            name: "0002_thing_names",
+            sql: "ALTER TABLE things ADD COLUMN name TEXT",
+            postgres: Some("ALTER TABLE things ADD COLUMN name text"),
+        },
+    ],
+    views: "DROP VIEW IF EXISTS thing_names; CREATE VIEW thing_names AS SELECT name FROM things;",
+    postgres: PgSchema {
+        baseline: "CREATE TABLE things (id bigint PRIMARY KEY);
+                   INSERT INTO schema_versions (owner, version) VALUES ('pg_open_test', 1);",
+        baseline_version: 1,
+        views: "DROP VIEW IF EXISTS thing_names CASCADE;
+                CREATE VIEW thing_names AS SELECT name FROM things;",
+    },
+};
+
+#[test]
+fn an_extension_migrates_once_however_many_journals_migrate_it_at_once() {
+    let db = TestDb::on(Backend::Postgres);
+    let journals: Vec<Journal> = (0..3)
+        .map(|_| db.builder().pg_writers(2).open().unwrap())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let migrations: Vec<_> = journals
+            .iter()
+            .map(|journal| {
+                let journal = journal.clone();
+                tokio::spawn(async move { journal.migrate_extension(&EXTENSION).await })
+            })
+            .collect();
+        for migration in migrations {
+            migration.await.unwrap().unwrap();
+        }
+    });
+    let version = read_text(
+        &journals[0],
+        "SELECT CAST(version AS TEXT) || ' ' || CAST(views_sha IS NOT NULL AS TEXT)
+         FROM schema_versions WHERE owner = 'pg_open_test'",
+    );
+    assert_eq!(version, "2 true");
+    let before = read_text(&journals[0], OBJECTS);
+    assert!(before.contains("thing_names="), "{before}");
+    runtime
+        .block_on(journals[1].migrate_extension(&EXTENSION))
+        .unwrap();
+    assert_eq!(
+        read_text(&journals[0], OBJECTS),
+        before,
+        "a second migration recreated something"
+    );
 }

@@ -2,7 +2,6 @@
 //! an open: migrate, sweep, then start the writer's workers and the read pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use durably_db::{Connection, PgConnection, PgUrl, Target};
 use durably_lock::LivenessDir;
@@ -111,7 +110,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     drop(conn);
     let readers = journal::read_pool(&config, Readers::Postgres(session.clone()))?;
     let (writer, writer_thread) =
-        super::workers::start(&path, session, config.pg_writers, config.ack_timeout)?;
+        super::workers::start(&path, &session, config.pg_writers, config.ack_timeout)?;
     Ok(Journal::assemble(
         config,
         Parts {
@@ -120,7 +119,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
             readers,
             writer,
             writer_thread,
-            locker: Arc::clone(&locker),
+            locker,
         },
     ))
 }

@@ -30,7 +30,7 @@ use crate::writer::{Counters, Job, Queued, Writer, WriterThread};
 /// [`Error::Io`] when a thread cannot be started.
 pub(crate) fn start(
     path: &Path,
-    session: Session,
+    session: &Session,
     workers: usize,
     ack_timeout: Duration,
 ) -> Result<(Writer, WriterThread)> {
@@ -73,7 +73,7 @@ fn run(session: &Session, mut receiver: mpsc::UnboundedReceiver<Queued>, counter
             Ok(open) => open,
             Err(error) => {
                 counters.commit_failed();
-                job.finish(Some(commit_error(error)));
+                job.finish(Some(commit_error(&error)));
                 telemetry::batch_failed(1);
                 span.record("outcome", "failed");
                 continue;
@@ -152,7 +152,7 @@ fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Out
             // The server ended the transaction (a conflict, a deferred constraint) and the
             // session goes on; after a lost session, or a COMMIT whose fate is unknown, it
             // does not.
-            let error = commit_error(error);
+            let error = commit_error(&error);
             let kept = matches!(error, Error::Conflict { .. } | Error::CommitFailed { .. })
                 && conn.execute_batch("ROLLBACK").is_ok();
             (Outcome::CommitFailed(error), kept)
@@ -162,8 +162,8 @@ fn commit_one(conn: &Connection, job: &mut dyn Job, counters: &Counters) -> (Out
 
 /// The error a failed `BEGIN` or `COMMIT` answers: the classified ones as they are, any other
 /// as [`Error::CommitFailed`] with the server's account.
-fn commit_error(error: durably_db::Error) -> Error {
-    classify(&error).unwrap_or_else(|| Error::CommitFailed {
+fn commit_error(error: &durably_db::Error) -> Error {
+    classify(error).unwrap_or_else(|| Error::CommitFailed {
         reason: error.to_string(),
     })
 }
