@@ -135,6 +135,40 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// Runs `check`, which only SQLite can make (its files, its pragmas, its query plans), with
+    /// the journal file's path. On PostgreSQL the check is skipped, and says so on stderr,
+    /// naming `what`: the one way a conformance test holds a SQLite-only assertion.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub fn sqlite_only(&self, what: &str, check: impl FnOnce(&Path)) {
+        match &self.place {
+            Place::Sqlite { path, .. } => check(path),
+            #[cfg(feature = "postgres")]
+            Place::Postgres(schema) => eprintln!(
+                "skipped, SQLite only: {what} (the database is the PostgreSQL schema {})",
+                schema.name()
+            ),
+        }
+    }
+
+    /// Asserts, on SQLite only ([`TestDb::sqlite_only`]), that `PRAGMA integrity_check` of the
+    /// journal file, on a read-only connection of its own, answers `ok`.
+    ///
+    /// # Panics
+    /// When the file cannot be opened or the check reports damage, with its report.
+    pub fn assert_sqlite_integrity(&self) {
+        self.sqlite_only("PRAGMA integrity_check", |path| {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+            let report = rusqlite::Connection::open_with_flags(path, flags)
+                .and_then(|conn| {
+                    conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
+                })
+                .unwrap_or_else(|error| panic!("cannot check {}: {error}", path.display()));
+            assert_eq!(report, "ok", "{} is damaged", path.display());
+        });
+    }
+}
+
 impl Default for TestDb {
     /// As [`TestDb::new`].
     fn default() -> Self {
