@@ -151,20 +151,33 @@ impl TestDb {
         }
     }
 
-    /// Asserts, on SQLite only ([`TestDb::sqlite_only`]), that `PRAGMA integrity_check` of the
-    /// journal file, on a read-only connection of its own, answers `ok`.
+    /// Asserts, on SQLite only ([`TestDb::sqlite_only`]), that the journal file is sound: on a
+    /// read-only connection of its own, `PRAGMA integrity_check` answers `ok` and
+    /// `foreign_key_check` finds no row. PostgreSQL checks its pages and foreign keys itself.
     ///
     /// # Panics
-    /// When the file cannot be opened or the check reports damage, with its report.
+    /// When the file cannot be opened or a check reports damage, with its report.
     pub fn assert_sqlite_integrity(&self) {
-        self.sqlite_only("PRAGMA integrity_check", |path| {
+        self.sqlite_only("PRAGMA integrity_check and foreign_key_check", |path| {
             let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-            let report = rusqlite::Connection::open_with_flags(path, flags)
-                .and_then(|conn| {
-                    conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
-                })
-                .unwrap_or_else(|error| panic!("cannot check {}: {error}", path.display()));
+            let checked = rusqlite::Connection::open_with_flags(path, flags).and_then(|conn| {
+                let report: String =
+                    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+                let dangling: i64 =
+                    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+                        row.get(0)
+                    })?;
+                Ok((report, dangling))
+            });
+            let (report, dangling) =
+                checked.unwrap_or_else(|error| panic!("cannot check {}: {error}", path.display()));
             assert_eq!(report, "ok", "{} is damaged", path.display());
+            assert_eq!(
+                dangling,
+                0,
+                "{} has rows whose foreign keys dangle",
+                path.display()
+            );
         });
     }
 }
