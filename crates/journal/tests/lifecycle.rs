@@ -39,7 +39,7 @@ async fn a_new_database_and_its_wal_are_created_private() {
         .unwrap();
     scratch.sqlite_only("the modes of the database file and its WAL", |path| {
         assert_eq!(mode_of(path), 0o600, "the database file");
-        let wal = path.with_file_name("journal.db-wal");
+        let wal = path.with_extension("db-wal");
         assert_eq!(mode_of(&wal), 0o600, "the WAL file");
     });
 }
