@@ -156,7 +156,7 @@ impl TestDb {
     /// `foreign_key_check` finds no row. PostgreSQL checks its pages and foreign keys itself.
     ///
     /// # Panics
-    /// When the file cannot be opened or a check reports damage, with its report.
+    /// When the file cannot be read or a check reports damage, with its report.
     pub fn assert_sqlite_integrity(&self) {
         self.sqlite_only("PRAGMA integrity_check and foreign_key_check", |path| {
             let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
@@ -169,8 +169,9 @@ impl TestDb {
                     })?;
                 Ok((report, dangling))
             });
-            let (report, dangling) =
-                checked.unwrap_or_else(|error| panic!("cannot check {}: {error}", path.display()));
+            let (report, dangling) = checked.unwrap_or_else(|error| {
+                panic!("{} is damaged or unreadable: {error}", path.display())
+            });
             assert_eq!(report, "ok", "{} is damaged", path.display());
             assert_eq!(
                 dangling,
@@ -220,6 +221,32 @@ mod tests {
         );
         drop(db);
         assert!(!dir.exists(), "the directory goes with the TestDb");
+    }
+
+    #[test]
+    fn sqlite_only_checks_run_on_sqlite_with_the_file() {
+        let db = TestDb::on(Backend::Sqlite);
+        drop(db.open());
+        let mut checked = None;
+        db.sqlite_only("the path", |path| checked = Some(path.to_path_buf()));
+        assert_eq!(checked.as_deref(), Some(db.path()));
+        db.assert_sqlite_integrity();
+    }
+
+    #[test]
+    #[should_panic(expected = "is damaged")]
+    fn a_damaged_file_fails_the_integrity_check() {
+        let db = TestDb::on(Backend::Sqlite);
+        drop(db.open());
+        // Overwrites the pages after the header: the file still opens, but its b-trees are
+        // garbage.
+        let mut bytes = std::fs::read(db.path()).unwrap();
+        let page_size = 4096;
+        for byte in bytes.iter_mut().skip(page_size) {
+            *byte = 0x5a;
+        }
+        std::fs::write(db.path(), bytes).unwrap();
+        db.assert_sqlite_integrity();
     }
 
     #[cfg(not(feature = "postgres"))]
