@@ -180,10 +180,10 @@ pub async fn world(at_ms: i64, job: durably_scheduler::Job) -> World {
     let harness = scratch.scheduler(&clock, &calls).await;
     let _ = harness.register(job).await.unwrap();
     World {
+        harness,
         scratch,
         clock,
         calls,
-        harness,
     }
 }
 
