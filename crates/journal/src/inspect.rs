@@ -287,6 +287,9 @@ pub(crate) fn list<P: PayloadColumn>(
 /// The rows of a page of steps: those of `?1` after seq `?2`, at most `?3`.
 const STEPS_PAGE: &str = "WHERE execution_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
 
+/// The `LIMIT` of a page with no bound. Not SQLite's `-1`, which PostgreSQL refuses.
+const NO_LIMIT: i64 = i64::MAX;
+
 /// The rows of a page of events: those of `?1` after id `?2`, at most `?3`.
 const EVENTS_PAGE: &str = "WHERE execution_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 
@@ -306,7 +309,7 @@ pub(crate) fn steps_page<P: PayloadColumn>(
     let parameters = params![
         id.to_string(),
         after.map_or(-1, i64::from),
-        limit.map_or(-1, i64::from)
+        limit.map_or(NO_LIMIT, i64::from)
     ];
     collect(conn, &sql, parameters, |row| {
         records::read_step(row, id, bytes_max)
@@ -329,7 +332,7 @@ pub(crate) fn events_page<P: PayloadColumn>(
     let parameters = params![
         id.to_string(),
         after.unwrap_or(i64::MIN),
-        limit.map_or(-1, i64::from)
+        limit.map_or(NO_LIMIT, i64::from)
     ];
     collect(conn, &sql, parameters, |row| {
         records::read_event(row, bytes_max)

@@ -2,7 +2,8 @@
 //! writer's workers and replayed, unchanged and without calling a closure, by a journal opened
 //! afresh on the same schema; 64 executions written at once each keep their own steps' order;
 //! the writer's counters count one commit per request; a worker whose session the server ended
-//! opens a new one, and no request fails for it.
+//! opens a new one, and no request fails for it; of two requests that deadlock, one is told
+//! `Conflict` with nothing of it committed, and the other commits.
 //!
 //! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
 //! (`durably_testkit::TestDb`, which fails loudly without one). Replay is checked by closures
@@ -206,4 +207,61 @@ async fn workers_whose_sessions_were_ended_open_new_ones_and_no_request_fails() 
     }
     assert_eq!(backends(&journal, &writers), WORKERS as i64);
     assert_eq!(journal.writer_stats().commits_failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_deadlocked_requests_one_is_a_conflict_and_commits_nothing() {
+    let db = TestDb::on(Backend::Postgres);
+    let journal = db.builder().pg_writers(2).open().unwrap();
+    journal
+        .write(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL);
+                 INSERT INTO accounts VALUES (1, 0), (2, 0)",
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // Each request locks one row, waits until the other has locked the other row, then asks
+    // for it: a deadlock, which the server breaks by rolling one of them back. Requests about
+    // no execution take the workers in turn, so the two run on different workers at once.
+    let both_locked = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let transfer = |first: i64, second: i64| {
+        let both_locked = std::sync::Arc::clone(&both_locked);
+        move |conn: &durably_journal::durably_db::Connection| {
+            conn.execute(
+                "UPDATE accounts SET balance = balance + 1 WHERE id = ?1",
+                [first],
+            )?;
+            both_locked.wait();
+            conn.execute(
+                "UPDATE accounts SET balance = balance + 1 WHERE id = ?1",
+                [second],
+            )?;
+            Ok(())
+        }
+    };
+    let (one, other) = tokio::join!(journal.write(transfer(1, 2)), journal.write(transfer(2, 1)));
+    let outcomes = [one, other];
+    let conflicts = outcomes
+        .iter()
+        .filter(|outcome| matches!(outcome, Err(durably_journal::Error::Conflict { .. })))
+        .count();
+    assert_eq!(conflicts, 1, "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|outcome| outcome.is_ok()).count(),
+        1,
+        "{outcomes:?}"
+    );
+    let total: i64 = journal
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT CAST(sum(balance) AS BIGINT) FROM accounts",
+                [],
+                |row| row.get(0),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(total, 2, "only the committed request's two updates remain");
 }

@@ -10,45 +10,49 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-
+use durably_journal::Journal;
 use durably_journal::durably_db::Target;
-use durably_journal::{Error, Journal};
-
-const URL: &str = "postgresql://agent:s3cret@db.invalid:5432/journal?sslmode=require";
-
-fn assert_not_compiled(error: &Error) {
-    assert!(
-        matches!(
-            error,
-            Error::BackendNotCompiled {
-                backend: "postgres",
-                feature: "postgres"
-            }
-        ),
-        "{error:?}"
-    );
-    let message = error.to_string();
-    assert!(message.contains("`postgres` feature"), "{message}");
-    assert!(!message.contains("s3cret"), "{message}");
-    assert!(!error.is_retryable());
-}
 
 // With the backend built in, tests/pg_open.rs checks what a URL does instead.
 #[cfg(not(feature = "postgres"))]
-#[test]
-fn a_postgres_url_is_refused_without_the_backend_and_nothing_is_created() {
-    assert_not_compiled(&Journal::open(URL).unwrap_err());
-    assert_not_compiled(&Journal::open(URL.to_owned()).unwrap_err());
-    // A URL that reached the program as a path (a `PathBuf` argument) is still a URL.
-    assert_not_compiled(&Journal::open(PathBuf::from(URL)).unwrap_err());
-    assert_not_compiled(&Journal::builder(Path::new(URL)).open().unwrap_err());
-    assert_not_compiled(&Journal::inspect(URL).unwrap_err());
-    assert_not_compiled(&Journal::builder(URL).inspect().unwrap_err());
+mod without_the_backend {
+    use std::path::{Path, PathBuf};
 
-    // Read as a relative path, the URL would have made a `postgresql:` directory here (with
-    // the file's liveness directory under it): it was never taken for a path.
-    assert!(!Path::new("postgresql:").exists());
+    use durably_journal::{Error, Journal};
+
+    const URL: &str = "postgresql://agent:s3cret@db.invalid:5432/journal?sslmode=require";
+
+    fn assert_not_compiled(error: &Error) {
+        assert!(
+            matches!(
+                error,
+                Error::BackendNotCompiled {
+                    backend: "postgres",
+                    feature: "postgres"
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("`postgres` feature"), "{message}");
+        assert!(!message.contains("s3cret"), "{message}");
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_postgres_url_is_refused_without_the_backend_and_nothing_is_created() {
+        assert_not_compiled(&Journal::open(URL).unwrap_err());
+        assert_not_compiled(&Journal::open(URL.to_owned()).unwrap_err());
+        // A URL that reached the program as a path (a `PathBuf` argument) is still a URL.
+        assert_not_compiled(&Journal::open(PathBuf::from(URL)).unwrap_err());
+        assert_not_compiled(&Journal::builder(Path::new(URL)).open().unwrap_err());
+        assert_not_compiled(&Journal::inspect(URL).unwrap_err());
+        assert_not_compiled(&Journal::builder(URL).inspect().unwrap_err());
+
+        // Read as a relative path, the URL would have made a `postgresql:` directory here (with
+        // the file's liveness directory under it): it was never taken for a path.
+        assert!(!Path::new("postgresql:").exists());
+    }
 }
 
 #[test]

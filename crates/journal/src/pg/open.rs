@@ -2,7 +2,6 @@
 //! an open: migrate, sweep, then start the writer's workers and the read pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use durably_db::{Connection, PgConnection, PgUrl, Target};
 use uuid::Uuid;
@@ -126,7 +125,7 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
             readers,
             writer,
             writer_thread,
-            locker: Arc::clone(&locker),
+            locker,
         },
     ))
 }

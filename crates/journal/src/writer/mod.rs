@@ -50,7 +50,8 @@ const _: () = assert!(BATCH_REQUESTS_MAX <= QUEUE_REQUESTS_MAX);
 /// Counters of the writer's work, for tests and the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriterStats {
-    /// Transactions committed.
+    /// Transactions committed. On PostgreSQL each request is a transaction of its own, so
+    /// this counts the requests committed there.
     pub commits: u64,
     /// Requests committed (each is acknowledged once its commit is durable).
     pub requests: u64,
@@ -62,7 +63,8 @@ pub struct WriterStats {
     /// handles included.
     pub queued: u64,
     /// The writer's own fsyncs of the WAL ([`Durability::Full`](crate::Durability::Full)). Each
-    /// makes every commit before it durable, so there are at most as many as commits.
+    /// makes every commit before it durable, so there are at most as many as commits. Always 0
+    /// on PostgreSQL, whose server flushes its WAL before a commit returns.
     pub syncs: u64,
     /// Requests whose caller got an answer (success or error), the count the two wait totals
     /// below are over. Requests submitted without waiting, such as the release of a dropped
