@@ -114,7 +114,7 @@ pub mod defaults {
     pub use durably_journal::{
         AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT,
         FAILED_RETENTION_DEFAULT, GC_BATCH_EXECUTIONS_DEFAULT, LIST_LIMIT_DEFAULT,
-        PAYLOAD_BYTES_MAX_DEFAULT, PG_POLL_MS_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
+        PAYLOAD_BYTES_MAX_DEFAULT, PG_POLL_MS_DEFAULT, PG_WRITERS_DEFAULT, READ_TIMEOUT_MS_DEFAULT,
         READERS_MAX_DEFAULT,
     };
 }
@@ -126,7 +126,7 @@ pub mod defaults {
 pub mod sqlite {
     pub use durably_journal::lifecycle::queue_positions;
     pub use durably_journal::{
-        APPLICATION_ID, ExtensionSchema, Migration, SCHEMA_VERSION, WriterStats,
+        APPLICATION_ID, ExtensionSchema, Migration, PgSchema, SCHEMA_VERSION, WriterStats,
         ambiguous_step_exists, execution_status, record_event, rusqlite, step_attempts_total,
     };
 }
