@@ -477,9 +477,9 @@ pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Opt
             )?
             .query_row(params![resource], |row| {
                 let pending: bool = row.get(0)?;
-                Ok(pending
+                pending
                     .then(|| row.get::<_, Option<String>>(1))
-                    .transpose()?)
+                    .transpose()
             })
             .optional()?
             .flatten()
