@@ -477,9 +477,7 @@ pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Opt
             )?
             .query_row(params![resource], |row| {
                 let pending: bool = row.get(0)?;
-                pending
-                    .then(|| row.get::<_, Option<String>>(1))
-                    .transpose()
+                pending.then(|| row.get::<_, Option<String>>(1)).transpose()
             })
             .optional()?
             .flatten()
