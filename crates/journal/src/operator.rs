@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, Dialect, OptionalExtension, params};
 use durably_lock::Locker;
 use serde_json::json;
 use uuid::Uuid;
@@ -230,6 +230,7 @@ fn cancel_in_transaction<A>(
 where
     A: FnOnce(&Connection) -> Result<()>,
 {
+    lock_execution_row(conn, id)?;
     let status = status_of(conn, id)?;
     if status.is_final() {
         return Err(Error::Refused(format!(
@@ -332,6 +333,21 @@ fn resolve_step(
     )
 }
 
+/// On PostgreSQL, locks execution `id`'s row until the transaction ends, before an operator
+/// action reads its status and takes its lock row (the execution row first, as everywhere):
+/// a claim on another connection then either committed before the read, which sees it, or
+/// waits for the action and finds the status it left (a claim's candidates skip the locked
+/// row). SQLite's single writer makes the read and the action atomic already. A missing row is
+/// reported by the status read.
+fn lock_execution_row(conn: &Connection, id: Uuid) -> Result<()> {
+    if conn.dialect() == Dialect::Postgres {
+        conn.prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1 FOR UPDATE")?
+            .query_row(params![id.to_string()], |_| Ok(()))
+            .optional()?;
+    }
+    Ok(())
+}
+
 /// Runs an operator action on an execution while holding its lock for the length of the
 /// transaction, so no live process can be driving it meanwhile.
 fn with_operator_lock(
@@ -342,6 +358,7 @@ fn with_operator_lock(
     now: &str,
     action: impl FnOnce(&Connection, &str) -> Result<()>,
 ) -> Result<()> {
+    lock_execution_row(conn, id)?;
     status_of(conn, id)?;
     // Decided inside the transaction: an open of this journal claims its id before its request
     // is queued, so it is either seen here or ordered after this action.
