@@ -12,9 +12,23 @@ pub struct Args {
     /// Small sizes and short runs: everything finishes in under a minute.
     #[arg(long)]
     pub quick: bool,
-    /// The journal's durability (and the baseline's `synchronous`).
+    /// The journal's durability (and the baseline's `synchronous`, or on PostgreSQL its
+    /// `synchronous_commit`).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Full)]
     pub durability: DurabilityArg,
+    /// Where the journals and the baseline live: SQLite files in `--dir`, or a new schema per
+    /// scenario on the PostgreSQL server `DURABLY_POSTGRES_URL` names (built with the
+    /// `postgres` feature).
+    #[arg(long, value_enum, default_value_t = BackendArg::Sqlite)]
+    pub backend: BackendArg,
+    /// The PostgreSQL server of `--backend postgres`, a `postgresql://` URL. Its value is never
+    /// printed: it may hold a password.
+    #[arg(long, env = "DURABLY_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
+    /// On PostgreSQL, the journal's writer workers (`JournalBuilder::pg_writers`; default the
+    /// journal's).
+    #[arg(long)]
+    pub pg_writers: Option<usize>,
     /// Run only this scenario.
     #[arg(long, value_enum)]
     pub scenario: Option<ScenarioName>,
@@ -172,6 +186,15 @@ impl From<DurabilityArg> for Durability {
     }
 }
 
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// SQLite files in `--dir`.
+    Sqlite,
+    /// A PostgreSQL server, `DURABLY_POSTGRES_URL`.
+    Postgres,
+}
+
 /// `--execution-ids`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum IdsArg {
@@ -276,6 +299,18 @@ impl ScenarioName {
             Self::SendWake,
             Self::Children,
             Self::Scale,
+        ]
+    }
+
+    /// The scenarios `--backend postgres` runs: those of one journal and no raw-SQLite
+    /// fixture or worker process. The others read or write SQLite files directly.
+    pub fn on_postgres() -> &'static [Self] {
+        &[
+            Self::SeqGuarded,
+            Self::SeqIdempotent,
+            Self::Concurrent,
+            Self::Parallel,
+            Self::Workflows,
         ]
     }
 

@@ -1,16 +1,36 @@
-//! The raw-SQLite baseline: one small row per committed transaction, on its own file in the
-//! same directory, with the journal's pragmas (WAL, the same `synchronous`). It measures the
-//! commit rate this disk allows right now, so each scenario is compared with the limit measured
-//! minutes, not days, away from it.
+//! The baseline: one small row per committed transaction, on SQLite in a file of its own in the
+//! same directory, with the journal's pragmas (WAL, the same `synchronous`), or on PostgreSQL in
+//! a table of the scenario's schema on the same server, with the journal's
+//! `synchronous_commit`. It measures the commit rate the storage allows right now, so each
+//! scenario is compared with the limit measured minutes, not days, away from it.
+//!
+//! Both go through [`durably::db::Connection`], the path the journal's own writes take, with
+//! the transaction shape of the journal's writer: `BEGIN` (`IMMEDIATE` on SQLite), one cached
+//! `INSERT`, `COMMIT`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use durably::Durability;
-use durably::sqlite::rusqlite::{Connection, params};
+use durably::db::{Connection as DbConnection, Sql, Target};
+use durably::sqlite::rusqlite::Connection;
 
 use crate::error::Result;
 use crate::stats::Samples;
+
+/// The baseline's table.
+const CREATE: Sql = Sql {
+    sqlite: "CREATE TABLE IF NOT EXISTS bench_baseline (id INTEGER PRIMARY KEY, \
+             value TEXT NOT NULL) STRICT",
+    postgres: "CREATE TABLE IF NOT EXISTS bench_baseline \
+               (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, value text NOT NULL)",
+};
+
+/// How the journal's writer begins a transaction on each backend.
+const BEGIN: Sql = Sql {
+    sqlite: "BEGIN IMMEDIATE",
+    postgres: "BEGIN",
+};
 
 /// The baseline's result.
 #[derive(Debug, Clone, Copy)]
@@ -40,21 +60,33 @@ pub fn open_like_journal(path: &Path, durability: Durability) -> Result<Connecti
     Ok(conn)
 }
 
-/// Commits one small row per transaction for `duration` and returns the rate.
-pub fn measure(dir: &Path, durability: Durability, duration: Duration) -> Result<Baseline> {
-    let path = dir.join("baseline.db");
-    let conn = open_like_journal(&path, durability)?;
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, value TEXT NOT NULL) STRICT",
-    )?;
+/// A session on `target` with the journal's settings for `durability`.
+fn open(target: &Target, durability: Durability) -> Result<DbConnection> {
+    match target {
+        Target::Sqlite(path) => Ok(DbConnection::from(open_like_journal(path, durability)?)),
+        #[cfg(feature = "postgres")]
+        Target::Postgres(url) => crate::postgres::connect_like_journal(url, durability),
+        #[cfg(not(feature = "postgres"))]
+        Target::Postgres(_) => Err(crate::error::BenchError::Setup(
+            crate::context::POSTGRES_NOT_BUILT.to_owned(),
+        )),
+    }
+}
+
+/// Commits one small row per transaction to `target` (a SQLite file, or a PostgreSQL schema)
+/// for `duration` and returns the rate.
+pub fn measure(target: &Target, durability: Durability, duration: Duration) -> Result<Baseline> {
+    let conn = open(target, durability)?;
+    conn.execute_batch(conn.pick(&CREATE))?;
+    let begin = conn.pick(&BEGIN);
     let mut samples = Samples::with_capacity(4096);
     let start = Instant::now();
     let mut commits = 0_u64;
     while start.elapsed() < duration {
         let began = Instant::now();
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        conn.prepare_cached("INSERT INTO rows (value) VALUES (?1)")?
-            .execute(params!["{\"n\":1}"])?;
+        conn.execute_batch(begin)?;
+        conn.prepare_cached("INSERT INTO bench_baseline (value) VALUES (?1)")?
+            .execute(["{\"n\":1}"])?;
         conn.execute_batch("COMMIT")?;
         samples.record(began.elapsed());
         commits += 1;
@@ -69,10 +101,10 @@ pub fn measure(dir: &Path, durability: Durability, duration: Duration) -> Result
 
 /// Measures the baseline on a blocking thread, so the runtime's workers stay free.
 pub async fn measure_async(
-    dir: &Path,
+    target: &Target,
     durability: Durability,
     duration: Duration,
 ) -> Result<Baseline> {
-    let dir = dir.to_owned();
-    tokio::task::spawn_blocking(move || measure(&dir, durability, duration)).await?
+    let target = target.clone();
+    tokio::task::spawn_blocking(move || measure(&target, durability, duration)).await?
 }

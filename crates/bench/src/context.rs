@@ -4,14 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use durably::db::Target;
 use durably::{Durability, Journal};
 
-use crate::args::{ApiArg, Args, EffectArg, IdsArg, ScenarioName};
+use crate::args::{ApiArg, Args, BackendArg, EffectArg, IdsArg, ScenarioName};
 use crate::baseline;
 use crate::error::{BenchError, Result};
 use crate::report::{Outcome, Row};
 use crate::rss;
 use crate::scenarios;
+use crate::scratch::Scratch;
+
+/// What `--backend postgres` says when this build has no PostgreSQL support.
+pub const POSTGRES_NOT_BUILT: &str = "--backend postgres: this durably-bench was built without \
+    PostgreSQL support; build it with `--features postgres`";
 
 /// Settings every scenario reads.
 #[derive(Debug, Clone)]
@@ -20,6 +26,12 @@ pub struct Context {
     pub root: PathBuf,
     /// The journal's durability.
     pub durability: Durability,
+    /// `--backend postgres`: the server (`DURABLY_POSTGRES_URL`); `None` on SQLite.
+    pub server: Option<Target>,
+    /// `--pg-writers`, when given.
+    pub pg_writers: Option<usize>,
+    /// While a scenario runs on PostgreSQL, its schema: every journal it opens lives there.
+    pub schema: Option<Target>,
     /// `--quick`.
     pub quick: bool,
     /// How long a timed scenario runs.
@@ -64,9 +76,16 @@ impl Context {
                     .max(0.05),
             )
         };
+        let server = match args.backend {
+            BackendArg::Sqlite => None,
+            BackendArg::Postgres => Some(postgres_server(args.postgres_url.as_deref())?),
+        };
         Ok(Self {
             root,
             durability: args.durability.into(),
+            server,
+            pg_writers: args.pg_writers,
+            schema: None,
             quick,
             run_time: pick(args.seconds, 5.0, 1.0),
             baseline_time: pick(args.baseline_seconds, 2.0, 0.5),
@@ -90,10 +109,48 @@ impl Context {
         })
     }
 
+    /// The scenarios to run: `chosen`, or every one the backend runs.
+    ///
+    /// # Errors
+    /// [`BenchError::Setup`] for a scenario PostgreSQL does not run.
+    pub fn scenarios(&self, chosen: Option<ScenarioName>) -> Result<Vec<ScenarioName>> {
+        let runnable = match self.server {
+            Some(_) => ScenarioName::on_postgres(),
+            None => ScenarioName::all(),
+        };
+        match chosen {
+            None => Ok(runnable.to_vec()),
+            Some(name) if runnable.contains(&name) => Ok(vec![name]),
+            Some(name) => Err(BenchError::Setup(format!(
+                "--backend postgres runs {}; `{}` reads or writes SQLite files directly",
+                runnable
+                    .iter()
+                    .map(|name| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                name.as_str()
+            ))),
+        }
+    }
+
+    /// The backend whose baseline the ratios are against, as the `bench` line names it.
+    pub fn backend_name(&self) -> &'static str {
+        match self.server {
+            Some(_) => "postgres",
+            None => "sqlite",
+        }
+    }
+
     /// Prints what this run is and where it runs.
     pub fn print_preamble(&self) {
+        let server = self
+            .server
+            .as_ref()
+            .map_or_else(String::new, |server| format!(" server={server}"));
         println!(
-            "# durably-bench: durability={} ids={} quick={} dir={} run={:.1}s baseline={:.1}s",
+            "# durably-bench: backend={}{server} durability={} ids={} quick={} dir={} run={:.1}s \
+             baseline={:.1}s",
+            self.backend_name(),
             self.durability.as_str(),
             self.execution_ids.as_str(),
             self.quick,
@@ -108,26 +165,32 @@ impl Context {
         self.execution_ids.new_id()
     }
 
-    /// Opens a journal at `path` with this run's durability.
+    /// Opens a journal at `path` (on PostgreSQL, in the scenario's schema instead) with this
+    /// run's durability and writers.
     pub fn journal(&self, path: &Path) -> Result<Journal> {
-        Ok(Journal::builder(path).durability(self.durability).open()?)
+        let target = self.schema.clone().unwrap_or_else(|| Target::from(path));
+        let mut builder = Journal::builder(target).durability(self.durability);
+        if let Some(workers) = self.pg_writers {
+            builder = builder.pg_writers(workers);
+        }
+        Ok(builder.open()?)
     }
 
     /// Runs one scenario between two baseline measurements and prints its row.
     pub async fn run_scenario(&self, name: ScenarioName) -> Result<()> {
-        let scratch = tempfile::Builder::new()
-            .prefix("durably-bench-")
-            .tempdir_in(&self.root)
-            .map_err(|source| {
-                BenchError::io("create a scratch directory in", &self.root, source)
-            })?;
+        let scratch = Scratch::new(&self.root, self.server.as_ref())?;
+        let context = Self {
+            schema: scratch.schema().cloned(),
+            ..self.clone()
+        };
+        let baseline_at = scratch.baseline();
         let before =
-            baseline::measure_async(scratch.path(), self.durability, self.baseline_time).await?;
+            baseline::measure_async(&baseline_at, self.durability, self.baseline_time).await?;
         rss::reset_peak();
-        let mut outcome = self.dispatch(name, scratch.path()).await?;
+        let mut outcome = context.dispatch(name, scratch.dir()).await?;
         let peak_rss_kib = rss::peak_kib();
         let after =
-            baseline::measure_async(scratch.path(), self.durability, self.baseline_time).await?;
+            baseline::measure_async(&baseline_at, self.durability, self.baseline_time).await?;
         outcome.notes.push(format!(
             "baseline commits: p99 {:.0} / {:.0} µs, longest {:.1} / {:.1} ms (before / after)",
             before.commit_p99_us,
@@ -137,6 +200,7 @@ impl Context {
         ));
         Row {
             scenario: name.as_str(),
+            baseline_backend: self.backend_name(),
             baseline_commits_per_s: f64::midpoint(before.commits_per_s, after.commits_per_s),
             outcome,
             peak_rss_kib,
@@ -167,5 +231,26 @@ impl Context {
             ScenarioName::TimerWake => scenarios::timer_wake::run(self, dir).await,
             ScenarioName::SendWake => scenarios::send_wake::run(self, dir).await,
         }
+    }
+}
+
+/// The server of `--backend postgres`, from `DURABLY_POSTGRES_URL` (or `--postgres-url`).
+fn postgres_server(url: Option<&str>) -> Result<Target> {
+    if !cfg!(feature = "postgres") {
+        return Err(BenchError::Setup(POSTGRES_NOT_BUILT.to_owned()));
+    }
+    let Some(url) = url.filter(|url| !url.is_empty()) else {
+        return Err(BenchError::Setup(
+            "--backend postgres needs a server: set DURABLY_POSTGRES_URL (a private one: \
+             `eval \"$(.ci/pg start)\"`)"
+                .to_owned(),
+        ));
+    };
+    match Target::from(url) {
+        server @ Target::Postgres(_) => Ok(server),
+        // Not shown: it may hold a password.
+        Target::Sqlite(_) => Err(BenchError::Setup(
+            "DURABLY_POSTGRES_URL is not a postgres:// or postgresql:// URL".to_owned(),
+        )),
     }
 }

@@ -17,6 +17,12 @@ pub enum BenchError {
     /// The raw-SQLite baseline or the bulk pre-fill failed.
     #[error("sqlite: {0}")]
     Sqlite(#[from] durably::sqlite::rusqlite::Error),
+    /// The baseline, or the PostgreSQL schema around a scenario, failed.
+    #[error("database: {0}")]
+    Db(#[from] durably::db::Error),
+    /// The run cannot start as asked (a backend that is not built in or not reachable).
+    #[error("{0}")]
+    Setup(String),
     /// A file or process operation failed.
     #[error("{action} {path}: {source}")]
     Io {

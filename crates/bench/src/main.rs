@@ -10,17 +10,20 @@ mod baseline;
 mod ceiling;
 mod context;
 mod error;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod proc_io;
 mod report;
 mod rss;
 mod scenarios;
+mod scratch;
 mod stats;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Args, Command, ScenarioName};
+use crate::args::{Args, Command};
 use crate::context::Context;
 use crate::error::Result;
 
@@ -59,12 +62,9 @@ async fn run(args: Args) -> Result<()> {
         None => {}
     }
     let context = Context::new(&args)?;
+    let chosen = context.scenarios(args.scenario)?;
     context.print_preamble();
     report::print_header();
-    let chosen: Vec<ScenarioName> = match args.scenario {
-        Some(name) => vec![name],
-        None => ScenarioName::all().to_vec(),
-    };
     for name in chosen {
         context.run_scenario(name).await?;
     }

@@ -40,6 +40,8 @@ impl Outcome {
 pub struct Row<'a> {
     /// The scenario's name, as `--scenario` spells it.
     pub scenario: &'a str,
+    /// The baseline's backend, `sqlite` or `postgres`: the `ratio_vs_` key of the line.
+    pub baseline_backend: &'a str,
     /// The baseline's commits per second, averaged from before and after the scenario.
     pub baseline_commits_per_s: f64,
     /// The scenario's measurements.
@@ -83,9 +85,10 @@ impl Row<'_> {
             println!("  - {note}");
         }
         println!(
-            "bench {} ops_per_s={ops_per_s:.1} ratio_vs_sqlite={ratio:.3} p50_us={p50:.1} \
+            "bench {} ops_per_s={ops_per_s:.1} ratio_vs_{}={ratio:.3} p50_us={p50:.1} \
              p99_us={p99:.1} durability={} peak_rss_mib={peak_text}",
             self.scenario,
+            self.baseline_backend,
             self.durability.as_str()
         );
     }

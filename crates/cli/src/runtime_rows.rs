@@ -4,8 +4,8 @@
 //! than fail. Payloads are read as previews in SQL, the way the journal reads its own: a
 //! payload over the reader's cap is not read at all.
 
-use durably::db::{Connection, OptionalExtension, Row, params};
-use durably::{Inspector, PREVIEW_CHARS_MAX, PayloadPreview};
+use durably::db::{Connection, Dialect, OptionalExtension, Row, Sql, params};
+use durably::{Inspector, PayloadPreview};
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -101,12 +101,24 @@ pub struct Pages {
 /// # Errors
 /// A storage error.
 pub fn runtime_present(conn: &Connection) -> durably::Result<bool> {
-    Ok(conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_schema
-                        WHERE type = 'table' AND name = 'runtime_executions')",
-        [],
-        |row| row.get(0),
-    )?)
+    table_present(conn, "runtime_executions")
+}
+
+/// Whether the journal's database holds table `name`: in the file (SQLite), or in the schema
+/// the journal's tables are made in (PostgreSQL's `current_schema()`, not any schema of the
+/// search path, where another journal's table of that name could be).
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn table_present(conn: &Connection, name: &str) -> durably::Result<bool> {
+    const TABLE_PRESENT: Sql = Sql {
+        sqlite: "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
+        postgres: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
+                                  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                                  WHERE n.nspname = current_schema()
+                                    AND c.relname = CAST(?1 AS TEXT) AND c.relkind = 'r')",
+    };
+    Ok(conn.query_row(conn.pick(&TABLE_PRESENT), [name], |row| row.get(0))?)
 }
 
 /// The place of each claimable execution among `ids` in its queue (1: claimed next).
@@ -202,8 +214,12 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
 }
 
 /// Whether `runtime_executions` has `column`: a journal a runtime of an older build used lacks
-/// the columns of later runtime migrations (the parent link of 2, the fork link of 3).
+/// the columns of later runtime migrations (the parent link of 2, the fork link of 3). Always
+/// on PostgreSQL, whose runtime baseline has every column.
 pub(crate) fn runtime_column_present(conn: &Connection, column: &str) -> durably::Result<bool> {
+    if conn.dialect() == Dialect::Postgres {
+        return Ok(true);
+    }
     Ok(conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions') WHERE name = ?1)",
         [column],
@@ -212,12 +228,9 @@ pub(crate) fn runtime_column_present(conn: &Connection, column: &str) -> durably
 }
 
 /// SQL reading payload `column` as a preview: its head when it is at most `?2` bytes, and its
-/// size (`substr` would read the whole value, so it runs only under the cap).
-fn preview_columns(column: &str) -> String {
-    format!(
-        "CASE WHEN octet_length({column}) <= ?2 THEN substr({column}, 1, {PREVIEW_CHARS_MAX}) END, \
-         octet_length({column})"
-    )
+/// size.
+fn preview_columns(conn: &Connection, column: &str) -> String {
+    PayloadPreview::select_sql(column, "?2", conn.dialect())
 }
 
 fn preview(row: &Row<'_>, index: usize) -> durably::db::Result<PayloadPreview> {
@@ -238,7 +251,7 @@ fn messages_page(
         "SELECT id, topic, sent_at, idempotency_key, consumed_seq, consumed_at, {}
          FROM messages WHERE execution_id = ?1 AND (id < ?3 OR ?3 IS NULL)
          ORDER BY id DESC LIMIT ?4",
-        preview_columns("payload")
+        preview_columns(conn, "payload")
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let rows = statement.query_map(
@@ -270,7 +283,7 @@ fn events_page(
         "SELECT key, seq, set_at, {}
          FROM workflow_events WHERE execution_id = ?1 AND (seq < ?3 OR ?3 IS NULL)
          ORDER BY seq DESC LIMIT ?4",
-        preview_columns("value")
+        preview_columns(conn, "value")
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let rows = statement.query_map(

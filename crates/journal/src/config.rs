@@ -96,6 +96,9 @@ pub const PG_WRITERS_DEFAULT: usize = 16;
 /// stopped. Far above what any query of a journal durably wrote takes; it is there for files
 /// someone else wrote.
 pub const READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// How often the change feed of a journal on PostgreSQL moves without a notification, in
+/// milliseconds ([`JournalBuilder::pg_poll_ms`]).
+pub const PG_POLL_MS_DEFAULT: u64 = 1_000;
 
 /// Opens a journal: `Journal::builder(path).durability(...).open()`; the target is a SQLite
 /// file's path, or a PostgreSQL URL (see [`Target`]).
@@ -117,6 +120,7 @@ pub struct JournalBuilder {
     pub(crate) read_timeout_ms: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) processes: Arc<dyn ProcessTable>,
+    pub(crate) pg_poll: Duration,
 }
 
 impl JournalBuilder {
@@ -138,7 +142,18 @@ impl JournalBuilder {
             read_timeout_ms: READ_TIMEOUT_MS_DEFAULT,
             clock: Arc::new(SystemClock),
             processes: Arc::new(ProcFs::default()),
+            pg_poll: Duration::from_millis(PG_POLL_MS_DEFAULT),
         }
+    }
+
+    /// PostgreSQL only: how often [`Journal::changes`] moves without a notification (default
+    /// 1000 ms), so that a notification lost with a dropped session delays a wake-up by this
+    /// much at most. Notifications wake waiters at once; a shorter poll only wakes them more
+    /// often for nothing.
+    #[must_use]
+    pub fn pg_poll_ms(mut self, pg_poll_ms: u64) -> Self {
+        self.pg_poll = Duration::from_millis(pg_poll_ms);
+        self
     }
 
     /// `Full` (default) or `ProcessCrash`; see [`Durability`].

@@ -50,6 +50,18 @@ pub enum Error {
     /// This handle's lock was taken over; nothing was written.
     #[error("{0}")]
     LockLost(durably_lock::Error),
+    /// This journal's PostgreSQL liveness session was lost (a failed ping, a lost connection,
+    /// a terminated session), so other processes may judge the instance dead and take its
+    /// executions over. The request wrote nothing, and neither does any later one of this
+    /// journal; a journal opened again is a new instance.
+    #[error(
+        "instance {instance} lost its PostgreSQL liveness session and may have been taken over; \
+         nothing was written, and this journal writes nothing more"
+    )]
+    InstanceLost {
+        /// The lost instance.
+        instance: Uuid,
+    },
     /// A guarded step is in the ambiguous window and no policy may decide it: its policy is
     /// `Fail`, or it was re-run after crashes `ambiguous_reruns_max` times. The execution now
     /// awaits an operator ([`crate::Status::AwaitingOperator`]): no process reopens it until
@@ -604,6 +616,7 @@ impl From<durably_lock::Error> for Error {
     fn from(error: durably_lock::Error) -> Self {
         match error {
             durably_lock::Error::LockLost { .. } => Self::LockLost(error),
+            durably_lock::Error::InstanceLost { instance } => Self::InstanceLost { instance },
             durably_lock::Error::Storage(inner) => inner.into(),
             other => Self::Lock(other),
         }

@@ -304,7 +304,7 @@ pub(crate) fn steps_page<P: PayloadColumn>(
 ) -> Result<Vec<StepRecord<P>>> {
     let sql = format!(
         "SELECT {} FROM steps {STEPS_PAGE}",
-        records::step_columns::<P>(bytes_max)
+        records::step_columns::<P>(bytes_max, conn.dialect())
     );
     let parameters = params![
         id.to_string(),
@@ -327,7 +327,7 @@ pub(crate) fn events_page<P: PayloadColumn>(
 ) -> Result<Vec<EventRecord<P>>> {
     let sql = format!(
         "SELECT {} FROM events {EVENTS_PAGE}",
-        records::event_columns::<P>(bytes_max)
+        records::event_columns::<P>(bytes_max, conn.dialect())
     );
     let parameters = params![
         id.to_string(),

@@ -142,7 +142,7 @@ impl Inspector {
         let own = config.processes.own_identity()?;
         let judge = Judge::new(
             own,
-            crate::pg::open::liveness(),
+            crate::pg::liveness::observe(url, &path)?,
             config.processes,
             config.clock,
         );

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durably_db::{Connection, Target};
-use durably_lock::{Clock, LivenessDir, Locker, LockerConfig, format_timestamp};
+use durably_lock::{Clock, Liveness, LivenessDir, Locker, LockerConfig, format_timestamp};
 
 use crate::backend;
 use crate::config::{Durability, JournalBuilder, StepSettings};
@@ -42,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) settings: StepSettings,
     pub(crate) completed_retention: Duration,
     pub(crate) failed_retention: Duration,
+    /// The change feed, started by its first subscriber ([`Journal::changes`]).
+    pub(crate) changes: crate::changes::Feed,
 }
 
 impl Journal {
@@ -138,8 +140,24 @@ impl Journal {
                 },
                 completed_retention: config.completed_retention,
                 failed_retention: config.failed_retention,
+                changes: crate::changes::Feed::new(config.pg_poll),
             }),
         }
+    }
+
+    /// A receiver of the journal's change counter, which moves after another connection (of
+    /// this process or another, on any host) commits a change a waiter may wait for: a new or
+    /// woken execution, a status change, a cancel request, and the runtime's messages, events
+    /// and queue limits. Wait on it, then re-read what you wait for; a move may also come with
+    /// no such change. The feed starts at the first call: on SQLite a thread polls the file's
+    /// `data_version` every 10 ms; on PostgreSQL a thread LISTENs to the schema's notifications
+    /// and also moves the counter every `pg_poll_ms` and after every reconnect.
+    ///
+    /// # Errors
+    /// On SQLite, a storage error opening the feed's read-only connection;
+    /// [`Error::Io`] when its thread cannot be started.
+    pub fn changes(&self) -> Result<tokio::sync::watch::Receiver<u64>> {
+        self.inner.changes.subscribe(&self.inner.target)
     }
 
     /// The database file; on PostgreSQL, the URL with its password hidden.
@@ -232,9 +250,12 @@ pub(crate) struct Parts {
 }
 
 /// The journal's lock instance, whose liveness `liveness` keeps.
-pub(crate) fn locker(config: &JournalBuilder, liveness: LivenessDir) -> Result<Arc<Locker>> {
+pub(crate) fn locker(
+    config: &JournalBuilder,
+    liveness: impl Into<Liveness>,
+) -> Result<Arc<Locker>> {
     Ok(Arc::new(Locker::new(LockerConfig {
-        liveness,
+        liveness: liveness.into(),
         lease_ms: config.lease_ms,
         processes: Arc::clone(&config.processes),
         clock: Arc::clone(&config.clock),

@@ -54,6 +54,7 @@
 
 mod backend;
 mod begin;
+mod changes;
 mod claim;
 mod config;
 mod error;
@@ -89,8 +90,8 @@ pub use begin::Begun;
 pub use claim::{Claim, ClaimedRow, Claimer};
 pub use config::{
     AMBIGUOUS_RERUNS_MAX_DEFAULT, BUSY_TIMEOUT_MS_DEFAULT, COMPLETED_RETENTION_DEFAULT, Durability,
-    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, PG_WRITERS_DEFAULT,
-    READ_TIMEOUT_MS_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
+    FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, PG_POLL_MS_DEFAULT,
+    PG_WRITERS_DEFAULT, READ_TIMEOUT_MS_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
 };
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::{

@@ -458,11 +458,12 @@ pub const CANCEL_REASON_BYTES_MAX: usize = 1024;
 /// # Errors
 /// A storage error.
 pub fn pending_cancel(conn: &Connection, id: Uuid) -> Result<Option<String>> {
-    pending_cancel_of(conn, &id.to_string())
+    cancel_reason(conn, &id.to_string())
 }
 
-/// [`pending_cancel`] by the execution id's text, as fences name their execution.
-pub(crate) fn pending_cancel_of(conn: &Connection, resource: &str) -> Result<Option<String>> {
+/// The reason of a cancel pending for `resource` (`""` when none was given), read without a
+/// lock.
+fn cancel_reason(conn: &Connection, resource: &str) -> Result<Option<String>> {
     let reason: Option<Option<String>> = conn
         .prepare_cached(
             "SELECT cancel_reason FROM executions

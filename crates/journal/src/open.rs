@@ -183,6 +183,8 @@ fn open_in_transaction(
     now: &str,
 ) -> Result<OpenFound> {
     let resource = row.id.to_string();
+    // Locked before it is read, so the status judged below is the one the takeover acts on.
+    crate::ownership::lock_execution_row(conn, &resource)?;
     let existing = read_existing(conn, row.id, bytes_max)?;
     if let Some(existing) = &existing {
         match existing.status {
@@ -248,9 +250,9 @@ fn read_existing(conn: &Connection, id: Uuid, bytes_max: usize) -> Result<Option
     let sql = format!(
         "SELECT status, {}, {}, {}, CAST(status_detail ->> 'seq' AS INTEGER)
          FROM executions WHERE execution_id = ?1",
-        Payload::select("input", bytes_max),
-        Payload::select("output", bytes_max),
-        Payload::select("error", bytes_max),
+        Payload::select("input", bytes_max, conn.dialect()),
+        Payload::select("output", bytes_max, conn.dialect()),
+        Payload::select("error", bytes_max, conn.dialect()),
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let mut rows = statement.query(params![id.to_string()])?;

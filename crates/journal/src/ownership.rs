@@ -1,7 +1,7 @@
 //! Taking an execution's lock inside a write transaction: by an open, or by an operator
 //! action that holds it for the length of its transaction.
 
-use durably_db::{Connection, params};
+use durably_db::{Connection, Sql, params};
 use durably_lock::{Acquire, DeathReason, HolderRecord, Locker};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -21,6 +21,21 @@ pub(crate) enum OwnLocks {
     Reclaim,
 }
 
+/// Locks the row of execution `resource` for an ownership change (serialization point 8) and
+/// says whether it exists. On PostgreSQL the row is locked `FOR UPDATE` before the lock row is
+/// touched, so an open or a sweep takeover waits for the step writes in flight (they hold the
+/// row `FOR SHARE`, see `execution::fence`), and the lock order is the execution row, then
+/// its lock row, everywhere. SQLite's single writer serializes them.
+pub(crate) fn lock_execution_row(conn: &Connection, resource: &str) -> Result<bool> {
+    const LOCK_EXECUTION_ROW: Sql = Sql {
+        sqlite: "SELECT 1 FROM executions WHERE execution_id = ?1",
+        postgres: "SELECT 1 FROM executions WHERE execution_id = ?1 FOR UPDATE",
+    };
+    Ok(conn
+        .prepare_cached(conn.pick(&LOCK_EXECUTION_ROW))?
+        .exists(params![resource])?)
+}
+
 /// Takes the lock of execution `id` or reports its live holder. A takeover from a dead holder,
 /// or of a lock this instance leaked, is audited in the same transaction.
 pub(crate) fn acquire_or_locked(
@@ -37,6 +52,7 @@ pub(crate) fn acquire_or_locked(
         in_this_process: holder.is_process(locker.identity()),
         since: holder.acquired_at,
     };
+    let is_execution = lock_execution_row(conn, &resource)?;
     let (epoch, from_pid, from_epoch, reason, takeover) =
         match locker.try_acquire(conn, &resource)? {
             Acquire::Acquired {
@@ -66,9 +82,6 @@ pub(crate) fn acquire_or_locked(
             }
             Acquire::Held { holder, .. } => return Err(locked(holder)),
         };
-    let is_execution = conn
-        .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
-        .exists(params![resource])?;
     let mut detail = json!({
         "resource": resource,
         "from_pid": from_pid,

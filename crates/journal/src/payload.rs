@@ -5,9 +5,12 @@
 //! is under the cap before it reads it. SQLite answers `octet_length` of a stored text from the
 //! record's header, without reading the value (its `OPFLAG_BYTELENARG`), so a payload over the
 //! cap is never loaded, by SQLite or by this crate, whatever its size: reading one costs what
-//! refusing it costs.
+//! refusing it costs. PostgreSQL stores payloads as `json`, which `octet_length` measures as
+//! text (`column::text`): the value is read to be measured there, but never sent over the cap.
 
-use durably_db::Row;
+use std::borrow::Cow;
+
+use durably_db::{Dialect, Row};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -113,7 +116,30 @@ pub struct PayloadPreview {
     pub bytes: u64,
 }
 
+/// Payload `column` as an operand of `octet_length` and `substr`: the column itself on SQLite,
+/// whose `octet_length` of a column skips reading the value; as text on PostgreSQL, whose
+/// `json` has neither function.
+fn as_text(column: &str, dialect: Dialect) -> Cow<'_, str> {
+    match dialect {
+        Dialect::Sqlite => Cow::Borrowed(column),
+        Dialect::Postgres => Cow::Owned(format!("{column}::text")),
+    }
+}
+
 impl PayloadPreview {
+    /// SQL selecting payload `column` as a preview's two result columns, for `dialect`: its
+    /// first [`PREVIEW_CHARS_MAX`] characters when it is at most `bytes_max` bytes (SQL: an
+    /// integer literal or a parameter), NULL otherwise, and its size in bytes. `substr` reads
+    /// the whole value before it cuts it, so it runs only on a payload under the cap.
+    pub fn select_sql(column: &str, bytes_max: &str, dialect: Dialect) -> String {
+        let text = as_text(column, dialect);
+        format!(
+            "CASE WHEN octet_length({text}) <= {bytes_max} \
+                  THEN substr({text}, 1, {PREVIEW_CHARS_MAX}) END, \
+             octet_length({text})"
+        )
+    }
+
     /// Whether [`PayloadPreview::head`] is the whole payload.
     pub fn is_whole(&self) -> bool {
         self.head
@@ -126,10 +152,10 @@ impl PayloadPreview {
 /// ([`PayloadPreview`]). Either way the payload's size is read first, and a payload over
 /// `bytes_max` is not read at all.
 pub(crate) trait PayloadColumn: Sized {
-    /// SQL selecting payload `column` as two result columns: what is read of it (NULL when
-    /// nothing is) and its size in bytes. `bytes_max` is the journal's own cap, an integer, so
-    /// it is written into the statement, which is cached per text.
-    fn select(column: &str, bytes_max: usize) -> String;
+    /// SQL selecting payload `column` as two result columns, for `dialect`: what is read of it
+    /// (NULL when nothing is) and its size in bytes. `bytes_max` is the journal's own cap, an
+    /// integer, so it is written into the statement, which is cached per text.
+    fn select(column: &str, bytes_max: usize, dialect: Dialect) -> String;
 
     /// The payload read by [`PayloadColumn::select`] at `index` and `index + 1`, or `None` for
     /// a NULL column. `what` names the payload in an error.
@@ -145,10 +171,11 @@ pub(crate) trait PayloadColumn: Sized {
 }
 
 impl PayloadColumn for Payload {
-    fn select(column: &str, bytes_max: usize) -> String {
+    fn select(column: &str, bytes_max: usize, dialect: Dialect) -> String {
+        let text = as_text(column, dialect);
         format!(
-            "CASE WHEN octet_length({column}) <= {bytes_max} THEN {column} END, \
-             octet_length({column})"
+            "CASE WHEN octet_length({text}) <= {bytes_max} THEN {column} END, \
+             octet_length({text})"
         )
     }
 
@@ -173,14 +200,8 @@ impl PayloadColumn for Payload {
 }
 
 impl PayloadColumn for PayloadPreview {
-    /// `substr` reads the whole value before it cuts it, so it runs only on a payload under
-    /// the cap.
-    fn select(column: &str, bytes_max: usize) -> String {
-        format!(
-            "CASE WHEN octet_length({column}) <= {bytes_max} \
-                  THEN substr({column}, 1, {PREVIEW_CHARS_MAX}) END, \
-             octet_length({column})"
-        )
+    fn select(column: &str, bytes_max: usize, dialect: Dialect) -> String {
+        Self::select_sql(column, &bytes_max.to_string(), dialect)
     }
 
     fn read(

@@ -10,7 +10,7 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use durably_db::{FromSqlError, Row};
+use durably_db::{Dialect, FromSqlError, Row};
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
@@ -71,13 +71,14 @@ pub struct ExecutionRecord<P = Payload> {
 /// The schema version whose migration added the runtime's columns to `executions`.
 const RUNTIME_COLUMNS_SINCE: i64 = 7;
 
-/// Whether `executions` has the runtime's columns (schema version 7 and later).
+/// Whether `executions` has the runtime's columns (schema version 7 and later). Always on
+/// PostgreSQL, whose journal baseline is version 7.
 ///
 /// # Errors
 /// A storage error reading the schema version.
 pub(crate) fn has_runtime_columns(conn: &durably_db::Connection) -> durably_db::Result<bool> {
     // PostgreSQL's oldest journal schema, its baseline, equals version 7.
-    if conn.dialect() == durably_db::Dialect::Postgres {
+    if conn.dialect() == Dialect::Postgres {
         return Ok(true);
     }
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -102,9 +103,9 @@ pub(crate) fn execution_columns<P: PayloadColumn>(
     Ok(format!(
         "execution_id, kind, name, status, opens, created_at, updated_at, finalized_at, \
          {runtime}, {}, {}, {}",
-        P::select("input", bytes_max),
-        P::select("output", bytes_max),
-        P::select("error", bytes_max),
+        P::select("input", bytes_max, conn.dialect()),
+        P::select("output", bytes_max, conn.dialect()),
+        P::select("error", bytes_max, conn.dialect()),
     ))
 }
 
@@ -219,12 +220,12 @@ pub struct StepRecord<P = Payload> {
 }
 
 /// The columns [`read_step`] reads, payloads read as `P`.
-pub(crate) fn step_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+pub(crate) fn step_columns<P: PayloadColumn>(bytes_max: usize, dialect: Dialect) -> String {
     format!(
         "seq, name, effect, policy, state, idempotency_key, attempts, intent_at, result_at, \
          {}, {}",
-        P::select("result", bytes_max),
-        P::select("error", bytes_max),
+        P::select("result", bytes_max, dialect),
+        P::select("error", bytes_max, dialect),
     )
 }
 
@@ -275,10 +276,10 @@ pub struct EventRecord<P = Payload> {
 }
 
 /// The columns [`read_event`] reads, the detail read as `P`.
-pub(crate) fn event_columns<P: PayloadColumn>(bytes_max: usize) -> String {
+pub(crate) fn event_columns<P: PayloadColumn>(bytes_max: usize, dialect: Dialect) -> String {
     format!(
         "id, at, execution_id, seq, kind, {}",
-        P::select("detail", bytes_max)
+        P::select("detail", bytes_max, dialect)
     )
 }
 

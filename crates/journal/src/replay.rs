@@ -209,8 +209,8 @@ fn read_window(
 ) -> Result<(Vec<Option<RecordedStep>>, bool)> {
     let sql = format!(
         "SELECT seq, name, effect, state, attempts, {}, {} FROM steps {WINDOW_ROWS}",
-        Payload::select("result", bytes_max),
-        Payload::select("error", bytes_max),
+        Payload::select("result", bytes_max, conn.dialect()),
+        Payload::select("error", bytes_max, conn.dialect()),
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let resource = execution_id.to_string();

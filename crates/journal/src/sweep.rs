@@ -272,7 +272,9 @@ impl<'judge> Judgements<'judge> {
 /// The held locks whose holder is judged dead, each holder judged once. A lock row that does
 /// not read as a lock is skipped with a warning, and never judged dead.
 fn dead_locks(conn: &Connection, judge: &Judge) -> Result<Vec<(LockRow, DeathReason)>> {
-    let mut judgements = Judgements::new(judge);
+    // One pass: on PostgreSQL the held advisory keys are read once, not once per holder.
+    let pass = judge.pass();
+    let mut judgements = Judgements::new(&pass);
     Ok(durably_lock::held_readable(conn)?
         .into_iter()
         .filter_map(|row| match judgements.judge(row.holder.as_ref()?) {
@@ -313,7 +315,9 @@ fn reclaim_one(
     let Some(holder) = &row.holder else {
         return Ok(false);
     };
-    // The holder was judged outside this transaction. Judge it again under the write lock, on
+    let is_execution = ownership::lock_execution_row(conn, &row.resource)?;
+    // The holder was judged outside this transaction. Judge it again under the write lock (on
+    // PostgreSQL, under the execution row's lock, which holds the holder's writes off), on
     // the row as it is now: a lease holder may have heartbeaten since, and nothing can change
     // between this judgement and the swap below.
     let current = durably_lock::read(conn, &row.resource)?;
@@ -330,16 +334,11 @@ fn reclaim_one(
     let Some(epoch) = locker.take_over(conn, &row.resource, row.epoch)? else {
         return Ok(false);
     };
-    let changed = conn
-        .prepare_cached(
-            "UPDATE executions SET status = 'interrupted', updated_at = ?2
-             WHERE execution_id = ?1 AND status = 'running'",
-        )?
-        .execute(params![row.resource, now])?;
-    let is_execution = changed == 1
-        || conn
-            .prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1")?
-            .exists(params![row.resource])?;
+    conn.prepare_cached(
+        "UPDATE executions SET status = 'interrupted', updated_at = ?2
+         WHERE execution_id = ?1 AND status = 'running'",
+    )?
+    .execute(params![row.resource, now])?;
     let mut detail = json!({
         "resource": row.resource,
         "pid": holder.pid,

@@ -169,10 +169,7 @@ async fn a_fail_step_parks_its_execution_until_the_operator_answers() {
 #[tokio::test]
 async fn a_retry_step_past_its_rerun_limit_waits_for_an_operator_and_says_why() {
     let scratch = Scratch::new();
-    let journal = durably_journal::Journal::builder(&scratch.path)
-        .ambiguous_reruns_max(1)
-        .open()
-        .unwrap();
+    let journal = scratch.builder().ambiguous_reruns_max(1).open().unwrap();
     let id = durably_journal::new_execution_id();
     // Two runs crash inside the step: the first run's, and the one re-run Retry allows.
     for _ in 0..2 {

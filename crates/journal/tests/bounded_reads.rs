@@ -120,7 +120,7 @@ async fn a_payload_over_the_cap_is_refused_or_left_out_before_it_is_read() {
     );
 
     // An inspector reads with the same queries, under its builder's cap (here the default).
-    let inspector = durably_journal::Journal::inspect(&scratch.path).unwrap();
+    let inspector = durably_journal::Journal::inspect(scratch.path()).unwrap();
     let list = with_sqlite_peak(|| inspector.list(&durably_journal::ListFilter::default()));
     assert_refused("inspector list", list, &input_name);
     let page = with_sqlite_peak(|| inspector.steps_page(big_result, None, 10));

@@ -56,7 +56,7 @@ async fn open_all(journal: &Journal) -> Vec<Execution> {
 #[tokio::test(flavor = "current_thread")]
 async fn ten_thousand_drops_under_a_held_write_lock_are_bounded_and_all_released() {
     let scratch = Scratch::new();
-    let journal = Journal::builder(&scratch.path)
+    let journal = Journal::builder(scratch.path())
         .busy_timeout_ms(BUSY_TIMEOUT_MS)
         .ack_timeout(Duration::from_millis(BUSY_TIMEOUT_MS * 2))
         .open()
@@ -64,7 +64,7 @@ async fn ten_thousand_drops_under_a_held_write_lock_are_bounded_and_all_released
     let executions = open_all(&journal).await;
     let before = journal.writer_stats();
 
-    let blocker = rusqlite::Connection::open(&scratch.path).unwrap();
+    let blocker = rusqlite::Connection::open(scratch.path()).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let threads_before = threads();
     drop(executions);

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use chrono::{TimeDelta, Utc};
 use durably_journal::{Error, Execution, Journal, Opened, Policy, StepError};
-use support::{ManualClock, Scratch, integrity, start};
+use support::{ManualClock, Scratch, start};
 use uuid::Uuid;
 
 /// How long journal A's lease lasts: an hour of B's clock is far past it.
@@ -25,10 +25,7 @@ const LEASE_MS: u64 = 60_000;
 /// Journal A on the scratch file, with an opt-in lease, holding a new execution: returns the
 /// journal, the execution's id and A's handle to it.
 async fn leased_holder(scratch: &Scratch) -> (Journal, Uuid, Execution) {
-    let a = Journal::builder(&scratch.path)
-        .lease_ms(LEASE_MS)
-        .open()
-        .unwrap();
+    let a = scratch.builder().lease_ms(LEASE_MS).open().unwrap();
     let id = Uuid::new_v4();
     let old = start(&a, id).await;
     (a, id, old)
@@ -44,7 +41,8 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
         .unwrap();
 
     let later = ManualClock::at(Utc::now() + TimeDelta::hours(1));
-    let b = Journal::builder(&scratch.path)
+    let b = scratch
+        .builder()
         .clock(later)
         .sweep_on_open(false)
         .open()
@@ -62,7 +60,7 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
         .read(|conn| {
             Ok(conn.query_row(
                 "SELECT count(*) FROM events WHERE kind = 'takeover'
-                   AND json_extract(detail, '$.resource') = ?1",
+                   AND detail ->> 'resource' = ?1",
                 [id.to_string()],
                 |row| row.get::<_, i64>(0),
             )?)
@@ -123,7 +121,7 @@ async fn after_a_takeover_the_old_handle_fails_with_lock_lost_and_writes_nothing
         ("completed", Some("\"fresh\""))
     );
     drop((a, b));
-    assert_eq!(integrity(&scratch.path), "ok");
+    scratch.assert_sqlite_integrity();
 }
 
 #[tokio::test]
@@ -132,7 +130,7 @@ async fn a_pure_step_after_a_takeover_is_not_recorded() {
     let (_a, id, old) = leased_holder(&scratch).await;
 
     let later: Arc<ManualClock> = ManualClock::at(Utc::now() + TimeDelta::hours(1));
-    let b = Journal::builder(&scratch.path).clock(later).open().unwrap();
+    let b = scratch.builder().clock(later).open().unwrap();
     // B's orphan sweep at open already reclaims the expired lease; opening then re-acquires.
     let Opened::Running(new) = b.open_execution(id, "test", "", &"").await.unwrap() else {
         panic!("a running execution is not finished");

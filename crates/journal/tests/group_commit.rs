@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use durably_journal::{Durability, Error, Journal, durably_db, rusqlite};
-use support::{Scratch, integrity, pure_steps, start};
+use support::{Scratch, pure_steps, start};
 use uuid::Uuid;
 
 const EXECUTIONS: usize = 64;
@@ -98,7 +98,7 @@ async fn sixty_four_concurrent_executions_share_commits_and_lose_nothing() {
         "{syncs} WAL syncs for {commits} commits"
     );
     drop(journal);
-    assert_eq!(integrity(&scratch.path), "ok");
+    scratch.assert_sqlite_integrity();
 }
 
 /// Under `Durability::Full` the writer syncs the WAL itself before it acknowledges (SQLite's
@@ -108,7 +108,7 @@ async fn sixty_four_concurrent_executions_share_commits_and_lose_nothing() {
 async fn only_full_durability_syncs_the_wal_and_never_more_than_once_a_commit() {
     for durability in [Durability::Full, Durability::ProcessCrash] {
         let scratch = Scratch::new();
-        let journal = Journal::builder(&scratch.path)
+        let journal = Journal::builder(scratch.path())
             .durability(durability)
             .open()
             .unwrap();
@@ -365,7 +365,7 @@ async fn a_failing_request_fails_alone_and_its_batch_neighbours_commit() {
     assert_eq!(after.requests_failed - before.requests_failed, 1);
     assert_eq!(after.commits_failed, before.commits_failed);
     drop(journal);
-    assert_eq!(integrity(&scratch.path), "ok");
+    scratch.assert_sqlite_integrity();
 }
 
 /// Submits a raw request that inserts a marker event, noting whether it was acknowledged.
@@ -454,5 +454,5 @@ async fn a_full_disk_inside_a_batch_never_contradicts_an_acknowledgement() {
         );
     }
     drop(journal);
-    assert_eq!(integrity(&scratch.path), "ok");
+    scratch.assert_sqlite_integrity();
 }

@@ -54,7 +54,7 @@ fn closed_journal(scratch: &Scratch) -> (Uuid, Uuid) {
         support::barrier(&journal).await;
         (done, stuck)
     });
-    let liveness = scratch.dir.path().join("journal.db.durably-live");
+    let liveness = scratch.dir().unwrap().join("journal.db.durably-live");
     std::fs::remove_dir_all(liveness).unwrap();
     (done, stuck)
 }
@@ -100,7 +100,7 @@ fn an_inspectors_payload_cap_is_its_builders() {
     let scratch = Scratch::new();
     let (done, _) = closed_journal(&scratch);
     // The input, `"input"`, is 7 bytes of JSON.
-    let inspector = Journal::builder(&scratch.path)
+    let inspector = Journal::builder(scratch.path())
         .payload_bytes_max(6)
         .inspect()
         .unwrap();
@@ -118,7 +118,7 @@ fn an_inspectors_payload_cap_is_its_builders() {
     );
     let input = inspector.previews().get(done).unwrap().unwrap().input;
     assert_eq!((input.head, input.bytes), (None, 7));
-    let inspector = Journal::builder(&scratch.path)
+    let inspector = Journal::builder(scratch.path())
         .payload_bytes_max(7)
         .inspect()
         .unwrap();
@@ -132,10 +132,10 @@ fn an_inspectors_payload_cap_is_its_builders() {
 fn an_inspector_reads_what_a_journal_reads_and_creates_nothing() {
     let scratch = Scratch::new();
     let (done, stuck) = closed_journal(&scratch);
-    let before = entries(scratch.dir.path());
-    let bytes = std::fs::read(&scratch.path).unwrap();
+    let before = entries(scratch.dir().unwrap());
+    let bytes = std::fs::read(scratch.path()).unwrap();
 
-    let inspector = Journal::inspect(&scratch.path).unwrap();
+    let inspector = Journal::inspect(scratch.path()).unwrap();
     assert_eq!(inspector.list(&ListFilter::default()).unwrap().len(), 2);
     assert_eq!(inspector.steps(done).unwrap().len(), 2);
     let seen = inspector.seen_intent(stuck, 0).unwrap();
@@ -145,22 +145,26 @@ fn an_inspector_reads_what_a_journal_reads_and_creates_nothing() {
     assert!(inspector.integrity_check().unwrap().is_empty());
     assert!(inspector.lock_holders().unwrap().is_empty());
     drop(inspector);
-    assert_eq!(entries(scratch.dir.path()), before, "a file was created");
+    assert_eq!(
+        entries(scratch.dir().unwrap()),
+        before,
+        "a file was created"
+    );
     assert!(
-        std::fs::read(&scratch.path).unwrap() == bytes,
+        std::fs::read(scratch.path()).unwrap() == bytes,
         "a byte changed"
     );
 
     // With a writer holding the journal open, through its WAL.
-    let journal = Journal::builder(&scratch.path)
+    let journal = Journal::builder(scratch.path())
         .sweep_on_open(false)
         .open()
         .unwrap();
     let held = Uuid::now_v7();
     let runtime = runtime();
     let execution = runtime.block_on(start(&journal, held));
-    let during = entries(scratch.dir.path());
-    let inspector = Journal::inspect(&scratch.path).unwrap();
+    let during = entries(scratch.dir().unwrap());
+    let inspector = Journal::inspect(scratch.path()).unwrap();
     assert_reads_alike(&inspector, &journal, &[done, stuck, held]);
     let holders = inspector.lock_holders().unwrap();
     assert_eq!(holders.len(), 1);
@@ -170,7 +174,11 @@ fn an_inspector_reads_what_a_journal_reads_and_creates_nothing() {
         Ok(None) // no step yet: nothing ambiguous, so nothing is refused
     ));
     drop(inspector);
-    assert_eq!(entries(scratch.dir.path()), during, "a file was created");
+    assert_eq!(
+        entries(scratch.dir().unwrap()),
+        during,
+        "a file was created"
+    );
     drop(execution);
 }
 
@@ -178,7 +186,7 @@ fn an_inspector_reads_what_a_journal_reads_and_creates_nothing() {
 fn a_journal_read_without_its_wal_shows_later_commits_once_they_reach_the_file() {
     let scratch = Scratch::new();
     closed_journal(&scratch);
-    let inspector = Journal::inspect(&scratch.path).unwrap();
+    let inspector = Journal::inspect(scratch.path()).unwrap();
     assert_eq!(inspector.list(&ListFilter::default()).unwrap().len(), 2);
 
     // A writer opens, commits and closes: closing checkpoints its WAL into the file.
@@ -203,14 +211,14 @@ fn a_journal_read_without_its_wal_shows_later_commits_once_they_reach_the_file()
 fn a_view_that_never_ends_is_stopped_and_the_inspector_reads_on() {
     let scratch = Scratch::new();
     closed_journal(&scratch);
-    let conn = Connection::open(&scratch.path).unwrap();
+    let conn = Connection::open(scratch.path()).unwrap();
     conn.execute_batch(
         "CREATE VIEW forever AS
              WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n;",
     )
     .unwrap();
     drop(conn);
-    let inspector = Journal::builder(&scratch.path)
+    let inspector = Journal::builder(scratch.path())
         .read_timeout_ms(100)
         .inspect()
         .unwrap();
@@ -224,7 +232,7 @@ fn a_view_that_never_ends_is_stopped_and_the_inspector_reads_on() {
         })
         .unwrap_err();
     assert!(
-        matches!(&error, Error::ReadTimeout { path, timeout_ms: 100 } if *path == scratch.path.canonicalize().unwrap()),
+        matches!(&error, Error::ReadTimeout { path, timeout_ms: 100 } if *path == scratch.path().canonicalize().unwrap()),
         "{error:?}"
     );
     assert_eq!(inspector.list(&ListFilter::default()).unwrap().len(), 2);
@@ -234,16 +242,20 @@ fn a_view_that_never_ends_is_stopped_and_the_inspector_reads_on() {
 /// as `expected` says and leaves its bytes and its directory as they were.
 fn refused_untouched(prepare: impl FnOnce(&Path), expected: impl Fn(&Error) -> bool) {
     let scratch = Scratch::new();
-    prepare(&scratch.path);
-    let before = entries(scratch.dir.path());
-    let bytes = std::fs::read(&scratch.path).unwrap();
-    let error = Journal::inspect(&scratch.path).unwrap_err();
+    prepare(scratch.path());
+    let before = entries(scratch.dir().unwrap());
+    let bytes = std::fs::read(scratch.path()).unwrap();
+    let error = Journal::inspect(scratch.path()).unwrap_err();
     assert!(expected(&error), "{error:?}");
     assert!(
-        std::fs::read(&scratch.path).unwrap() == bytes,
+        std::fs::read(scratch.path()).unwrap() == bytes,
         "a byte changed"
     );
-    assert_eq!(entries(scratch.dir.path()), before, "a file was created");
+    assert_eq!(
+        entries(scratch.dir().unwrap()),
+        before,
+        "a file was created"
+    );
 }
 
 /// A database in rollback mode (never switched to WAL) made by `sql`.
@@ -301,16 +313,16 @@ fn a_file_with_no_journal_yet_or_an_old_one_is_refused_not_migrated() {
 fn a_journal_one_schema_behind_is_read_as_it_is() {
     let scratch = Scratch::new();
     let (done, _) = closed_journal(&scratch);
-    Connection::open(&scratch.path)
+    Connection::open(scratch.path())
         .unwrap()
         .execute_batch("PRAGMA journal_mode = DELETE; PRAGMA user_version = 4;")
         .unwrap();
-    let bytes = std::fs::read(&scratch.path).unwrap();
-    let inspector = Journal::inspect(&scratch.path).unwrap();
+    let bytes = std::fs::read(scratch.path()).unwrap();
+    let inspector = Journal::inspect(scratch.path()).unwrap();
     assert_eq!(inspector.steps(done).unwrap().len(), 2);
     drop(inspector);
     assert!(
-        std::fs::read(&scratch.path).unwrap() == bytes,
+        std::fs::read(scratch.path()).unwrap() == bytes,
         "it was migrated"
     );
 }
@@ -331,8 +343,8 @@ fn a_wal_without_its_index_or_a_rollback_journal_needs_a_writers_recovery() {
                 .await
                 .unwrap();
         });
-        std::fs::copy(&scratch.path, &copied).unwrap();
-        let wal = scratch.dir.path().join("journal.db-wal");
+        std::fs::copy(scratch.path(), &copied).unwrap();
+        let wal = scratch.dir().unwrap().join("journal.db-wal");
         std::fs::copy(wal, copy.path().join("journal.db-wal")).unwrap();
     }
     let before = entries(copy.path());

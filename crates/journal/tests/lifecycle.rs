@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, TimeZone, Utc};
 use durably_journal::{
-    Error, GcOptions, Journal, Opened, Policy, RetryPolicy, Status, StepError, event_kind,
+    Error, GcOptions, Opened, Policy, RetryPolicy, Status, StepError, event_kind,
 };
 use support::{ManualClock, Scratch, barrier, count_rows, create_table, start};
 use uuid::Uuid;
@@ -37,9 +37,11 @@ async fn a_new_database_and_its_wal_are_created_private() {
         .complete(&1)
         .await
         .unwrap();
-    assert_eq!(mode_of(&scratch.path), 0o600, "the database file");
-    let wal = scratch.path.with_file_name("journal.db-wal");
-    assert_eq!(mode_of(&wal), 0o600, "the WAL file");
+    scratch.sqlite_only("the modes of the database file and its WAL", |path| {
+        assert_eq!(mode_of(path), 0o600, "the database file");
+        let wal = path.with_extension("db-wal");
+        assert_eq!(mode_of(&wal), 0o600, "the WAL file");
+    });
 }
 
 #[tokio::test]
@@ -190,10 +192,7 @@ async fn a_dropped_handle_leaves_the_execution_running_and_recoverable() {
 async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age() {
     let scratch = Scratch::new();
     let clock = ManualClock::at(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap());
-    let journal = Journal::builder(&scratch.path)
-        .clock(clock.clone())
-        .open()
-        .unwrap();
+    let journal = scratch.builder().clock(clock.clone()).open().unwrap();
     let mut old_completed = Vec::new();
     let mut old_failed = Vec::new();
     for index in 0..5 {
@@ -319,7 +318,8 @@ async fn the_retention_sweep_deletes_old_finalized_executions_in_batches_by_age(
 #[tokio::test]
 async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_recorded() {
     let scratch = Scratch::new();
-    let journal = Journal::builder(&scratch.path)
+    let journal = scratch
+        .builder()
         .retry(RetryPolicy {
             attempts_max: 3,
             backoff_initial: Duration::from_millis(1),

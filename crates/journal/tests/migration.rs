@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use durably_journal::{APPLICATION_ID, Guarded, Policy, SCHEMA_VERSION, StepError};
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
-use support::{Scratch, integrity, start};
+use support::{Scratch, start};
 use uuid::Uuid;
 
 /// The SQL of migrations 1 to 4 as the builds of schema version 5 applied them.
@@ -31,7 +31,7 @@ const AT: &str = "2026-11-01T10:00:00.000Z";
 /// Writes a version-4 journal holding one running execution with a completed idempotent step
 /// (seq 0) and a guarded step whose intent committed but whose result never did (seq 1).
 fn write_v4_journal(scratch: &Scratch, id: Uuid) {
-    let conn = Connection::open(&scratch.path).unwrap();
+    let conn = Connection::open(scratch.path()).unwrap();
     conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
     for sql in SCHEMA_V4 {
         conn.execute_batch(sql).unwrap();
@@ -104,7 +104,7 @@ async fn a_version_4_journal_is_migrated_and_replays_its_steps_and_its_ambiguous
     execution.complete(&after).await.unwrap();
     drop(journal);
 
-    let conn = Connection::open(&scratch.path).unwrap();
+    let conn = Connection::open(scratch.path()).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
@@ -156,5 +156,5 @@ async fn a_version_4_journal_is_migrated_and_replays_its_steps_and_its_ambiguous
             "the CHECKs still refuse {effect}/{policy:?}/{state}"
         );
     }
-    assert_eq!(integrity(&scratch.path), "ok");
+    scratch.assert_sqlite_integrity();
 }

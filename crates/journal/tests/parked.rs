@@ -118,17 +118,23 @@ async fn an_open_of_a_parked_execution_is_refused_and_writes_nothing() {
 #[test]
 fn each_index_of_executions_serves_its_query() {
     let scratch = Scratch::new();
-    drop(scratch.open());
-    let conn = rusqlite::Connection::open(&scratch.path).unwrap();
+    let journal = scratch.open();
     let plan = |sql: &str| -> String {
-        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map([], |row| row.get::<_, String>(3))
-            .unwrap()
-            .collect::<rusqlite::Result<Vec<_>>>()
+        journal
+            .read(|conn| {
+                conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
+                    .query_map([], |row| row.get::<_, String>(3))?
+                    .collect::<durably_db::Result<Vec<_>>>()
+                    .map_err(Into::into)
+            })
             .unwrap()
             .join("; ")
     };
+    scratch.sqlite_only("SQLite's query plans", |_| check_plans(plan));
+}
+
+/// Asserts that SQLite's `plan` of each query uses the index its migration names.
+fn check_plans(plan: impl Fn(&str) -> String) {
     for (sql, expected) in [
         (
             "SELECT status FROM executions WHERE execution_id = 'x'",

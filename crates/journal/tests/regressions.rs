@@ -200,10 +200,7 @@ async fn complete_is_refused_over_a_recorded_intent_this_run_never_reached() {
 #[tokio::test]
 async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous() {
     let scratch = Scratch::new();
-    let journal = Journal::builder(&scratch.path)
-        .payload_bytes_max(256)
-        .open()
-        .unwrap();
+    let journal = scratch.builder().payload_bytes_max(256).open().unwrap();
     let id = Uuid::new_v4();
     let calls = AtomicU32::new(0);
     let run = |journal: Journal| {
@@ -241,10 +238,7 @@ async fn unrecordable_guarded_result_is_journaled_as_failed_not_left_ambiguous()
 #[test]
 fn zero_lease_is_refused_at_open() {
     let scratch = Scratch::new();
-    let error = Journal::builder(&scratch.path)
-        .lease_ms(0)
-        .open()
-        .unwrap_err();
+    let error = scratch.builder().lease_ms(0).open().unwrap_err();
     assert!(matches!(error, Error::InvalidConfig(_)), "{error:?}");
 }
 
@@ -252,7 +246,8 @@ fn zero_lease_is_refused_at_open() {
 async fn retention_of_a_huge_execution_is_split_into_row_bounded_transactions() {
     let scratch = Scratch::new();
     let clock = support::ManualClock::at(chrono::Utc::now());
-    let journal = Journal::builder(&scratch.path)
+    let journal = scratch
+        .builder()
         .durability(durably_journal::Durability::ProcessCrash)
         .clock(clock.clone())
         .open()
@@ -326,10 +321,7 @@ async fn crash_inside_retry_step(journal: &Journal, id: Uuid, calls: &AtomicU32)
 #[tokio::test]
 async fn poison_pill_retry_step_is_rerun_a_bounded_number_of_times() {
     let scratch = Scratch::new();
-    let journal = Journal::builder(&scratch.path)
-        .ambiguous_reruns_max(3)
-        .open()
-        .unwrap();
+    let journal = scratch.builder().ambiguous_reruns_max(3).open().unwrap();
     let id = Uuid::new_v4();
     let calls = AtomicU32::new(0);
     for _ in 0..4 {
@@ -385,7 +377,8 @@ async fn no_intent_is_handed_out_while_a_live_process_may_be_running_it() {
 #[tokio::test]
 async fn a_retry_inside_the_run_changes_the_intent_an_operator_sees() {
     let scratch = Scratch::new();
-    let journal = Journal::builder(&scratch.path)
+    let journal = scratch
+        .builder()
         .retry(durably_journal::RetryPolicy {
             attempts_max: 3,
             backoff_initial: Duration::ZERO,

@@ -76,7 +76,8 @@ async fn a_thousand_step_execution_replays_every_result_unchanged_without_callin
     let mut first_values = Vec::new();
     {
         // What is tested is replay, not power loss: skip the fsync of each of the ~1,300 commits.
-        let journal = Journal::builder(&scratch.path)
+        let journal = scratch
+            .builder()
             .durability(Durability::ProcessCrash)
             .open()
             .unwrap();

@@ -13,7 +13,7 @@
 
 mod support;
 
-use durably_journal::{Error, Journal};
+use durably_journal::Error;
 use support::{Scratch, start};
 use uuid::Uuid;
 
@@ -53,7 +53,7 @@ async fn an_open_through_another_journal_of_this_process_names_this_process() {
     let journal = scratch.open();
     let id = Uuid::new_v4();
     let _held = start(&journal, id).await;
-    let other = Journal::open(&scratch.path).unwrap();
+    let other = scratch.open();
     let error = other
         .open_execution(id, "test", "", &"input")
         .await

@@ -82,7 +82,8 @@ async fn write_orphans(journal: &Journal, own: ProcessIdentity) {
 async fn ten_thousand_dead_locks_take_one_judgement_and_a_transaction_per_batch() {
     let scratch = Scratch::new();
     let table = Arc::new(CountingTable::default());
-    let journal = Journal::builder(&scratch.path)
+    let journal = scratch
+        .builder()
         .process_table(Arc::clone(&table) as Arc<dyn ProcessTable>)
         .sweep_on_open(false)
         .open()

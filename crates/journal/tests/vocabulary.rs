@@ -58,8 +58,8 @@ fn words<T: Copy>(all: &[T], as_str: fn(T) -> &'static str) -> BTreeSet<String> 
 #[test]
 fn the_schema_check_lists_and_the_enums_allow_the_same_words() {
     let scratch = Scratch::new();
-    drop(Journal::open(&scratch.path).unwrap());
-    let conn = Connection::open(&scratch.path).unwrap();
+    drop(Journal::open(scratch.path()).unwrap());
+    let conn = Connection::open(scratch.path()).unwrap();
     assert_eq!(
         allowed_words(&conn, "executions", "status"),
         words(Status::ALL, Status::as_str)

@@ -75,6 +75,30 @@ pub enum Error {
         /// What was wrong with it.
         reason: String,
     },
+    /// This instance's PostgreSQL liveness session was lost (a failed ping, a lost connection,
+    /// a terminated session): other processes may judge it dead and take its locks over, so it
+    /// writes nothing more. A new instance (a reopened journal) may continue.
+    #[error(
+        "instance {instance} lost its liveness session, so it may already have been taken over; \
+         it writes nothing more: reopen the journal"
+    )]
+    InstanceLost {
+        /// The lost instance.
+        instance: uuid::Uuid,
+    },
+    /// Every new instance id tried had an advisory key some session held already.
+    #[error(
+        "the advisory keys of {attempts} new instance ids were all held already; something else \
+         takes advisory locks in this database"
+    )]
+    SessionKeyCollisions {
+        /// How many ids were tried.
+        attempts: u32,
+    },
+    /// A locker was given a liveness session that holds no instance key (an observer): rows it
+    /// stamped would name an instance nobody can prove alive.
+    #[error("a liveness session that holds no instance key cannot take locks")]
+    SessionWithoutKey,
     /// The database failed.
     #[error("database error while working on locks: {0}")]
     Storage(#[from] durably_db::Error),

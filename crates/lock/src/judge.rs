@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::identity::{ProcessIdentity, ProcessTable};
 use crate::liveness::{LivenessDir, Probe};
 use crate::row::{self, HolderRecord, LockRow};
+use crate::session::{HeldKeys, SessionLiveness, SessionProbe};
 
 /// Why a holder is known to be dead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,10 @@ pub enum DeathReason {
         /// The recorded pid.
         pid: i64,
     },
+    /// No PostgreSQL session holds its advisory key: its liveness session has ended (the
+    /// process exited or was killed, its host or network failed past the TCP keepalives, or
+    /// its session was terminated).
+    SessionEnded,
     /// It opted into a lease and did not heartbeat in time; it forfeits the lock even if alive.
     LeaseExpired {
         /// The last heartbeat.
@@ -74,6 +79,7 @@ impl fmt::Display for DeathReason {
                 "pid {pid} was reused (recorded start time {recorded_start}, now {current_start})"
             ),
             Self::Zombie { pid } => write!(f, "pid {pid} has exited (zombie)"),
+            Self::SessionEnded => write!(f, "its liveness session has ended"),
             Self::LeaseExpired {
                 heartbeat_at,
                 lease_ms,
@@ -114,11 +120,41 @@ impl fmt::Display for Judgement {
     }
 }
 
+/// Where the evidence of a holder's life comes from.
+#[derive(Debug, Clone)]
+pub enum Liveness {
+    /// SQLite: liveness files beside the database, weighed with the process tests.
+    Files(LivenessDir),
+    /// PostgreSQL: the holder's advisory key in `pg_locks`, asked through this instance's own
+    /// liveness session. Pids, start times and boot ids are stamped but never judged.
+    Session(SessionLiveness),
+}
+
+impl From<LivenessDir> for Liveness {
+    fn from(dir: LivenessDir) -> Self {
+        Self::Files(dir)
+    }
+}
+
+impl From<SessionLiveness> for Liveness {
+    fn from(session: SessionLiveness) -> Self {
+        Self::Session(session)
+    }
+}
+
+/// The session evidence a judge reads: asked per holder, or read once for a sweep pass.
+#[derive(Debug, Clone)]
+enum SessionEvidence {
+    Live,
+    Pass(HeldKeys),
+}
+
 /// Judges lock holders from this process's point of view.
 #[derive(Debug, Clone)]
 pub struct Judge {
     own: ProcessIdentity,
-    liveness: LivenessDir,
+    liveness: Liveness,
+    session_evidence: SessionEvidence,
     processes: Arc<dyn ProcessTable>,
     clock: Arc<dyn Clock>,
 }
@@ -133,13 +169,14 @@ impl Judge {
     /// directory and a liveness file.
     pub fn new(
         own: ProcessIdentity,
-        liveness: LivenessDir,
+        liveness: impl Into<Liveness>,
         processes: Arc<dyn ProcessTable>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             own,
-            liveness,
+            liveness: liveness.into(),
+            session_evidence: SessionEvidence::Live,
             processes,
             clock,
         }
@@ -161,7 +198,8 @@ impl Judge {
         }
     }
 
-    /// Judges `holder` on the evidence alone (its liveness file and the process tests), without
+    /// Judges `holder` on the evidence alone (its liveness file and the process tests, or on
+    /// PostgreSQL its advisory key), without
     /// its lease: whether the holder's process may still be running, and so may still act
     /// outside the journal, whatever [`Judge::judge`] says of its lock. A holder whose lease
     /// expired is dead to the lock but, if this says anything short of dead, not to the world.
@@ -172,10 +210,28 @@ impl Judge {
                 holder.instance_id
             ));
         };
-        weigh(
-            self.liveness.probe(&instance_id),
-            self.judge_process(holder),
-        )
+        match &self.liveness {
+            Liveness::Files(dir) => weigh(dir.probe(&instance_id), self.judge_process(holder)),
+            Liveness::Session(session) => {
+                let probe = match &self.session_evidence {
+                    SessionEvidence::Live => session.probe(&instance_id),
+                    SessionEvidence::Pass(keys) => keys.probe(&instance_id),
+                };
+                judge_session(probe)
+            }
+        }
+    }
+
+    /// A judge for one pass over many holders: on PostgreSQL it reads every held key once,
+    /// now, and judges by that snapshot (a takeover still judges again, live, under its row
+    /// locks); on SQLite it is this judge.
+    #[must_use]
+    pub fn pass(&self) -> Self {
+        let mut pass = self.clone();
+        if let Liveness::Session(session) = &self.liveness {
+            pass.session_evidence = SessionEvidence::Pass(HeldKeys::load(session));
+        }
+        pass
     }
 
     /// The verdict of the process tests alone: boot, pid namespace, pid and start time.
@@ -229,10 +285,11 @@ impl Judge {
     /// # Errors
     /// [`crate::Error::Corrupt`] or [`crate::Error::Storage`].
     pub fn dead_holders(&self, conn: &Connection) -> Result<Vec<(LockRow, DeathReason)>> {
+        let judge = self.pass();
         let mut dead = Vec::new();
         for lock in row::held_readable(conn)? {
             if let Some(holder) = &lock.holder
-                && let Judgement::Dead(reason) = self.judge(holder)
+                && let Judgement::Dead(reason) = judge.judge(holder)
             {
                 dead.push((lock, reason));
             }
@@ -259,14 +316,26 @@ impl Judge {
         &self.own
     }
 
-    /// The liveness directory the judge probes.
-    pub fn liveness_dir(&self) -> &LivenessDir {
+    /// Where the judge's evidence of life comes from.
+    pub fn liveness(&self) -> &Liveness {
         &self.liveness
     }
 
     /// The clock the judge reads lease deadlines from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+}
+
+/// The verdict of the session evidence: the key is the whole evidence on PostgreSQL, where a
+/// holder may run on any host.
+fn judge_session(probe: SessionProbe) -> Judgement {
+    match probe {
+        SessionProbe::Held => Judgement::Alive("a session holds its advisory key".to_owned()),
+        SessionProbe::Free => Judgement::Dead(DeathReason::SessionEnded),
+        SessionProbe::Unreadable(error) => {
+            Judgement::Unknown(format!("cannot read the held advisory keys: {error}"))
+        }
     }
 }
 

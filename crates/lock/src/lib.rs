@@ -10,6 +10,13 @@
 //! Every acquire and takeover bumps a fencing epoch; a write fenced by a stale epoch fails with
 //! [`Error::LockLost`].
 //!
+//! On PostgreSQL, where holders may run on any host, the evidence is a session instead
+//! ([`Liveness::Session`]): each instance holds an advisory lock on its [`session_key`] on a
+//! dedicated session ([`SessionLiveness`]), and a holder is alive exactly while `pg_locks` shows
+//! its key held; pids, boot ids and files are stamped but never judged there. A fence locks the
+//! lock row `FOR SHARE`, so a takeover's epoch swap waits for the fenced writes in flight. An
+//! instance whose session is lost fails every lock operation with [`Error::InstanceLost`].
+//!
 //! Every operation runs on the caller's connection, inside the caller's transaction, so a lock
 //! change commits atomically with the caller's own rows.
 //!
@@ -49,15 +56,17 @@ mod judge;
 mod liveness;
 mod locker;
 mod row;
+mod session;
 
 pub use checked_dir::Refusal;
 pub use clock::{Clock, SystemClock, format_timestamp, parse_timestamp};
 pub use error::{Error, Result};
 pub use identity::{ProcFs, ProcessIdentity, ProcessStat, ProcessTable};
-pub use judge::{DeathReason, Judge, Judgement};
+pub use judge::{DeathReason, Judge, Judgement, Liveness};
 pub use liveness::{LivenessDir, LivenessFile, Probe};
 pub use locker::{Acquire, Locker, LockerConfig, TakeOver};
 pub use row::{Epoch, HolderRecord, LockRow, held, held_readable, read};
+pub use session::{SESSION_KEY_ATTEMPTS_MAX, SessionLiveness, SessionProbe, session_key};
 
 /// The migration that creates the `locks` table (`schema/0001_locks.sql`). The journal applies
 /// it with its other migrations; it is exported for programs that use locks on their own.

@@ -9,9 +9,10 @@ use uuid::Uuid;
 use crate::clock::{Clock, SystemClock, format_timestamp};
 use crate::error::{Error, Result};
 use crate::identity::{ProcFs, ProcessIdentity, ProcessTable};
-use crate::judge::{DeathReason, Judge, Judgement};
-use crate::liveness::{LivenessDir, LivenessFile};
+use crate::judge::{DeathReason, Judge, Judgement, Liveness};
+use crate::liveness::LivenessFile;
 use crate::row::{self, Epoch, HolderRecord, LockRow, NewHolder};
+use crate::session::SessionLiveness;
 
 /// How many times one acquire re-reads a lock after losing a takeover race before giving up.
 const TAKEOVER_RACES_MAX: u32 = 3;
@@ -19,8 +20,9 @@ const TAKEOVER_RACES_MAX: u32 = 3;
 /// How a [`Locker`] is set up. Time and process identity are injected so tests can fake them.
 #[derive(Debug, Clone)]
 pub struct LockerConfig {
-    /// The directory of liveness files beside the database.
-    pub liveness: LivenessDir,
+    /// Where this instance proves it is alive: liveness files beside a SQLite database, or a
+    /// PostgreSQL session holding the instance's advisory key.
+    pub liveness: Liveness,
     /// Opt-in lease: when set, every lock this instance takes may be taken over once its
     /// heartbeat is older than this, even if the process is alive. `None`: no lease.
     pub lease_ms: Option<u64>,
@@ -32,9 +34,9 @@ pub struct LockerConfig {
 
 impl LockerConfig {
     /// The real `/proc`, the system clock, no lease.
-    pub fn new(liveness: LivenessDir) -> Self {
+    pub fn new(liveness: impl Into<Liveness>) -> Self {
         Self {
-            liveness,
+            liveness: liveness.into(),
             lease_ms: None,
             processes: Arc::new(ProcFs::default()),
             clock: Arc::new(SystemClock),
@@ -78,27 +80,42 @@ pub struct TakeOver {
 
 /// One instance (one process, one database) taking, checking and releasing locks.
 ///
-/// It holds its liveness file for as long as it exists.
+/// It holds its liveness file (SQLite) or its liveness session (PostgreSQL) for as long as it
+/// exists.
 #[derive(Debug)]
 pub struct Locker {
     instance_id: Uuid,
     instance_text: String,
     judge: Judge,
     lease_ms: Option<i64>,
-    _liveness: LivenessFile,
+    /// SQLite only: the file this instance keeps locked.
+    _liveness_file: Option<LivenessFile>,
+    /// PostgreSQL only: the session holding this instance's key. Once it is lost, every lock
+    /// operation fails with [`Error::InstanceLost`] before touching a row.
+    session: Option<SessionLiveness>,
 }
 
 impl Locker {
     /// Registers a new instance: reads this process's identity, and creates and locks this
-    /// instance's liveness file.
+    /// instance's liveness file; on PostgreSQL the instance is the one whose key the liveness
+    /// session already holds.
     ///
     /// # Errors
     /// [`Error::Identity`] when `/proc` cannot be read, [`Error::LivenessDir`] when the
-    /// liveness directory cannot be used.
+    /// liveness directory cannot be used, [`Error::SessionWithoutKey`] for an observing
+    /// session.
     pub fn new(config: LockerConfig) -> Result<Self> {
         let own = config.processes.own_identity()?;
-        let instance_id = Uuid::new_v4();
-        let liveness = config.liveness.hold(&instance_id)?;
+        let (instance_id, liveness_file, session) = match &config.liveness {
+            Liveness::Files(dir) => {
+                let instance_id = Uuid::new_v4();
+                (instance_id, Some(dir.hold(&instance_id)?), None)
+            }
+            Liveness::Session(session) if session.holds_key() => {
+                (session.instance_id(), None, Some(session.clone()))
+            }
+            Liveness::Session(_) => return Err(Error::SessionWithoutKey),
+        };
         let lease_ms = config
             .lease_ms
             .map(|lease| i64::try_from(lease).unwrap_or(i64::MAX));
@@ -107,8 +124,25 @@ impl Locker {
             instance_text: instance_id.to_string(),
             judge: Judge::new(own, config.liveness, config.processes, config.clock),
             lease_ms,
-            _liveness: liveness,
+            _liveness_file: liveness_file,
+            session,
         })
+    }
+
+    /// The liveness session, on PostgreSQL.
+    pub fn session(&self) -> Option<&SessionLiveness> {
+        self.session.as_ref()
+    }
+
+    /// Fails once this instance's liveness session was lost (never on SQLite): the check every
+    /// request makes before it begins.
+    ///
+    /// # Errors
+    /// [`Error::InstanceLost`].
+    pub fn ensure_live(&self) -> Result<()> {
+        self.session
+            .as_ref()
+            .map_or(Ok(()), SessionLiveness::ensure_live)
     }
 
     /// This instance's UUID.
@@ -146,6 +180,7 @@ impl Locker {
         resource: &str,
         races_left: u32,
     ) -> Result<Acquire> {
+        self.ensure_live()?;
         let now = self.now();
         let new = self.new_holder(&now);
         if let Some(epoch) = row::claim_free(conn, resource, &new)? {
@@ -206,6 +241,7 @@ impl Locker {
         resource: &str,
         expected: Epoch,
     ) -> Result<Option<Epoch>> {
+        self.ensure_live()?;
         let now = self.now();
         row::swap_holder(conn, resource, expected, &self.new_holder(&now))
     }
@@ -240,11 +276,15 @@ impl Locker {
     }
 
     /// The fence check: succeeds only while this instance holds `resource` at `epoch`. Every
-    /// fenced write runs this in the same transaction, before writing.
+    /// fenced write runs this in the same transaction, before writing. On PostgreSQL it locks
+    /// the lock row `FOR SHARE` until the transaction ends, so a takeover's compare-and-swap
+    /// waits for the write, and a write after the takeover sees the new epoch.
     ///
     /// # Errors
-    /// [`Error::LockLost`] when the epoch moved or the lock was released.
+    /// [`Error::LockLost`] when the epoch moved or the lock was released,
+    /// [`Error::InstanceLost`] once the liveness session was lost.
     pub fn fence(&self, conn: &Connection, resource: &str, epoch: Epoch) -> Result<()> {
+        self.ensure_live()?;
         if row::is_held_by(conn, resource, &self.instance_text, epoch)? {
             Ok(())
         } else {
@@ -257,6 +297,7 @@ impl Locker {
     /// # Errors
     /// [`Error::LockLost`] when this instance no longer holds `resource` at `epoch`.
     pub fn heartbeat(&self, conn: &Connection, resource: &str, epoch: Epoch) -> Result<()> {
+        self.ensure_live()?;
         let now = self.now();
         if row::touch(conn, resource, &self.instance_text, epoch, &now)? {
             Ok(())
@@ -276,17 +317,21 @@ impl Locker {
     /// Removes the liveness files of dead instances that no held lock row names any more
     /// (files still named are the evidence of their holder's death, kept until the lock is
     /// reclaimed). The crash-orphan sweep calls this after reclaiming, so files do not pile up.
+    /// On PostgreSQL there are no files: it removes nothing.
     ///
     /// # Errors
     /// [`Error::Corrupt`] or [`Error::Storage`] reading the lock rows, [`Error::LivenessDir`]
     /// when the directory cannot be listed.
     pub fn remove_dead_liveness_files(&self, conn: &Connection) -> Result<usize> {
+        let Liveness::Files(dir) = self.judge.liveness() else {
+            return Ok(0);
+        };
         let still_named: HashSet<Uuid> = row::held_readable(conn)?
             .iter()
             .filter_map(|lock| lock.holder.as_ref())
             .filter_map(|holder| Uuid::parse_str(&holder.instance_id).ok())
             .collect();
-        self.judge.liveness_dir().remove_dead(&still_named)
+        dir.remove_dead(&still_named)
     }
 
     fn lost(conn: &Connection, resource: &str, epoch: Epoch) -> Error {

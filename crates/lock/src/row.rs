@@ -2,7 +2,7 @@
 //! caller's connection, inside the caller's transaction, so a lock change commits atomically
 //! with the caller's own rows.
 
-use durably_db::{Connection, FromSqlError, OptionalExtension, Row, ToSql, params};
+use durably_db::{Connection, FromSqlError, OptionalExtension, Row, Sql, ToSql, params};
 
 use crate::error::{Error, Result};
 
@@ -183,33 +183,41 @@ pub(crate) struct NewHolder<'a> {
     pub lease_ms: Option<i64>,
 }
 
+/// The upsert of [`claim_free`], with the dialect's guard against a damaged row.
+macro_rules! claim_free_sql {
+    ($guard:literal) => {
+        concat!(
+            "INSERT INTO locks (resource, epoch, instance_id, pid, start_time, boot_id, pid_ns, \
+                                hostname, acquired_at, heartbeat_at, lease_ms, released_at)
+             VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, NULL)
+             ON CONFLICT (resource) DO UPDATE SET
+                 epoch = locks.epoch + 1, instance_id = excluded.instance_id, pid = excluded.pid,
+                 start_time = excluded.start_time, boot_id = excluded.boot_id,
+                 pid_ns = excluded.pid_ns, hostname = excluded.hostname,
+                 acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,
+                 lease_ms = excluded.lease_ms, released_at = NULL
+             WHERE locks.instance_id IS NULL AND locks.epoch >= 1",
+            $guard,
+            " RETURNING epoch"
+        )
+    };
+}
+
+/// A foreign or damaged row is left alone, and the read that follows reports it as corrupt. On
+/// SQLite only a non-STRICT foreign table can hold a non-integer epoch; PostgreSQL's column
+/// types rule it out.
+const CLAIM_FREE: Sql = Sql {
+    sqlite: claim_free_sql!(" AND typeof(locks.epoch) = 'integer'"),
+    postgres: claim_free_sql!(""),
+};
+
 /// Takes a free (or never-seen) lock. Returns the new epoch, or `None` when the row is held.
 pub(crate) fn claim_free(
     conn: &Connection,
     resource: &str,
     new: &NewHolder<'_>,
 ) -> Result<Option<Epoch>> {
-    // A foreign or damaged row (the table is STRICT, so only a non-STRICT foreign one) is left
-    // alone, and the read that follows reports it as corrupt. PostgreSQL's column types admit
-    // only integers.
-    let valid_epoch = conn.pick(&durably_db::Sql {
-        sqlite: "typeof(locks.epoch) = 'integer' AND locks.epoch >= 1",
-        postgres: "locks.epoch >= 1",
-    });
-    let mut statement = conn.prepare_cached(&format!(
-        "INSERT INTO locks (resource, epoch, instance_id, pid, start_time, boot_id, pid_ns, \
-                            hostname, acquired_at, heartbeat_at, lease_ms, released_at)
-         VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7,
-                 ?8, ?8, ?9, NULL)
-         ON CONFLICT (resource) DO UPDATE SET
-             epoch = locks.epoch + 1, instance_id = excluded.instance_id, pid = excluded.pid,
-             start_time = excluded.start_time, boot_id = excluded.boot_id,
-             pid_ns = excluded.pid_ns, hostname = excluded.hostname,
-             acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,
-             lease_ms = excluded.lease_ms, released_at = NULL
-         WHERE locks.instance_id IS NULL AND {valid_epoch}
-         RETURNING epoch",
-    ))?;
+    let mut statement = conn.prepare_cached(conn.pick(&CLAIM_FREE))?;
     let epoch: Option<i64> = statement
         .query_row(&*new.numbered_params(&resource, None), |row| row.get(0))
         .optional()?;
@@ -296,6 +304,17 @@ pub(crate) fn clear_holder(
     Ok(statement.execute(params![resource, instance_id, epoch as i64, now])? == 1)
 }
 
+/// The fence check. On PostgreSQL the row is locked `FOR SHARE`: a takeover's compare-and-swap
+/// (`UPDATE … WHERE epoch = ?`) waits until the fenced transaction ends, and a fence that waited
+/// on a takeover reads the row as the takeover left it (READ COMMITTED re-checks the `WHERE` on
+/// the newest version), so it finds the new epoch and fails. SQLite's single writer serializes
+/// the check and the write already.
+const IS_HELD_BY: Sql = Sql {
+    sqlite: "SELECT 1 FROM locks WHERE resource = ?1 AND instance_id = ?2 AND epoch = ?3",
+    postgres: "SELECT 1 FROM locks WHERE resource = ?1 AND instance_id = ?2 AND epoch = ?3 \
+               FOR SHARE",
+};
+
 /// Whether `instance_id` holds `resource` at `epoch`.
 pub(crate) fn is_held_by(
     conn: &Connection,
@@ -303,9 +322,7 @@ pub(crate) fn is_held_by(
     instance_id: &str,
     epoch: Epoch,
 ) -> Result<bool> {
-    let mut statement = conn.prepare_cached(
-        "SELECT 1 FROM locks WHERE resource = ?1 AND instance_id = ?2 AND epoch = ?3",
-    )?;
+    let mut statement = conn.prepare_cached(conn.pick(&IS_HELD_BY))?;
     Ok(statement.exists(params![resource, instance_id, epoch as i64])?)
 }
 

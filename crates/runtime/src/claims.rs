@@ -70,8 +70,10 @@ pub(crate) fn claim_from(
     now: DateTime<Utc>,
     picked: &mut Vec<Picked>,
 ) -> durably_journal::Result<()> {
+    // Locked before the count, so that claimers of this queue on other hosts count after
+    // this claim commits (PostgreSQL; SQLite's writer serializes them already).
     let limited = match queue {
-        Some(name) => store::stored_queue(conn, name)?.and_then(|q| q.concurrency_max),
+        Some(name) => store::lock_queue(conn, name)?,
         None => None,
     };
     let mut room = match (queue, limited) {

@@ -136,7 +136,7 @@ impl Client {
         if let Some((_, receiver)) = changes.as_ref() {
             return Ok(receiver.clone());
         }
-        let (sender, receiver) = watcher::start(self.journal().path())?;
+        let (sender, receiver) = watcher::start(self.journal())?;
         *changes = Some((sender, receiver.clone()));
         Ok(receiver)
     }

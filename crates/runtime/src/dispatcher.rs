@@ -86,6 +86,11 @@ pub(crate) async fn run(dispatch: Arc<Dispatch>) -> Result<()> {
         // wake-up, at the latest the safety tick, tries again.
         let next_due = match pass(&dispatch).await {
             Ok(next_due) => next_due,
+            // A lost PostgreSQL instance may have been taken over already: it claims nothing
+            // more, and its runs halt at their next write, which fails the same way.
+            Err(crate::Error::Journal(error @ durably_journal::Error::InstanceLost { .. })) => {
+                return Err(error.into());
+            }
             Err(error) => {
                 tracing::warn!(%error, "a dispatcher pass failed");
                 None
@@ -123,7 +128,7 @@ async fn pass(dispatch: &Arc<Dispatch>) -> Result<Option<DateTime<Utc>>> {
             if work {
                 break;
             }
-            work = !store::claim_candidates(conn, queue.as_deref(), &served, 1)?.is_empty();
+            work = store::has_candidate(conn, queue.as_deref(), &served)?;
         }
         Ok((work, next))
     })?;

@@ -172,22 +172,43 @@ pub(crate) fn deliver(
     if let Some(key) = key
         && let Some(earlier) = store::message_by_key(conn, to, key)?
     {
-        return Ok(if payload::same_json(&earlier.payload, message) {
-            Sending::Done(SendOutcome::AlreadySent {
-                message_id: earlier.message_id,
-            })
-        } else {
-            Sending::Refused(Error::IdempotencyKeyReused {
-                execution_id: to,
-                key: key.to_owned(),
-                message_id: earlier.message_id,
-            })
-        });
+        return Ok(sent_before(to, key, message, &earlier));
     }
     let sent_at = format_timestamp(now);
-    let message_id = store::insert_message(conn, to, topic, message, key, &sent_at)?;
+    let Some(message_id) = store::insert_message(conn, to, topic, message, key, &sent_at)? else {
+        // A send with the same key committed since the look above (another host, on
+        // PostgreSQL): answer as if it had been seen there.
+        let earlier = match key {
+            Some(key) => store::message_by_key(conn, to, key)?.map(|earlier| (key, earlier)),
+            None => None,
+        };
+        return match earlier {
+            Some((key, earlier)) => Ok(sent_before(to, key, message, &earlier)),
+            None => Err(durably_journal::Error::Inconsistent(format!(
+                "the message to execution {to} was not inserted, yet no message with its \
+                 idempotency key is stored"
+            ))),
+        };
+    };
     wake_parked(conn, to, now, Wake::Topic(topic))?;
     Ok(Sending::Done(SendOutcome::Sent { message_id }))
+}
+
+/// The answer to a send of `message` with idempotency key `key` to `to` when `earlier` was
+/// sent with that key already: the same send again if the payloads are the same JSON,
+/// refused otherwise.
+fn sent_before(to: Uuid, key: &str, message: &str, earlier: &store::StoredMessage) -> Sending {
+    if payload::same_json(&earlier.payload, message) {
+        Sending::Done(SendOutcome::AlreadySent {
+            message_id: earlier.message_id,
+        })
+    } else {
+        Sending::Refused(Error::IdempotencyKeyReused {
+            execution_id: to,
+            key: key.to_owned(),
+            message_id: earlier.message_id,
+        })
+    }
 }
 
 impl WorkflowContext {

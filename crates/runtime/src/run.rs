@@ -92,7 +92,8 @@ impl Runtime {
                 deadline_at,
                 dedup: None,
             };
-            store::insert_started(conn, &started)
+            // No deduplication key: nothing can hold it.
+            store::insert_started(conn, &started).map(drop)
         };
         let execution = match begin(self, id, (kind, &name), &input, started).await? {
             Begun::New(execution) => execution,

@@ -2,7 +2,7 @@
 //! the existing execution with that id.
 
 use chrono::{DateTime, Utc};
-use durably_db::Connection;
+use durably_db::{Connection, Dialect};
 use durably_journal::lifecycle::{Inserted, NewExecution, insert_execution};
 use durably_journal::{Payload, execution_status};
 use serde::Serialize;
@@ -230,18 +230,62 @@ impl StartRequest {
     }
 }
 
+/// How many times a start on PostgreSQL looks at its deduplication key again after another
+/// host took the key between the look and the insert. Each retry follows another start's
+/// commit of the key, so more than a few in a row means the rows contradict the look.
+const DEDUP_RACES_MAX: u32 = 8;
+
 /// The start transaction. Every refusal returns before the first write.
+///
+/// On PostgreSQL a start with a deduplication key runs in a savepoint: when another host
+/// commits the same key between this start's look at the key and its insert of it, this
+/// start's rows are rolled back to the savepoint and the key is looked at again, now held
+/// (the start answers as a duplicate), or already freed. SQLite's single writer makes the
+/// look and the insert atomic.
 pub(crate) fn start_in(
     conn: &Connection,
     request: &StartRequest,
     now: DateTime<Utc>,
 ) -> durably_journal::Result<Starting> {
+    if request.dedup.is_none() || conn.dialect() == Dialect::Sqlite {
+        return start_once(conn, request, now)?.ok_or_else(|| dedup_raced(request));
+    }
+    let run = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(drop);
+    for _ in 0..DEDUP_RACES_MAX {
+        run("SAVEPOINT durably_start_dedup")?;
+        if let Some(starting) = start_once(conn, request, now)? {
+            run("RELEASE SAVEPOINT durably_start_dedup")?;
+            return Ok(starting);
+        }
+        run("ROLLBACK TO SAVEPOINT durably_start_dedup")?;
+        run("RELEASE SAVEPOINT durably_start_dedup")?;
+    }
+    Err(dedup_raced(request))
+}
+
+/// The error of a start whose deduplication key stayed taken by inserts it could not see.
+fn dedup_raced(request: &StartRequest) -> durably_journal::Error {
+    durably_journal::Error::Inconsistent(format!(
+        "execution {} could not take its deduplication key in queue {:?}: another execution \
+         held it at each insert, yet not at the look before",
+        request.id,
+        request.queue.as_deref().unwrap_or("")
+    ))
+}
+
+/// One attempt at [`start_in`]; `None` when the deduplication key was taken by another start
+/// after this one looked at it (the attempt's rows must be rolled back).
+fn start_once(
+    conn: &Connection,
+    request: &StartRequest,
+    now: DateTime<Utc>,
+) -> durably_journal::Result<Option<Starting>> {
     if let Some(queue) = &request.queue
         && store::stored_queue(conn, queue)?.is_none()
     {
-        return Ok(Starting::Refused(Error::UnknownQueue {
+        return Ok(Some(Starting::Refused(Error::UnknownQueue {
             queue: queue.clone(),
-        }));
+        })));
     }
     let version = match request.local_version {
         Some(version) => version,
@@ -249,9 +293,9 @@ pub(crate) fn start_in(
             Some(version) => version,
             None if request.allow_unregistered_kind => 1,
             None => {
-                return Ok(Starting::Refused(Error::UnknownKind {
+                return Ok(Some(Starting::Refused(Error::UnknownKind {
                     kind: request.kind.clone(),
-                }));
+                })));
             }
         },
     };
@@ -263,7 +307,7 @@ pub(crate) fn start_in(
     {
         match execution_status(conn, holder)? {
             Some(status) if !status.is_final() => {
-                return Ok(match on_duplicate {
+                return Ok(Some(match on_duplicate {
                     OnDuplicate::ReturnExisting => {
                         Starting::Execution(holder, StartOutcome::Existing)
                     }
@@ -272,7 +316,7 @@ pub(crate) fn start_in(
                         key: key.clone(),
                         existing: holder,
                     }),
-                });
+                }));
             }
             // The holder has ended (or was removed): the key is free again.
             _ => stale_dedup = true,
@@ -295,14 +339,17 @@ pub(crate) fn start_in(
     match inserted {
         Inserted::New => {}
         Inserted::Exists { kind, .. } if kind == request.kind => {
-            return Ok(Starting::Execution(request.id, StartOutcome::Existing));
+            return Ok(Some(Starting::Execution(
+                request.id,
+                StartOutcome::Existing,
+            )));
         }
         Inserted::Exists { kind, .. } => {
-            return Ok(Starting::Refused(Error::IdConflict {
+            return Ok(Some(Starting::Refused(Error::IdConflict {
                 execution_id: request.id,
                 existing_kind: kind,
                 kind: request.kind.clone(),
-            }));
+            })));
         }
     }
     let dedup = request
@@ -312,7 +359,7 @@ pub(crate) fn start_in(
     if let (true, Some((queue, key))) = (stale_dedup, dedup) {
         store::delete_dedup(conn, queue, key)?;
     }
-    store::insert_started(
+    let took_key = store::insert_started(
         conn,
         &Started {
             execution_id: request.id,
@@ -321,5 +368,5 @@ pub(crate) fn start_in(
             dedup,
         },
     )?;
-    Ok(Starting::Execution(request.id, StartOutcome::New))
+    Ok(took_key.then_some(Starting::Execution(request.id, StartOutcome::New)))
 }

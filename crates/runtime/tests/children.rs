@@ -17,6 +17,7 @@ use durably_runtime::{
     ChildOptions, Client, Error, QueueConfig, Runtime, StartOptions, WorkflowContext,
     WorkflowError, child_execution_id,
 };
+use durably_testkit::TestDb;
 use support::{wait_for_status, wait_until};
 use uuid::Uuid;
 
@@ -84,14 +85,15 @@ async fn bad_child(ctx: WorkflowContext, which: String) -> Result<String, Workfl
 }
 
 struct Fixture {
-    _dir: tempfile::TempDir,
+    /// Declared before `_db`, so it is dropped first.
     journal: Journal,
+    _db: TestDb,
 }
 
 fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path().join("journal.db")).unwrap();
-    Fixture { _dir: dir, journal }
+    let db = TestDb::new();
+    let journal = db.open();
+    Fixture { journal, _db: db }
 }
 
 async fn runtime(journal: &Journal) -> Runtime {

@@ -125,7 +125,7 @@ async fn a_queue_limit_holds_across_runtimes() {
     });
     let mut runtimes = Vec::new();
     for _ in 0..2 {
-        let journal = Journal::open(scratch.journal.path()).unwrap();
+        let journal = scratch.db.open();
         runtimes.push(
             serving(Runtime::builder(journal), &probe)
                 .queue("q", queue(Some(3), None))
@@ -238,7 +238,7 @@ async fn a_run_in_a_limited_queue_is_claimed_then_released_in_the_events() {
         .journal
         .read(|conn| {
             let mut statement = conn.prepare(
-                "SELECT execution_id, kind, json_extract(detail, '$.queue') FROM events
+                "SELECT execution_id, kind, detail ->> 'queue' FROM events
                  WHERE kind = 'claimed' OR (kind = 'released' AND detail ->> 'queue' = 'q')
                  ORDER BY id",
             )?;

@@ -14,12 +14,13 @@ use std::task::{Context, Waker};
 
 use durably_journal::{Journal, Status};
 use durably_runtime::{Client, Error, WorkflowHandle};
+use durably_testkit::TestDb;
 
-async fn client() -> (tempfile::TempDir, Journal, Client) {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+async fn client() -> (TestDb, Journal, Client) {
+    let db = TestDb::new();
+    let journal = db.open();
     let client = Client::new(journal.clone()).await.unwrap();
-    (dir, journal, client)
+    (db, journal, client)
 }
 
 /// Polls `result` once: it must be waiting.
@@ -38,7 +39,7 @@ fn assert_waiting<T: std::fmt::Debug>(
 /// it is a commit by another connection, as another process's would be.
 #[tokio::test]
 async fn a_result_arrives_when_the_execution_completes() {
-    let (_dir, journal, client) = client().await;
+    let (_db, journal, client) = client().await;
     let (id, execution) = support::runtime_execution(&journal).await;
     let handle: WorkflowHandle<String> = client.handle(id);
     assert_eq!(handle.status().unwrap(), Status::Running);
@@ -54,7 +55,7 @@ async fn a_result_arrives_when_the_execution_completes() {
 /// `Cancelled` with the reason.
 #[tokio::test]
 async fn failures_and_cancellations_are_typed() {
-    let (_dir, journal, client) = client().await;
+    let (_db, journal, client) = client().await;
     let (failed, execution) = support::runtime_execution(&journal).await;
     execution.fail(&"card declined").await.unwrap();
     match client.handle::<String>(failed).result().await {
@@ -94,7 +95,7 @@ async fn failures_and_cancellations_are_typed() {
 /// `NotFound`. Neither writes anything.
 #[tokio::test]
 async fn wrong_output_types_and_unknown_ids() {
-    let (_dir, journal, client) = client().await;
+    let (_db, journal, client) = client().await;
     let (id, execution) = support::runtime_execution(&journal).await;
     execution.complete(&"not a number").await.unwrap();
     let writes = journal.writer_stats();

@@ -8,10 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use durably_journal::{Journal, Status};
+use durably_journal::Status;
 use durably_lock::Clock as _;
 use durably_runtime::testing::TestClock;
 use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
+use durably_testkit::TestDb;
 
 async fn echo(_context: WorkflowContext, tag: u32) -> Result<u32, WorkflowError> {
     Ok(tag)
@@ -20,12 +21,9 @@ async fn echo(_context: WorkflowContext, tag: u32) -> Result<u32, WorkflowError>
 /// A delayed execution waits for the clock, not for other work.
 #[tokio::test]
 async fn a_delayed_start_runs_when_the_clock_reaches_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new();
     let clock = Arc::new(TestClock::default());
-    let journal = Journal::builder(dir.path().join("journal.db"))
-        .clock(clock.clone())
-        .open()
-        .unwrap();
+    let journal = db.builder().clock(clock.clone()).open().unwrap();
     let runtime = Runtime::builder(journal)
         .register("echo", 1, echo)
         .clock(clock.clone())
@@ -64,8 +62,9 @@ async fn a_delayed_start_runs_when_the_clock_reaches_it() {
 /// A runtime whose clock is not its journal's is refused.
 #[tokio::test]
 async fn a_clock_other_than_the_journals_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::builder(dir.path().join("journal.db"))
+    let db = TestDb::new();
+    let journal = db
+        .builder()
         .clock(Arc::new(TestClock::default()))
         .open()
         .unwrap();

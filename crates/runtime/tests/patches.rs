@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use durably_journal::{Journal, Status};
 use durably_runtime::{Error, Runtime, StartOptions, WorkflowContext, WorkflowError};
+use durably_testkit::TestDb;
 use support::{step_names, wait_for_status, wait_until};
 use uuid::Uuid;
 
@@ -95,29 +96,28 @@ async fn child() {
 }
 
 /// Starts execution `id` on the old code in a child process, which exits once it is parked.
-fn start_on_old_code(db: &std::path::Path, id: Uuid) {
-    let spec = format!("old {} {id}", db.display());
+fn start_on_old_code(db: &TestDb, id: Uuid) {
+    let spec = format!("old {} {id}", db.target());
     let status = support::child_command(CHILD_ENV, &spec).status().unwrap();
     assert!(status.success(), "the old code's process failed: {status}");
 }
 
 /// An execution started on the old code in a child process and parked there, and a runtime of
-/// the patched code on its file (with the directory that keeps the file); `None` in a child.
-async fn parked_on_old_code() -> Option<(tempfile::TempDir, Journal, Runtime, Uuid)> {
+/// the patched code on its database (with the scratch database); `None` in a child.
+async fn parked_on_old_code() -> Option<(TestDb, Journal, Runtime, Uuid)> {
     if std::env::var(CHILD_ENV).is_ok() {
         return None;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("journal.db");
+    let db = TestDb::new();
     let old = durably_journal::new_execution_id();
     start_on_old_code(&db, old);
-    let journal = Journal::open(&db).unwrap();
+    let journal = db.open();
     let runtime = Runtime::builder(journal.clone())
         .register(KIND, 1, patched_code)
         .start()
         .await
         .unwrap();
-    Some((dir, journal, runtime, old))
+    Some((db, journal, runtime, old))
 }
 
 /// Sends one `go` to `id` and waits until it has consumed it.
@@ -158,7 +158,7 @@ fn answers_of(id: Uuid) -> Vec<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_runs_answer_false_for_good_and_new_runs_true() {
-    let Some((_dir, journal, runtime, old)) = parked_on_old_code().await else {
+    let Some((_db, journal, runtime, old)) = parked_on_old_code().await else {
         return;
     };
     let new = durably_journal::new_execution_id();
@@ -207,7 +207,7 @@ async fn old_runs_answer_false_for_good_and_new_runs_true() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_run_parked_under_the_patch_is_listed_as_a_holdout() {
-    let Some((_dir, journal, runtime, old)) = parked_on_old_code().await else {
+    let Some((_db, journal, runtime, old)) = parked_on_old_code().await else {
         return;
     };
     go(&runtime, old, 0).await;

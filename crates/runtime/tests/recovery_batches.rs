@@ -27,7 +27,7 @@ const _: () = assert!(INTERRUPTED > 2 * PAGE_ROWS, "the fixture spans three page
 /// The rows of one recovery page, as the runtime reads them.
 const PAGE_ROWS: usize = 512;
 
-/// Set in the crash test's child process to the journal's path.
+/// Set in the crash test's child process to the journal's target.
 const CHILD_ENV: &str = "DURABLY_RUNTIME_RECOVERY_CHILD";
 
 async fn approve(_context: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
@@ -205,7 +205,7 @@ mod crash {
         let status = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "crash::crash_child", "--nocapture"])
             .args(["--test-threads", "1"])
-            .env(CHILD_ENV, scratch.journal.path())
+            .env(CHILD_ENV, scratch.db.target())
             .status()
             .unwrap();
         assert_eq!(status.signal(), Some(SIGABRT), "{status}");
@@ -222,17 +222,6 @@ mod crash {
         }
         let rest = count(&fixture, Owner::Served) - first_batch;
         recover_the_rest(&scratch.journal, &fixture, rest).await;
-        let (integrity, foreign_keys): (String, i64) = scratch
-            .journal
-            .read(|conn| {
-                Ok((
-                    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))?,
-                    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
-                        row.get(0)
-                    })?,
-                ))
-            })
-            .unwrap();
-        assert_eq!((integrity.as_str(), foreign_keys), ("ok", 0));
+        scratch.db.assert_sqlite_integrity();
     }
 }

@@ -66,19 +66,39 @@ pub(crate) fn decide_in(
             state,
         });
     }
+    // The fire is registered first, and its execution started only if this transaction
+    // registered it: another scheduler (on PostgreSQL, another host) may have registered the
+    // slot since `find_fire`. A refusal of the start rolls the registration back with the
+    // rest of the transaction.
+    if !ledger::insert_fire(conn, fire, &found, skip, now)? {
+        return registered_elsewhere(conn, fire);
+    }
     if let Some(reason) = skip {
-        ledger::insert_fire(conn, fire, &found, Some(reason), now)?;
         return Ok(FireOutcome::Skipped {
             execution_id,
             reason: reason.to_owned(),
         });
     }
-    // The start runs first: a refusal returns before any write of this transaction.
     if let Err(refused) = ready.start.start_in(conn)? {
         return Err(refusal.abort(refused));
     }
-    ledger::insert_fire(conn, fire, &found, None, now)?;
     Ok(FireOutcome::Started { execution_id })
+}
+
+/// The outcome of a fire another scheduler registered between this one's look and its
+/// insert: the fire as that one left it.
+fn registered_elsewhere(conn: &Connection, fire: &Fire) -> JournalResult<FireOutcome> {
+    match ledger::find_fire(conn, fire)? {
+        Found::Existing(state) => Ok(FireOutcome::Existing {
+            execution_id: fire.execution_id(),
+            state,
+        }),
+        Found::None | Found::Pending => Err(JournalError::Inconsistent(format!(
+            "the fire of job {:?} at slot {} was neither registered nor found registered",
+            fire.job.as_str(),
+            fire.slot.as_millis()
+        ))),
+    }
 }
 
 impl Scheduler {

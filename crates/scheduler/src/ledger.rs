@@ -14,7 +14,7 @@
 //! transaction, so two processes can never both register a slot as new.
 
 use chrono::{DateTime, Utc};
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_journal::{
     Error as JournalError, ExtensionSchema, Migration, PgSchema, Result as JournalResult, Status,
     execution_status,
@@ -75,6 +75,37 @@ pub(crate) struct PreviousJob {
     pub(crate) last_slot_ms: Option<i64>,
 }
 
+/// The read of a `jobs` row before its registration: locked `FOR UPDATE` on PostgreSQL, so
+/// that two schedulers registering the job at once take turns.
+const PREVIOUS_JOB: Sql = Sql {
+    sqlite: "SELECT definition, definition_hash, last_slot_ms FROM jobs WHERE job = ?1",
+    postgres: "SELECT definition, definition_hash, last_slot_ms FROM jobs WHERE job = ?1
+               FOR UPDATE",
+};
+
+/// The insert of a new `jobs` row. On PostgreSQL a row another scheduler inserted since the
+/// read inserts nothing (a unique violation would abort the whole transaction), and the row
+/// is read again, locked.
+const INSERT_JOB: Sql = Sql {
+    sqlite: "INSERT INTO jobs (job, definition, definition_hash, registered_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?4)",
+    postgres: "INSERT INTO jobs (job, definition, definition_hash, registered_at, updated_at)
+               VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (job) DO NOTHING",
+};
+
+fn previous_job(conn: &Connection, job: &str) -> JournalResult<Option<PreviousJob>> {
+    Ok(conn
+        .prepare_cached(conn.pick(&PREVIOUS_JOB))?
+        .query_row(params![job], |row| {
+            Ok(PreviousJob {
+                definition: row.get(0)?,
+                definition_hash: row.get(1)?,
+                last_slot_ms: row.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
 /// Inserts or updates the `jobs` row; returns what it held before, if it existed.
 pub(crate) fn upsert_job(
     conn: &Connection,
@@ -84,25 +115,22 @@ pub(crate) fn upsert_job(
     at: DateTime<Utc>,
 ) -> JournalResult<Option<PreviousJob>> {
     let now = format_timestamp(at);
-    let previous = conn
-        .prepare_cached(
-            "SELECT definition, definition_hash, last_slot_ms FROM jobs WHERE job = ?1",
-        )?
-        .query_row(params![job], |row| {
-            Ok(PreviousJob {
-                definition: row.get(0)?,
-                definition_hash: row.get(1)?,
-                last_slot_ms: row.get(2)?,
-            })
-        })
-        .optional()?;
+    let mut previous = previous_job(conn, job)?;
+    if previous.is_none() {
+        let inserted = conn
+            .prepare_cached(conn.pick(&INSERT_JOB))?
+            .execute(params![job, definition, definition_hash, now])?;
+        if inserted == 1 {
+            return Ok(None);
+        }
+        // Another scheduler registered the job since the read (PostgreSQL).
+        previous = previous_job(conn, job)?;
+    }
     match &previous {
         None => {
-            conn.prepare_cached(
-                "INSERT INTO jobs (job, definition, definition_hash, registered_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?4)",
-            )?
-            .execute(params![job, definition, definition_hash, now])?;
+            return Err(JournalError::Inconsistent(format!(
+                "job {job:?} was neither inserted nor found in the jobs table"
+            )));
         }
         Some(old) if old.definition_hash != definition_hash => {
             conn.prepare_cached(
@@ -121,6 +149,35 @@ pub(crate) fn upsert_job(
         Some(_) => {}
     }
     Ok(previous)
+}
+
+/// A job's paused flag and high-water mark, as [`lock_job`] reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockedJob {
+    pub(crate) paused: bool,
+    pub(crate) last_slot_ms: Option<i64>,
+}
+
+/// The read of [`lock_job`].
+const LOCK_JOB: Sql = Sql {
+    sqlite: "SELECT paused, last_slot_ms FROM jobs WHERE job = ?1",
+    postgres: "SELECT paused, last_slot_ms FROM jobs WHERE job = ?1 FOR UPDATE",
+};
+
+/// The job's paused flag and mark, its row locked until the transaction ends on PostgreSQL:
+/// schedulers deciding the job's fires on several hosts take turns, each re-reading the mark
+/// the previous one raised, so no two decide the same slot. `None` when the job is not in the
+/// `jobs` table. On SQLite the writer already serializes them.
+pub(crate) fn lock_job(conn: &Connection, job: &str) -> JournalResult<Option<LockedJob>> {
+    Ok(conn
+        .prepare_cached(conn.pick(&LOCK_JOB))?
+        .query_row(params![job], |row| {
+            Ok(LockedJob {
+                paused: row.get(0)?,
+                last_slot_ms: row.get(1)?,
+            })
+        })
+        .optional()?)
 }
 
 /// The job's high-water mark, in epoch milliseconds.
@@ -163,53 +220,66 @@ pub(crate) fn find_fire(conn: &Connection, fire: &Fire) -> JournalResult<Found> 
     })
 }
 
-/// Records a fire whose execution was started in this same transaction (state `running`), or
-/// one decided skipped with `reason`.
+/// The insert of a fire. On PostgreSQL a slot another scheduler registered since
+/// [`find_fire`] inserts nothing (a unique violation would abort the whole transaction):
+/// exactly one fire per slot across hosts.
+const INSERT_FIRE: Sql = Sql {
+    sqlite: "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, attempts,
+                            registered_at, started_at, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    postgres: "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, attempts,
+                                  registered_at, started_at, finished_at)
+               VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+               ON CONFLICT (job, slot_ms) DO NOTHING",
+};
+
+/// Records a fire whose execution is started in this same transaction (state `running`), or
+/// one decided skipped with `reason`. Returns whether it did: `false` when the slot's fire
+/// was registered since `found` was read (by another scheduler, on PostgreSQL), and then the
+/// caller starts nothing.
 pub(crate) fn insert_fire(
     conn: &Connection,
     fire: &Fire,
     found: &Found,
     skipped: Option<&str>,
     now: &str,
-) -> JournalResult<()> {
+) -> JournalResult<bool> {
     let (state, started_at, finished_at) = match skipped {
         None => (FireState::Running, Some(now), None),
         Some(_) => (FireState::Skipped, None, Some(now)),
     };
     if *found == Found::Pending {
-        conn.prepare_cached(
-            "UPDATE fires SET state = ?3, reason = ?4, attempts = 1, started_at = ?5,
+        let changed = conn
+            .prepare_cached(
+                "UPDATE fires SET state = ?3, reason = ?4, attempts = 1, started_at = ?5,
                               finished_at = ?6
              WHERE job = ?1 AND slot_ms = ?2 AND state = 'pending'",
-        )?
+            )?
+            .execute(params![
+                fire.job.as_str(),
+                fire.slot.as_millis(),
+                state.as_str(),
+                skipped,
+                started_at,
+                finished_at,
+            ])?;
+        return Ok(changed == 1);
+    }
+    let inserted = conn
+        .prepare_cached(conn.pick(&INSERT_FIRE))?
         .execute(params![
             fire.job.as_str(),
+            fire.slot.to_rfc3339(),
             fire.slot.as_millis(),
+            fire.execution_id().to_string(),
             state.as_str(),
             skipped,
+            i64::from(skipped.is_none()),
+            now,
             started_at,
             finished_at,
         ])?;
-        return Ok(());
-    }
-    conn.prepare_cached(
-        "INSERT INTO fires (job, slot, slot_ms, execution_id, state, reason, attempts,
-                            registered_at, started_at, finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?
-    .execute(params![
-        fire.job.as_str(),
-        fire.slot.to_rfc3339(),
-        fire.slot.as_millis(),
-        fire.execution_id().to_string(),
-        state.as_str(),
-        skipped,
-        i64::from(skipped.is_none()),
-        now,
-        started_at,
-        finished_at,
-    ])?;
-    Ok(())
+    Ok(inserted == 1)
 }
 
 /// Whether the job is paused; `None` when the job is not in the `jobs` table.

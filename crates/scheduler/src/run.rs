@@ -259,8 +259,13 @@ impl DuePlan {
     ) -> JournalResult<Decided> {
         let (job, due) = (&self.job, &self.due);
         let id = job.id.as_str();
-        let mark_now = ledger::high_water_mark(conn, id)?;
-        if ledger::paused(conn, id)? != Some(false) || mark_now != self.mark.map(Slot::as_millis) {
+        // Locked: schedulers on other hosts decide this job after this transaction commits,
+        // and then find the mark moved.
+        let expected = ledger::LockedJob {
+            paused: false,
+            last_slot_ms: self.mark.map(Slot::as_millis),
+        };
+        if ledger::lock_job(conn, id)? != Some(expected) {
             return Ok(Decided::Stale);
         }
         let mut planned = Planned {

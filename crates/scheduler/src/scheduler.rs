@@ -327,7 +327,7 @@ impl Scheduler {
             .inner
             .journal
             .write(move |conn| {
-                match ledger::paused(conn, &id)? {
+                match ledger::lock_job(conn, &id)?.map(|job| job.paused) {
                     Some(false) => {}
                     Some(true) => return Ok(Err(Error::JobPaused { job: id })),
                     None => return Ok(Err(Error::UnknownJob { job: id })),

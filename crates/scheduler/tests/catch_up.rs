@@ -49,13 +49,15 @@ async fn after_downtime(policy: CatchUp) -> (Vec<i64>, (i64, i64, i64)) {
         .skip(before)
         .collect();
     assert_eq!(report.started().len(), fired.len());
-    let conn = rusqlite::Connection::open(scratch.path()).unwrap();
-    let skipped: (i64, i64, i64) = conn
-        .query_row(
-            "SELECT first_slot_ms, last_slot_ms, slot_count FROM skipped_slots",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
+    let skipped: (i64, i64, i64) = scratch
+        .probe()
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT first_slot_ms, last_slot_ms, slot_count FROM skipped_slots",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )?)
+        })
         .unwrap();
     let minutes = (
         (skipped.0 - T0_MS) / MINUTE_MS,

@@ -37,13 +37,15 @@ async fn a_fire_starts_once_then_is_found_everywhere() {
             execution_id: fire_id(&job, slot(T0_MS))
         }
     );
-    let input: String = rusqlite::Connection::open(scratch.path())
-        .unwrap()
-        .query_row(
-            "SELECT input FROM executions WHERE execution_id = ?1 AND kind = 'count'",
-            [first.execution_id().to_string()],
-            |row| row.get(0),
-        )
+    let input: String = scratch
+        .probe()
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT input FROM executions WHERE execution_id = ?1 AND kind = 'count'",
+                [first.execution_id().to_string()],
+                |row| row.get(0),
+            )?)
+        })
         .unwrap();
     let decoded: Fire = serde_json::from_str(&input).unwrap();
     assert_eq!(decoded, Fire::new(&job, slot(T0_MS)));
@@ -242,7 +244,7 @@ async fn an_old_pending_fire_is_started_once_by_the_next_pass() {
     assert_eq!(harness.run_once().await.started().len(), 1);
     let old = slot(T0_MS - MINUTE_MS);
     let id = JobId::new("report").unwrap();
-    scratch.insert_pending_fire("report", old);
+    scratch.insert_pending_fire("report", old).await;
     let pass = harness.run_once().await;
     assert_eq!(pass.started(), [(id.clone(), old)]);
     assert!(harness.run_once().await.fires.is_empty());

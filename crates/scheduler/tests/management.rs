@@ -32,27 +32,31 @@ async fn manager(scratch: &Scratch, clock: &Arc<ManualClock>) -> Scheduler {
 
 /// Every row of the ledger's and the journal's tables, as text.
 fn snapshot(scratch: &Scratch) -> String {
-    let conn = rusqlite::Connection::open(scratch.path()).unwrap();
     let mut text = String::new();
-    for table in [
-        "jobs",
-        "fires",
-        "skipped_slots",
-        "executions",
-        "events",
-        "steps",
-    ] {
-        let mut statement = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
-        let columns = statement.column_count();
-        let mut rows = statement.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for column in 0..columns {
-                let value: rusqlite::types::Value = row.get(column).unwrap();
-                write!(text, "{value:?}|").unwrap();
+    scratch
+        .probe()
+        .read(|conn| {
+            for table in [
+                "jobs",
+                "fires",
+                "skipped_slots",
+                "executions",
+                "events",
+                "steps",
+            ] {
+                let mut statement = conn.prepare(&format!("SELECT * FROM {table} ORDER BY 1"))?;
+                let columns = statement.column_count();
+                let mut rows = statement.query([])?;
+                while let Some(row) = rows.next()? {
+                    for column in 0..columns {
+                        write!(text, "{:?}|", row.get_ref(column)?).unwrap();
+                    }
+                    text.push('\n');
+                }
             }
-            text.push('\n');
-        }
-    }
+            Ok(())
+        })
+        .unwrap();
     text
 }
 

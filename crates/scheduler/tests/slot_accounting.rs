@@ -25,7 +25,8 @@ use durably_journal::{Guarded, Policy, StepError};
 use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
 use durably_scheduler::{CatchUp, Error, Fire, FireOutcome, FireState, Job, JobId, Overlap};
 use support::{
-    Calls, Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, World, counting_job, slot, world,
+    Calls, Harness, MINUTE_MS, ManualClock, Scratch, T0_MS, World, count_in, counting_job, slot,
+    world,
 };
 
 /// The bound of every wait on the runtime.
@@ -50,24 +51,49 @@ fn all_window() -> CatchUp {
     }
 }
 
+/// Opens a write transaction on `journal`'s writer and holds it until the returned sender
+/// sends: on SQLite every other writer of the file queues behind it. Returns once it is open.
+async fn hold_a_write(
+    journal: &durably_journal::Journal,
+) -> (
+    std::sync::mpsc::Sender<()>,
+    tokio::task::JoinHandle<durably_journal::Result<()>>,
+) {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (opened, is_open) = tokio::sync::oneshot::channel::<()>();
+    let writer = journal.clone();
+    let hold = tokio::spawn(async move {
+        writer
+            .write(move |_conn| {
+                let _ = opened.send(());
+                // The writer's own thread waits here, inside the transaction.
+                let _ = released.recv();
+                Ok(())
+            })
+            .await
+    });
+    is_open.await.unwrap();
+    (release, hold)
+}
+
 /// The slots (minutes after T0) of the job's fires, and of its skipped runs expanded.
 fn handled_minutes(scratch: &Scratch, job: &str) -> (Vec<i64>, Vec<i64>) {
-    let conn = rusqlite::Connection::open(scratch.path()).unwrap();
-    let fired = conn
-        .prepare("SELECT slot_ms FROM fires WHERE job = ?1 ORDER BY slot_ms")
-        .unwrap()
-        .query_map([job], |row| row.get::<_, i64>(0))
-        .unwrap()
-        .map(|ms| (ms.unwrap() - T0_MS) / MINUTE_MS)
-        .collect();
+    let (fired_ms, runs): (Vec<i64>, Vec<(i64, i64)>) = scratch
+        .probe()
+        .read(|conn| {
+            let fired_ms = conn
+                .prepare("SELECT slot_ms FROM fires WHERE job = ?1 ORDER BY slot_ms")?
+                .query_map([job], |row| row.get::<_, i64>(0))?
+                .collect::<durably_db::Result<_>>()?;
+            let runs = conn
+                .prepare("SELECT first_slot_ms, last_slot_ms FROM skipped_slots WHERE job = ?1")?
+                .query_map([job], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<durably_db::Result<_>>()?;
+            Ok((fired_ms, runs))
+        })
+        .unwrap();
+    let fired = fired_ms.iter().map(|ms| (ms - T0_MS) / MINUTE_MS).collect();
     let mut skipped = Vec::new();
-    let runs: Vec<(i64, i64)> = conn
-        .prepare("SELECT first_slot_ms, last_slot_ms FROM skipped_slots WHERE job = ?1")
-        .unwrap()
-        .query_map([job], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
     for (first, last) in runs {
         skipped.extend((first - T0_MS) / MINUTE_MS..=(last - T0_MS) / MINUTE_MS);
     }
@@ -158,8 +184,7 @@ async fn stale_mark_planning_loses_no_skipped_slot() {
         clock_b.set_millis(T0_MS + 11 * MINUTE_MS + 30_000);
         // Hold the writer so both passes queue up behind it; the assertion below holds for
         // every interleaving, the hold only makes the concurrent one likely.
-        let hold = rusqlite::Connection::open(scratch.path()).unwrap();
-        hold.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (release, hold) = hold_a_write(scratch.probe()).await;
         let pass_a = tokio::spawn({
             let a = a.scheduler.clone();
             async move { a.run_once().await }
@@ -169,7 +194,8 @@ async fn stale_mark_planning_loses_no_skipped_slot() {
             async move { b.run_once().await }
         });
         tokio::task::yield_now().await;
-        hold.execute_batch("COMMIT").unwrap();
+        release.send(()).unwrap();
+        hold.await.unwrap().unwrap();
         let (report_a, report_b) = (pass_a.await.unwrap(), pass_b.await.unwrap());
         assert!(
             report_a.errors.is_empty() && report_b.errors.is_empty(),
@@ -265,17 +291,21 @@ async fn recovery_is_not_starved_by_parked_fires() {
         .unwrap();
     let _ = scheduler.register(job).await.unwrap();
     let id = JobId::new("p").unwrap();
-    let set_mark = |mark: i64| {
-        rusqlite::Connection::open(scratch.path())
-            .unwrap()
-            .execute(
-                "UPDATE jobs SET last_slot = ?1, last_slot_ms = ?2 WHERE job = 'p'",
-                rusqlite::params![slot(mark).to_rfc3339(), mark],
-            )
+    let set_mark = async |mark: i64| {
+        scratch
+            .probe()
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE jobs SET last_slot = ?1, last_slot_ms = ?2 WHERE job = 'p'",
+                    durably_db::params![slot(mark).to_rfc3339(), mark],
+                )?;
+                Ok(())
+            })
+            .await
             .unwrap();
     };
     // Back from downtime: T0 ..= +100m are due, and all park.
-    set_mark(T0_MS - MINUTE_MS);
+    set_mark(T0_MS - MINUTE_MS).await;
     let pass = scheduler.run_once().await;
     let parked = PARKED_THROUGH_MINUTE as usize + 1;
     assert_eq!(pass.started().len(), parked, "{:?}", pass.errors);
@@ -291,8 +321,8 @@ async fn recovery_is_not_starved_by_parked_fires() {
     // A scheduler from before fires were workflows registered +101m and died before opening
     // it: a `pending` row, the mark raised past it.
     let old = slot(T0_MS + (PARKED_THROUGH_MINUTE + 1) * MINUTE_MS);
-    scratch.insert_pending_fire("p", old);
-    set_mark(old.as_millis());
+    scratch.insert_pending_fire("p", old).await;
+    set_mark(old.as_millis()).await;
 
     // Later slots come due: the pass starts them and the old pending fire alongside.
     clock.set_millis(old.as_millis() + 2 * MINUTE_MS + 30_000);
@@ -362,15 +392,9 @@ async fn shutdown_starts_no_new_fire() {
     assert_eq!(scratch.count("SELECT count(*) FROM fires"), 0);
 
     // Resolved inside the first pass, once job "a" (the first in order) has its fire.
-    let path = scratch.path();
+    let probe = scratch.probe().clone();
     let fired_a = std::future::poll_fn(move |_| {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        let fires: i64 = conn
-            .query_row("SELECT count(*) FROM fires WHERE job = 'a'", [], |row| {
-                row.get(0)
-            })
-            .unwrap();
-        if fires > 0 {
+        if count_in(&probe, "SELECT count(*) FROM fires WHERE job = 'a'") > 0 {
             Poll::Ready(())
         } else {
             Poll::Pending

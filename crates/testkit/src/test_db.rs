@@ -130,6 +130,54 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// Runs `check`, which only SQLite can make (its files, its pragmas, its query plans), with
+    /// the journal file's path. On PostgreSQL the check is skipped, and says so on stderr,
+    /// naming `what`: the one way a conformance test holds a SQLite-only assertion.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub fn sqlite_only(&self, what: &str, check: impl FnOnce(&Path)) {
+        match &self.place {
+            Place::Sqlite { path, .. } => check(path),
+            #[cfg(feature = "postgres")]
+            Place::Postgres(schema) => eprintln!(
+                "skipped, SQLite only: {what} (the database is the PostgreSQL schema {})",
+                schema.name()
+            ),
+        }
+    }
+
+    /// Asserts, on SQLite only ([`TestDb::sqlite_only`]), that the journal file is sound: on a
+    /// read-only connection of its own, `PRAGMA integrity_check` answers `ok` and
+    /// `foreign_key_check` finds no row. PostgreSQL checks its pages and foreign keys itself.
+    ///
+    /// # Panics
+    /// When the file cannot be read or a check reports damage, with its report.
+    pub fn assert_sqlite_integrity(&self) {
+        self.sqlite_only("PRAGMA integrity_check and foreign_key_check", |path| {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+            let checked = rusqlite::Connection::open_with_flags(path, flags).and_then(|conn| {
+                let report: String =
+                    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+                let dangling: i64 =
+                    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+                        row.get(0)
+                    })?;
+                Ok((report, dangling))
+            });
+            let (report, dangling) = checked.unwrap_or_else(|error| {
+                panic!("{} is damaged or unreadable: {error}", path.display())
+            });
+            assert_eq!(report, "ok", "{} is damaged", path.display());
+            assert_eq!(
+                dangling,
+                0,
+                "{} has rows whose foreign keys dangle",
+                path.display()
+            );
+        });
+    }
+}
+
 impl Default for TestDb {
     /// As [`TestDb::new`].
     fn default() -> Self {
@@ -168,6 +216,32 @@ mod tests {
         );
         drop(db);
         assert!(!dir.exists(), "the directory goes with the TestDb");
+    }
+
+    #[test]
+    fn sqlite_only_checks_run_on_sqlite_with_the_file() {
+        let db = TestDb::on(Backend::Sqlite);
+        drop(db.open());
+        let mut checked = None;
+        db.sqlite_only("the path", |path| checked = Some(path.to_path_buf()));
+        assert_eq!(checked.as_deref(), Some(db.path()));
+        db.assert_sqlite_integrity();
+    }
+
+    #[test]
+    #[should_panic(expected = "is damaged")]
+    fn a_damaged_file_fails_the_integrity_check() {
+        let db = TestDb::on(Backend::Sqlite);
+        drop(db.open());
+        // Overwrites the pages after the header: the file still opens, but its b-trees are
+        // garbage.
+        let mut bytes = std::fs::read(db.path()).unwrap();
+        let page_size = 4096;
+        for byte in bytes.iter_mut().skip(page_size) {
+            *byte = 0x5a;
+        }
+        std::fs::write(db.path(), bytes).unwrap();
+        db.assert_sqlite_integrity();
     }
 
     #[cfg(not(feature = "postgres"))]

@@ -20,6 +20,7 @@ pub mod workflows;
 
 use std::path::Path;
 
+use durably::db::Dialect;
 use durably::{Execution, Guarded, Journal, Opened, Policy, StepError};
 use uuid::Uuid;
 
@@ -95,6 +96,9 @@ pub async fn ceiling_note(
     effect: EffectArg,
     steps_per_s: f64,
 ) -> Result<String> {
+    if context.server.is_some() {
+        return Ok("storage ceiling: not measured on PostgreSQL (it is raw SQLite's)".to_owned());
+    }
     let path = dir.join("ceiling.db");
     let ids: Vec<Uuid> = (0..requests).map(|_| context.new_id()).collect();
     let (durability, duration) = (context.durability, context.baseline_time);
@@ -112,19 +116,31 @@ pub async fn ceiling_note(
     ))
 }
 
-/// The writer's counters and this process's bytes written, at one moment.
+/// The writer's counters and the bytes written so far, at one moment: this process's on
+/// SQLite, the server's WAL on PostgreSQL (where this process writes nothing itself).
 #[derive(Debug, Clone, Copy)]
 pub struct WriterSnapshot {
     stats: durably::sqlite::WriterStats,
     written_bytes: Option<u64>,
+    server_wal: bool,
 }
 
 impl WriterSnapshot {
     /// Takes a snapshot now.
     pub fn take(journal: &Journal) -> Self {
+        let server_wal = matches!(journal.target().dialect(), Dialect::Postgres);
+        #[cfg(feature = "postgres")]
+        let written_bytes = if server_wal {
+            crate::postgres::wal_position(journal)
+        } else {
+            proc_io::written_bytes()
+        };
+        #[cfg(not(feature = "postgres"))]
+        let written_bytes = proc_io::written_bytes();
         Self {
             stats: journal.writer_stats(),
-            written_bytes: proc_io::written_bytes(),
+            written_bytes,
+            server_wal,
         }
     }
 
@@ -172,6 +188,13 @@ pub fn batching_note(journal: &Journal, before: WriterSnapshot) -> String {
     }
     if let (Some(first), Some(last)) = (before.written_bytes, after.written_bytes) {
         let bytes = per_commit(last.saturating_sub(first) as f64);
+        if before.server_wal {
+            return format!(
+                "{note}; {:.1} KiB of server WAL per commit (the whole server's, as \
+                 pg_current_wal_insert_lsn moved)",
+                bytes / 1024.0
+            );
+        }
         note = format!(
             "{note}; {:.1} KiB written per commit (~{:.1} WAL frames of {} bytes)",
             bytes / 1024.0,

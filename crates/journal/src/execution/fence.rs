@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use durably_db::Connection;
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_lock::{Clock, Locker, format_timestamp};
 use uuid::Uuid;
 
@@ -29,6 +29,28 @@ use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::step::FencingToken;
 use crate::writer::{Undo, Writer};
+
+/// The cancel check of every fenced write (R5), which runs before the fence. On PostgreSQL it
+/// locks the execution row `FOR SHARE` whatever it finds, so a cancel request (an `UPDATE` of
+/// the row) waits for the step writes in flight, and a write after the request sees it; and
+/// since a takeover locks the same row `FOR UPDATE` before its epoch swap, the lock order is
+/// the execution row, then its lock row, everywhere. SQLite's single writer serializes them.
+const CANCEL_CHECK: Sql = Sql {
+    sqlite: "SELECT cancel_requested_at IS NOT NULL, cancel_reason FROM executions
+             WHERE execution_id = ?1",
+    postgres: "SELECT cancel_requested_at IS NOT NULL, cancel_reason FROM executions
+               WHERE execution_id = ?1 FOR SHARE",
+};
+
+/// The reason of the cancel request pending on execution `resource`, if one is (an empty
+/// reason when none was given), read under [`CANCEL_CHECK`]'s lock.
+fn pending_cancel_locked(conn: &Connection, resource: &str) -> Result<Option<String>> {
+    let row: Option<(bool, Option<String>)> = conn
+        .prepare_cached(conn.pick(&CANCEL_CHECK))?
+        .query_row(params![resource], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(row.and_then(|(requested, reason)| requested.then(|| reason.unwrap_or_default())))
+}
 
 /// How many times a write that carries step results is tried when the database is busy. The
 /// effects have already run, so giving up early would run them again (or, for a guarded step,
@@ -355,6 +377,9 @@ impl Fence {
         T: Send + 'static,
         W: FnOnce(&Connection, &str, DateTime<Utc>, &str) -> Result<T> + Send + 'static,
     {
+        // A lost PostgreSQL instance sends nothing to the writer: another process may own the
+        // execution by now. The fence checks again inside the transaction.
+        self.locker.ensure_live()?;
         let locker = Arc::clone(&self.locker);
         let (id, resource, epoch) = (self.id, Arc::clone(&self.resource), Arc::clone(&self.epoch));
         let carry = carrying.then(|| Arc::clone(&self.carry));
@@ -370,7 +395,7 @@ impl Fence {
                 let request = if opening {
                     None
                 } else {
-                    crate::lifecycle::pending_cancel_of(conn, &resource)?
+                    pending_cancel_locked(conn, &resource)?
                 };
                 // The caller's first hook runs before the carry is taken, so that its refusal
                 // leaves what is pending untaken; under a request, only an admitted write runs

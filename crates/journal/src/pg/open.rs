@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use durably_db::{Connection, PgConnection, PgUrl, Target};
-use durably_lock::LivenessDir;
 use uuid::Uuid;
 
 use crate::config::{Durability, JournalBuilder};
@@ -98,7 +97,9 @@ impl Session {
 pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     // The URL as shown, password hidden: what errors and `Journal::path` name.
     let path = PathBuf::from(url.to_string());
-    let locker = journal::locker(&config, liveness())?;
+    // Before anything is written: no lock row may name an instance whose key was never held.
+    let liveness = super::liveness::start(url, &path)?;
+    let locker = journal::locker(&config, liveness.clone())?;
     let session = Session::new(url, locker.instance_id(), &config);
     let conn = session
         .connect("open")
@@ -109,8 +110,13 @@ pub(crate) fn open(config: JournalBuilder, url: &PgUrl) -> Result<Journal> {
     }
     drop(conn);
     let readers = journal::read_pool(&config, Readers::Postgres(session.clone()))?;
-    let (writer, writer_thread) =
-        super::workers::start(&path, &session, config.pg_writers, config.ack_timeout)?;
+    let (writer, writer_thread) = super::workers::start(
+        &path,
+        &session,
+        &liveness,
+        config.pg_writers,
+        config.ack_timeout,
+    )?;
     Ok(Journal::assemble(
         config,
         Parts {
@@ -130,13 +136,4 @@ pub(crate) fn cannot_open(path: &Path, error: &durably_db::Error) -> Error {
         path: path.to_owned(),
         reason: error.to_string(),
     }
-}
-
-/// Where this host's journals on PostgreSQL keep their liveness files: one directory per user,
-/// shared by every database, since instance ids are unique. A holder on another host is never
-/// judged dead from here (its boot id differs). Session liveness (an advisory lock per
-/// instance, judged through `pg_locks`) replaces it.
-pub(crate) fn liveness() -> LivenessDir {
-    let uid = crate::files::effective_uid();
-    LivenessDir::at(std::env::temp_dir().join(format!("durably-pg-liveness-{uid}")))
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use durably_db::Connection;
+use durably_lock::SessionLiveness;
 use tokio::sync::mpsc;
 
 use super::open::Session;
@@ -31,6 +32,7 @@ use crate::writer::{Counters, Job, Queued, Writer, WriterThread};
 pub(crate) fn start(
     path: &Path,
     session: &Session,
+    liveness: &SessionLiveness,
     workers: usize,
     ack_timeout: Duration,
 ) -> Result<(Writer, WriterThread)> {
@@ -40,9 +42,10 @@ pub(crate) fn start(
     for index in 0..workers.max(1) {
         let (queue, receiver) = mpsc::unbounded_channel();
         let (session, counters) = (session.clone(), Arc::clone(&counters));
+        let liveness = liveness.clone();
         let thread = std::thread::Builder::new()
             .name(format!("durably-pg-writer-{index}"))
-            .spawn(move || run(&session, receiver, &counters))
+            .spawn(move || run(&session, &liveness, receiver, &counters))
             .map_err(|source| Error::Io {
                 action: "start a writer worker for",
                 path: path.to_owned(),
@@ -56,8 +59,14 @@ pub(crate) fn start(
 }
 
 /// One worker's loop: each request in its own transaction, on a session opened at the first
-/// request and again after one is lost.
-fn run(session: &Session, mut receiver: mpsc::UnboundedReceiver<Queued>, counters: &Counters) {
+/// request and again after one is lost. Once the instance's liveness session is lost, every
+/// request fails before its `BEGIN` (another process may own its executions by now).
+fn run(
+    session: &Session,
+    liveness: &SessionLiveness,
+    mut receiver: mpsc::UnboundedReceiver<Queued>,
+    counters: &Counters,
+) {
     let mut idle: Option<Connection> = None;
     while let Some(queued) = receiver.blocking_recv() {
         let mut job = counters.take(queued);
@@ -68,6 +77,13 @@ fn run(session: &Session, mut receiver: mpsc::UnboundedReceiver<Queued>, counter
             outcome = tracing::field::Empty
         );
         let _entered = span.enter();
+        if let Err(lost) = liveness.ensure_live() {
+            counters.commit_failed();
+            job.finish(Some(Error::from(lost)));
+            telemetry::batch_failed(1);
+            span.record("outcome", "failed");
+            continue;
+        }
         let began = Instant::now();
         let open = match begin(session, idle.take()) {
             Ok(open) => open,

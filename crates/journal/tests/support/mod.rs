@@ -1,5 +1,5 @@
-//! Shared helpers for the journal's in-process tests: scratch journals, a clock the test moves,
-//! a write barrier, and an integrity check.
+//! Shared helpers for the journal's in-process tests: scratch databases (the testkit's, on the
+//! backend the environment picks), a clock the test moves, and a write barrier.
 
 // Each test file uses a different subset of these helpers, and like the tests themselves they
 // fail the test by panicking.
@@ -10,7 +10,6 @@
     clippy::missing_panics_doc
 )]
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -18,23 +17,10 @@ use durably_journal::{Journal, Opened};
 use durably_lock::Clock;
 use uuid::Uuid;
 
-/// A scratch directory holding one journal file path (not created until opened).
-pub struct Scratch {
-    pub dir: tempfile::TempDir,
-    pub path: PathBuf,
-}
-
-impl Scratch {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        Self { dir, path }
-    }
-
-    pub fn open(&self) -> Journal {
-        Journal::open(&self.path).unwrap()
-    }
-}
+/// One test's scratch database on the backend `DURABLY_TEST_BACKEND` names: `scratch.open()`,
+/// `scratch.builder()`; its file (`scratch.path()`) only on SQLite.
+#[allow(unused_imports)] // Not every test file opens a scratch database.
+pub use durably_testkit::TestDb as Scratch;
 
 /// A clock that stands still until the test moves it.
 #[derive(Debug)]
@@ -122,15 +108,6 @@ pub fn count_rows(journal: &Journal, table: &str) -> i64 {
 /// so once this empty write is acknowledged, a detached release queued by `Drop` is durable.
 pub async fn barrier(journal: &Journal) {
     journal.write(|_| Ok(())).await.unwrap();
-}
-
-/// `PRAGMA integrity_check` on a fresh connection of its own.
-pub fn integrity(path: &Path) -> String {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
-        .unwrap()
 }
 
 /// Answers "not done" for step 0 with the stale `seen`: refused, naming `change`, and the

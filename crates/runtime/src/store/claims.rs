@@ -6,7 +6,7 @@
 //! executions of versions this process does not serve wait ahead, the ones it serves are
 //! found. It only reads; every change of an execution's status stays the journal's.
 
-use durably_db::Connection;
+use durably_db::{Connection, Dialect};
 use durably_journal::Result;
 use uuid::Uuid;
 
@@ -18,7 +18,12 @@ pub(crate) type Candidate = (Uuid, String, u32);
 /// claim order and seeks each entry's `runtime_executions` row. `LIMIT +?2`, and the pairs as
 /// a list of parameters: see the journal's `claimable_sql` for why neither is bound
 /// otherwise.
-fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
+///
+/// With `lock` (a claim on PostgreSQL) the candidates are locked `FOR UPDATE OF e SKIP
+/// LOCKED`: claimers on other hosts pass over the rows one is claiming instead of waiting for
+/// its commit and then finding them `running`. SQLite's single writer needs no lock, and a
+/// read-only look ([`has_candidate`]) takes none.
+fn claim_candidates_sql(in_queue: bool, pairs: usize, lock: bool) -> String {
     let queue = if in_queue {
         "e.queue = ?1"
     } else {
@@ -33,8 +38,13 @@ fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
          JOIN runtime_executions AS r ON r.execution_id = e.execution_id
          WHERE e.status = 'queued' AND e.due_at IS NULL AND {queue}
            AND (e.kind, r.version) IN (VALUES {})
-         ORDER BY e.priority DESC, e.id LIMIT +?2",
-        pairs.join(", ")
+         ORDER BY e.priority DESC, e.id LIMIT +?2{}",
+        pairs.join(", "),
+        if lock {
+            " FOR UPDATE OF e SKIP LOCKED"
+        } else {
+            ""
+        }
     )
 }
 
@@ -42,7 +52,9 @@ fn claim_candidates_sql(in_queue: bool, pairs: usize) -> String {
 /// (kind, version) pairs of `served`: `queued`, not waiting for a time, highest priority first
 /// and first come, first served within a priority. At most `max`. Executions of other kinds
 /// or versions are passed over in the query (each costs the read of its rows), so none of
-/// them, however many, hides a candidate. An empty `served` finds nothing.
+/// them, however many, hides a candidate. An empty `served` finds nothing. On PostgreSQL the
+/// candidates are locked until the claiming transaction ends, and rows another host's claim
+/// holds are passed over.
 ///
 /// # Errors
 /// A storage error, or [`durably_journal::Error::Inconsistent`] for a damaged id.
@@ -52,11 +64,40 @@ pub(crate) fn claim_candidates(
     served: &[(&str, u32)],
     max: u32,
 ) -> Result<Vec<Candidate>> {
+    candidates(
+        conn,
+        queue,
+        served,
+        max,
+        conn.dialect() == Dialect::Postgres,
+    )
+}
+
+/// Whether `queue` has a claim candidate among `served`, as [`claim_candidates`] finds them,
+/// read without locking: for a read-only transaction.
+///
+/// # Errors
+/// As [`claim_candidates`].
+pub(crate) fn has_candidate(
+    conn: &Connection,
+    queue: Option<&str>,
+    served: &[(&str, u32)],
+) -> Result<bool> {
+    Ok(!candidates(conn, queue, served, 1, false)?.is_empty())
+}
+
+fn candidates(
+    conn: &Connection,
+    queue: Option<&str>,
+    served: &[(&str, u32)],
+    max: u32,
+    lock: bool,
+) -> Result<Vec<Candidate>> {
     if served.is_empty() {
         return Ok(Vec::new());
     }
-    let mut statement =
-        conn.prepare_cached(&claim_candidates_sql(queue.is_some(), served.len()))?;
+    let sql = claim_candidates_sql(queue.is_some(), served.len(), lock);
+    let mut statement = conn.prepare_cached(&sql)?;
     let mut parameters: Vec<&dyn durably_db::ToSql> = vec![&queue, &max];
     for (kind, version) in served {
         parameters.push(kind);

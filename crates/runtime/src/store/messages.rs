@@ -1,6 +1,6 @@
 //! The `messages` table: what `send` inserts and `recv` steps consume.
 
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_journal::Result;
 use uuid::Uuid;
 
@@ -39,7 +39,21 @@ pub(crate) fn message_by_key(
         .optional()?)
 }
 
-/// Inserts a pending message and returns its id.
+/// The insert of a message. On PostgreSQL a repeated key inserts nothing and returns no row:
+/// a send of the same key on another host may commit between [`message_by_key`] and the
+/// insert, and a unique violation would abort the whole transaction. SQLite's single writer
+/// makes the look and the insert atomic.
+const INSERT_MESSAGE: Sql = Sql {
+    sqlite: "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+    postgres: "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
+               VALUES (?1, ?2, ?3, ?4, ?5)
+               ON CONFLICT (execution_id, idempotency_key) WHERE idempotency_key IS NOT NULL
+               DO NOTHING RETURNING id",
+};
+
+/// Inserts a pending message and returns its id; `None` when a message with idempotency key
+/// `key` was sent to `execution_id` in the meantime (then [`message_by_key`] reads it).
 pub(crate) fn insert_message(
     conn: &Connection,
     execution_id: Uuid,
@@ -47,16 +61,14 @@ pub(crate) fn insert_message(
     payload: &str,
     key: Option<&str>,
     sent_at: &str,
-) -> Result<i64> {
+) -> Result<Option<i64>> {
     Ok(conn
-        .prepare_cached(
-            "INSERT INTO messages (execution_id, topic, payload, idempotency_key, sent_at)
-             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
-        )?
+        .prepare_cached(conn.pick(&INSERT_MESSAGE))?
         .query_row(
             params![execution_id.to_string(), topic, payload, key, sent_at],
             |row| row.get(0),
-        )?)
+        )
+        .optional()?)
 }
 
 /// The first message on `topic` sent to `execution_id` that no recv step has consumed: one

@@ -7,7 +7,6 @@
 //! journal's own tables, and only the claim's candidates (`claims`) read one: what else the
 //! runtime needs of those it asks through the journal's functions.
 
-mod changes;
 mod children;
 mod claims;
 mod deadlines;
@@ -23,9 +22,8 @@ use durably_db::{Connection, OptionalExtension, params};
 use durably_journal::{ExtensionSchema, Migration, PgSchema, Result};
 use uuid::Uuid;
 
-pub(crate) use changes::{data_version, open_change_probe};
 pub(crate) use children::{children_below, children_of, end_consumed_below, parent_of, set_parent};
-pub(crate) use claims::{claim_candidates, queued_other_versions};
+pub(crate) use claims::{claim_candidates, has_candidate, queued_other_versions};
 pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadline};
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use forks::{copy_fork_rows, insert_fork_row};
@@ -34,7 +32,7 @@ pub(crate) use messages::{
 };
 pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
 pub(crate) use registrations::{
-    kind_version_known, latest_kind_version, stored_queue, upsert_kind, upsert_queue,
+    kind_version_known, latest_kind_version, lock_queue, stored_queue, upsert_kind, upsert_queue,
 };
 pub(crate) use started::{
     Started, dedup_holder, delete_dedup, insert_started, set_steps_at_open, started_version,

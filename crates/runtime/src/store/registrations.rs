@@ -2,7 +2,7 @@
 //! kinds they run (`workflow_kinds`).
 
 use chrono::{DateTime, Utc};
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_journal::Result;
 use durably_lock::format_timestamp;
 
@@ -60,13 +60,35 @@ pub(crate) fn upsert_queue(
 /// `queue`'s row; `None` when no runtime configured the queue. One primary-key seek.
 pub(crate) fn stored_queue(conn: &Connection, queue: &str) -> Result<Option<StoredQueue>> {
     Ok(conn
-        .prepare_cached("SELECT concurrency_max FROM queues WHERE queue = ?1")?
+        .prepare_cached(QUEUE_LIMIT.sqlite)?
         .query_row(params![queue], |row| {
             Ok(StoredQueue {
                 concurrency_max: row.get(0)?,
             })
         })
         .optional()?)
+}
+
+/// The read of a queue's limit: [`stored_queue`]'s on SQLite, whose single writer serializes
+/// every claim; on PostgreSQL only a limited queue's row, locked `FOR UPDATE`.
+const QUEUE_LIMIT: Sql = Sql {
+    sqlite: "SELECT concurrency_max FROM queues WHERE queue = ?1",
+    postgres: "SELECT concurrency_max FROM queues
+               WHERE queue = ?1 AND concurrency_max IS NOT NULL FOR UPDATE",
+};
+
+/// `queue`'s limit across all processes (`None`: no limit, or no such queue), its row locked
+/// until the transaction ends on PostgreSQL: the claimers of a limited queue on every host
+/// then take turns, each counting the queue's running executions after the previous one
+/// committed its claims, so together they never exceed the limit. An unlimited queue's row is
+/// not locked, so its claimers do not wait for each other. On SQLite the writer already
+/// serializes every claim.
+pub(crate) fn lock_queue(conn: &Connection, queue: &str) -> Result<Option<u32>> {
+    let limit: Option<Option<u32>> = conn
+        .prepare_cached(conn.pick(&QUEUE_LIMIT))?
+        .query_row(params![queue], |row| row.get(0))
+        .optional()?;
+    Ok(limit.flatten())
 }
 
 /// Whether some runtime has registered `kind` at `version`. One primary-key seek.

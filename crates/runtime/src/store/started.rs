@@ -2,7 +2,7 @@
 //! version and deadline) and `dedup_keys`.
 
 use chrono::{DateTime, Utc};
-use durably_db::{Connection, OptionalExtension, params};
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_journal::Result;
 use durably_lock::format_timestamp;
 use uuid::Uuid;
@@ -16,8 +16,20 @@ pub(crate) struct Started<'a> {
     pub(crate) dedup: Option<(&'a str, &'a str)>,
 }
 
-/// Inserts the runtime's rows of a new execution.
-pub(crate) fn insert_started(conn: &Connection, started: &Started<'_>) -> Result<()> {
+/// The insert of a deduplication key. On PostgreSQL a key another start holds inserts
+/// nothing: a start on another host may commit the key between [`dedup_holder`] and the
+/// insert, and a unique violation would abort the whole transaction. SQLite's single writer
+/// makes the look and the insert atomic.
+const INSERT_DEDUP: Sql = Sql {
+    sqlite: "INSERT INTO dedup_keys (queue, key, execution_id) VALUES (?1, ?2, ?3)",
+    postgres: "INSERT INTO dedup_keys (queue, key, execution_id) VALUES (?1, ?2, ?3)
+               ON CONFLICT (queue, key) DO NOTHING",
+};
+
+/// Inserts the runtime's rows of a new execution. Returns whether it took the deduplication
+/// key (always, with none): `false` when another execution holds it, and then the caller
+/// rolls back what its start wrote.
+pub(crate) fn insert_started(conn: &Connection, started: &Started<'_>) -> Result<bool> {
     let id = started.execution_id.to_string();
     conn.prepare_cached(
         "INSERT INTO runtime_executions (execution_id, version, deadline_at, dedup_key)
@@ -29,13 +41,13 @@ pub(crate) fn insert_started(conn: &Connection, started: &Started<'_>) -> Result
         started.deadline_at.map(format_timestamp),
         started.dedup.map(|(_, key)| key),
     ])?;
-    if let Some((queue, key)) = started.dedup {
-        conn.prepare_cached(
-            "INSERT INTO dedup_keys (queue, key, execution_id) VALUES (?1, ?2, ?3)",
-        )?
+    let Some((queue, key)) = started.dedup else {
+        return Ok(true);
+    };
+    let inserted = conn
+        .prepare_cached(conn.pick(&INSERT_DEDUP))?
         .execute(params![queue, key, id])?;
-    }
-    Ok(())
+    Ok(inserted == 1)
 }
 
 /// The execution holding deduplication key `key` of `queue`, if any. One primary-key seek.

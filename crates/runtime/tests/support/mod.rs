@@ -1,4 +1,5 @@
-//! Fixtures shared by the runtime's integration tests.
+//! Fixtures shared by the runtime's integration tests: scratch journals on the testkit's
+//! database, on the backend `DURABLY_TEST_BACKEND` names.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::time::Duration;
@@ -6,25 +7,31 @@ use std::time::Duration;
 use durably_db::Value;
 use durably_journal::{Execution, Journal, Opened};
 use durably_runtime::{Error, WorkflowHandle};
+use durably_testkit::TestDb;
 use uuid::Uuid;
 
 /// The payload cap of the scratch journals, in bytes of JSON.
 pub const PAYLOAD_BYTES_MAX: usize = 4096;
 
-/// A journal in a temporary directory, with a payload cap of [`PAYLOAD_BYTES_MAX`].
+/// A journal on a scratch database of its own, with a payload cap of [`PAYLOAD_BYTES_MAX`].
 pub struct Scratch {
-    _dir: tempfile::TempDir,
+    /// Declared before `db`, so it is dropped first: a PostgreSQL schema is dropped only once
+    /// no session of the journal works in it.
     pub journal: Journal,
+    /// Where the journal lives: more journals open it with `scratch.db.open()`, child processes
+    /// with `Journal::open(scratch.db.target())`.
+    pub db: TestDb,
 }
 
 impl Scratch {
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::builder(dir.path().join("journal.db"))
+        let db = TestDb::new();
+        let journal = db
+            .builder()
             .payload_bytes_max(PAYLOAD_BYTES_MAX)
             .open()
             .unwrap();
-        Self { _dir: dir, journal }
+        Self { journal, db }
     }
 
     pub async fn runtime_execution(&self) -> (Uuid, Execution) {
@@ -68,15 +75,21 @@ pub async fn runtime_execution(journal: &Journal) -> (Uuid, Execution) {
     (id, execution)
 }
 
+/// The names of the journal's tables, in order, on either backend.
+const TABLES: durably_db::Sql = durably_db::Sql {
+    sqlite: "SELECT name FROM sqlite_schema WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    postgres: "SELECT table_name FROM information_schema.tables \
+               WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+               ORDER BY table_name",
+};
+
 /// Every row of every table, in a stable order.
 pub fn snapshot(journal: &Journal) -> Vec<(String, Vec<Vec<Value<'static>>>)> {
     journal
         .read(|conn| {
             let tables: Vec<String> = conn
-                .prepare(
-                    "SELECT name FROM sqlite_schema WHERE type = 'table' \
-                     AND name NOT LIKE 'sqlite_%' ORDER BY name",
-                )?
+                .prepare(conn.pick(&TABLES))?
                 .query_map([], |row| row.get(0))?
                 .collect::<Result<_, _>>()?;
             let mut all = Vec::new();
@@ -146,28 +159,26 @@ pub async fn cancelled_reason<O: serde::de::DeserializeOwned + std::fmt::Debug>(
     }
 }
 
-/// A journal on a [`TestClock`] the test moves, in a temporary directory, with a payload cap
-/// of [`PAYLOAD_BYTES_MAX`].
+/// A journal on a [`TestClock`] the test moves, on a scratch database of its own, with a
+/// payload cap of [`PAYLOAD_BYTES_MAX`].
 pub struct Clocked {
-    _dir: tempfile::TempDir,
     pub clock: std::sync::Arc<durably_runtime::testing::TestClock>,
+    /// Declared before `db`, which is dropped after it (as [`Scratch`]'s).
     pub journal: Journal,
+    pub db: TestDb,
 }
 
 impl Clocked {
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let db = TestDb::new();
         let clock = std::sync::Arc::new(durably_runtime::testing::TestClock::default());
-        let journal = Journal::builder(dir.path().join("journal.db"))
+        let journal = db
+            .builder()
             .payload_bytes_max(PAYLOAD_BYTES_MAX)
             .clock(clock.clone())
             .open()
             .unwrap();
-        Self {
-            _dir: dir,
-            clock,
-            journal,
-        }
+        Self { clock, journal, db }
     }
 
     /// A runtime builder on this journal and its clock.

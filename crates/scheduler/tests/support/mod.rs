@@ -1,11 +1,11 @@
-//! Shared helpers of the in-process scheduler tests: a clock the test moves by hand, a journal
-//! on a scratch file, a runtime serving a workflow (`count`) that counts its runs per slot,
+//! Shared helpers of the in-process scheduler tests: a clock the test moves by hand, journals
+//! on a scratch database (the testkit's), a runtime serving a workflow (`count`) that counts its runs per slot,
 //! and a scheduler over it whose passes wait for the fires they started to end.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use durably_journal::Journal;
 use durably_lock::Clock;
 use durably_runtime::{Runtime, WorkflowContext, WorkflowError};
 use durably_scheduler::{Fire, FireOutcome, JobBuilder, PassReport, Scheduler, Slot};
+use durably_testkit::TestDb;
 
 /// The workflow kind test jobs start: it counts its run in one step.
 pub const COUNT_KIND: &str = "count";
@@ -51,26 +52,36 @@ impl Clock for ManualClock {
     }
 }
 
-/// A scratch directory with one journal file.
+/// A scratch database (the testkit's, on the backend `DURABLY_TEST_BACKEND` names) that each
+/// scheduler process of a test opens a journal of its own on.
 pub struct Scratch {
-    pub dir: tempfile::TempDir,
+    /// The first journal opened here, which the test's own reads and writes go through.
+    /// Declared before `db`, so it is dropped first: a PostgreSQL schema is dropped only once no
+    /// session works in it.
+    probe: OnceLock<Journal>,
+    db: TestDb,
 }
 
 impl Scratch {
     pub fn new() -> Self {
         Self {
-            dir: tempfile::tempdir().unwrap(),
+            probe: OnceLock::new(),
+            db: TestDb::new(),
         }
     }
 
-    pub fn path(&self) -> std::path::PathBuf {
-        self.dir.path().join("journal.db")
-    }
-
-    /// A journal (and so a lock instance) of its own on the shared file.
+    /// A journal (and so a lock instance) of its own on the shared database.
     pub fn journal(&self, clock: &Arc<ManualClock>) -> Journal {
         let clock: Arc<dyn Clock> = clock.clone();
-        Journal::builder(self.path()).clock(clock).open().unwrap()
+        let journal = self.db.builder().clock(clock).open().unwrap();
+        let _ = self.probe.set(journal.clone());
+        journal
+    }
+
+    /// The journal the test reads and plants rows through: the first one opened here, or a
+    /// new one on the system clock when the test has opened none.
+    pub fn probe(&self) -> &Journal {
+        self.probe.get_or_init(|| self.db.open())
     }
 
     /// A runtime serving `count` (recording into `calls`) on a journal of its own, and a
@@ -118,36 +129,47 @@ impl Scratch {
 
     /// Inserts the `pending` row a scheduler from before fires were workflows left for `job`
     /// at `slot`: registered, never opened, no execution.
-    pub fn insert_pending_fire(&self, job: &str, slot: Slot) {
+    pub async fn insert_pending_fire(&self, job: &str, slot: Slot) {
         let id = durably_scheduler::JobId::new(job).unwrap();
-        rusqlite::Connection::open(self.path())
-            .unwrap()
-            .execute(
-                "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
-                 VALUES (?1, ?2, ?3, ?4, 'pending', '2025-12-31T23:59:00.000Z')",
-                rusqlite::params![
-                    job,
-                    slot.to_rfc3339(),
-                    slot.as_millis(),
-                    durably_scheduler::fire_id(&id, slot).to_string()
-                ],
-            )
+        let params = (
+            job.to_owned(),
+            slot.to_rfc3339(),
+            slot.as_millis(),
+            durably_scheduler::fire_id(&id, slot).to_string(),
+        );
+        self.probe()
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO fires (job, slot, slot_ms, execution_id, state, registered_at)
+                     VALUES (?1, ?2, ?3, ?4, 'pending', '2025-12-31T23:59:00.000Z')",
+                    durably_db::params![params.0, params.1, params.2, params.3],
+                )?;
+                Ok(())
+            })
+            .await
             .unwrap();
     }
 
     /// Reads one integer with plain SQL.
     pub fn count(&self, sql: &str) -> i64 {
-        let conn = rusqlite::Connection::open(self.path()).unwrap();
-        conn.query_row(sql, [], |row| row.get(0)).unwrap()
+        count_in(self.probe(), sql)
     }
 }
 
-/// One test's world: a scratch file, a clock, the workflow runs counted, and a harness.
+/// Reads one integer from `journal` with plain SQL.
+pub fn count_in(journal: &Journal, sql: &str) -> i64 {
+    journal
+        .read(|conn| Ok(conn.query_row(sql, [], |row| row.get(0))?))
+        .unwrap()
+}
+
+/// One test's world: a scratch database, a clock, the workflow runs counted, and a harness.
 pub struct World {
+    /// Declared first, so it is dropped before the database under it.
+    pub harness: Harness,
     pub scratch: Scratch,
     pub clock: Arc<ManualClock>,
     pub calls: Calls,
-    pub harness: Harness,
 }
 
 /// A world whose clock reads `at_ms`, with `job` registered.
@@ -158,10 +180,10 @@ pub async fn world(at_ms: i64, job: durably_scheduler::Job) -> World {
     let harness = scratch.scheduler(&clock, &calls).await;
     let _ = harness.register(job).await.unwrap();
     World {
+        harness,
         scratch,
         clock,
         calls,
-        harness,
     }
 }
 
