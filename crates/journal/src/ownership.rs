@@ -162,9 +162,9 @@ pub(crate) fn lease_expired_holders(
     resource: &str,
 ) -> Result<Vec<HolderRecord>> {
     let mut statement = conn.prepare_cached(
-        "SELECT id, json_extract(detail, '$.lease_expired_holder') FROM events
+        "SELECT id, detail -> 'lease_expired_holder' FROM events
          WHERE execution_id = ?1 AND kind IN ('takeover', 'orphan_reclaimed')
-           AND json_type(detail, '$.lease_expired_holder') = 'object'
+           AND detail -> 'lease_expired_holder' IS NOT NULL
          ORDER BY id DESC LIMIT ?2",
     )?;
     let mut rows = statement.query(params![resource, LEASE_EXPIRED_HOLDERS_JUDGED_MAX])?;
