@@ -4,7 +4,8 @@
 //! first block makes, with `DURABLY_DB` set as that block tells the reader to set it, and
 //! docs/cli.md's after `durably demo --db app.db`; its example error is the JSON the CLI
 //! prints, keys in order. Each
-//! exits 0. A block that only builds or installs (every command `cargo ...`: the quick start)
+//! exits 0. A block that only builds or installs (every command `cargo ...` or
+//! `.ci/pg run cargo ...`: the quick start)
 //! is left to the integrator's quick-start check, and a block that mixes the two is refused,
 //! so no `durably` command can hide among them; blocks with placeholders are fenced `text`.
 //! Method: extract each ```sh block, run it with `sh -eu` (a failing command fails the block)
@@ -42,7 +43,7 @@ fn command_blocks(page: &str) -> Vec<String> {
             .collect();
         let cargo = commands
             .iter()
-            .filter(|line| line.starts_with("cargo "))
+            .filter(|line| line.starts_with("cargo ") || line.starts_with(".ci/pg run cargo "))
             .count();
         if cargo == commands.len() {
             continue;
