@@ -40,7 +40,7 @@ impl Schema {
         );
         let name = format!("b_{}", uuid::Uuid::new_v4().simple());
         admin.execute_batch(&format!("CREATE SCHEMA {name}"))?;
-        let target = Target::from(with_search_path(server.expose(), &name));
+        let target = Target::Postgres(server.with_search_path(&name));
         Ok(Self {
             admin,
             name,
@@ -67,31 +67,6 @@ impl Drop for Schema {
             );
         }
     }
-}
-
-/// `url` with `-csearch_path=<schema>` in its startup `options`, appended to any the URL
-/// already sets (percent-encoded, as libpq and tokio-postgres decode URL parameters).
-fn with_search_path(url: &str, schema: &str) -> String {
-    let option = format!("-csearch_path%3D{schema}");
-    let Some((base, query)) = url.split_once('?') else {
-        return format!("{url}?options={option}");
-    };
-    let mut merged = false;
-    let mut pairs: Vec<String> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| match pair.strip_prefix("options=") {
-            Some(options) => {
-                merged = true;
-                format!("options={options}%20{option}")
-            }
-            None => pair.to_owned(),
-        })
-        .collect();
-    if !merged {
-        pairs.push(format!("options={option}"));
-    }
-    format!("{base}?{}", pairs.join("&"))
 }
 
 /// A session on `url` with the journal's `synchronous_commit` for `durability` (on for
@@ -124,25 +99,4 @@ pub fn wal_position(journal: &Journal) -> Option<u64> {
         })
         .ok()?;
     u64::try_from(position).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_search_path;
-
-    #[test]
-    fn the_schema_joins_the_options_the_url_has_or_is_the_only_one() {
-        assert_eq!(
-            with_search_path("postgresql://u@/db?host=/run", "b_1"),
-            "postgresql://u@/db?host=/run&options=-csearch_path%3Db_1"
-        );
-        assert_eq!(
-            with_search_path("postgresql://u@h/db", "b_1"),
-            "postgresql://u@h/db?options=-csearch_path%3Db_1"
-        );
-        assert_eq!(
-            with_search_path("postgresql://u@h/db?options=-cwork_mem%3D1MB", "b_1"),
-            "postgresql://u@h/db?options=-cwork_mem%3D1MB%20-csearch_path%3Db_1"
-        );
-    }
 }

@@ -116,6 +116,28 @@ impl PgUrl {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// This URL with `search_path` set to `schema` in the startup packet's `options`
+    /// (`-csearch_path=<schema>`, percent-encoded, as libpq and tokio-postgres decode URL
+    /// parameters), added to any `options` the URL already has: a journal in that schema.
+    #[must_use]
+    pub fn with_search_path(&self, schema: &str) -> PgUrl {
+        let option = format!("-csearch_path%3D{schema}");
+        let (base, query) = self.0.split_once('?').unwrap_or((&self.0, ""));
+        let mut pairs: Vec<String> = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(str::to_owned)
+            .collect();
+        match pairs.iter_mut().find(|pair| pair.starts_with("options=")) {
+            Some(options) => {
+                options.push_str("%20");
+                options.push_str(&option);
+            }
+            None => pairs.push(format!("options={option}")),
+        }
+        PgUrl(format!("{base}?{}", pairs.join("&")))
+    }
 }
 
 /// `postgresql://user:***@host/db?password=***`: a password in the user part or in the query is
@@ -172,6 +194,31 @@ mod tests {
             Dialect::Postgres
         );
         assert_eq!(Target::from("./postgres://x").dialect(), Dialect::Sqlite);
+    }
+
+    #[test]
+    fn a_search_path_joins_the_options_the_url_has() {
+        let url = |text: &str| match Target::from(text) {
+            Target::Postgres(url) => url,
+            Target::Sqlite(_) => unreachable!("{text} is a URL"),
+        };
+        let schema = |text: &str| url(text).with_search_path("t_1").expose().to_owned();
+        assert_eq!(
+            schema("postgresql://u@/d?host=/tmp/x"),
+            "postgresql://u@/d?host=/tmp/x&options=-csearch_path%3Dt_1"
+        );
+        assert_eq!(
+            schema("postgresql://u@h/d"),
+            "postgresql://u@h/d?options=-csearch_path%3Dt_1"
+        );
+        assert_eq!(
+            schema("postgresql://u@h/d?options=-cx%3D1"),
+            "postgresql://u@h/d?options=-cx%3D1%20-csearch_path%3Dt_1"
+        );
+        assert_eq!(
+            schema("postgresql://u@h/d?options=-cwork_mem%3D8MB&sslmode=disable"),
+            "postgresql://u@h/d?options=-cwork_mem%3D8MB%20-csearch_path%3Dt_1&sslmode=disable"
+        );
     }
 
     #[test]

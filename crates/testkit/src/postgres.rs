@@ -104,25 +104,13 @@ fn server_url(value: Option<String>) -> String {
     url
 }
 
-/// `url` with `search_path` set to `schema` in the startup packet's `options`
-/// (`-csearch_path=<schema>`, percent-encoded as libpq and tokio-postgres decode URL
-/// parameters), added to any `options` the URL already has.
+/// `url` with `search_path` set to `schema` ([`durably_db::PgUrl::with_search_path`]); `url`
+/// is a PostgreSQL URL, as `server_url` checked.
 fn with_search_path(url: &str, schema: &str) -> String {
-    let option = format!("-csearch_path%3D{schema}");
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut pairs: Vec<String> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(str::to_owned)
-        .collect();
-    match pairs.iter_mut().find(|pair| pair.starts_with("options=")) {
-        Some(options) => {
-            options.push_str("%20");
-            options.push_str(&option);
-        }
-        None => pairs.push(format!("options={option}")),
+    match Target::from(url) {
+        Target::Postgres(url) => url.with_search_path(schema).expose().to_owned(),
+        Target::Sqlite(_) => panic!("a scratch schema needs a postgresql:// URL"),
     }
-    format!("{base}?{}", pairs.join("&"))
 }
 
 /// Runs `sql` (one or more statements, no parameters) on a connection of its own to `url`, and
