@@ -4,9 +4,9 @@
 //! first block makes, with `DURABLY_DB` set as that block tells the reader to set it, and
 //! docs/cli.md's after `durably demo --db app.db`; its example error is the JSON the CLI
 //! prints, keys in order. Each
-//! exits 0. A block that only builds or installs (every command `cargo ...` or
-//! `.ci/pg run cargo ...`: the quick start)
-//! is left to the integrator's quick-start check, and a block that mixes the two is refused,
+//! exits 0. A block that only builds, installs or starts a server (every command `cargo ...`,
+//! `.ci/pg run cargo ...` or `eval "$(.ci/pg start)"`: the quick start, the developer's server)
+//! is left to the integrator's quick-start check and CI, and a block that mixes the two is refused,
 //! so no `durably` command can hide among them; blocks with placeholders are fenced `text`.
 //! Method: extract each ```sh block, run it with `sh -eu` (a failing command fails the block)
 //! in a scratch directory, with the built `durably` first on `PATH` as `cargo install` would
@@ -27,8 +27,16 @@ const CLI: &str = include_str!("../../../docs/cli.md");
 /// How long one block may run: the demo takes seconds, every other command less.
 const BLOCK_DEADLINE: Duration = Duration::from_mins(2);
 
+/// Whether `line` builds, installs or starts the developer's PostgreSQL server: a line the
+/// quick-start check and CI run, not this test.
+fn is_setup(line: &str) -> bool {
+    line.starts_with("cargo ")
+        || line.starts_with(".ci/pg run cargo ")
+        || line == r#"eval "$(.ci/pg start)""#
+}
+
 /// The shell blocks of `page` that run `durably` or `sqlite3`, in order; asserts that every
-/// other shell block only runs `cargo`.
+/// other shell block only sets up ([`is_setup`]).
 fn command_blocks(page: &str) -> Vec<String> {
     let mut blocks = Vec::new();
     for block in doc_blocks::fenced_blocks(page) {
@@ -41,16 +49,13 @@ fn command_blocks(page: &str) -> Vec<String> {
             .map(str::trim)
             .filter(|line| !line.is_empty() && !line.starts_with('#'))
             .collect();
-        let cargo = commands
-            .iter()
-            .filter(|line| line.starts_with("cargo ") || line.starts_with(".ci/pg run cargo "))
-            .count();
-        if cargo == commands.len() {
+        let setup = commands.iter().filter(|line| is_setup(line)).count();
+        if setup == commands.len() {
             continue;
         }
         assert_eq!(
-            cargo, 0,
-            "this block mixes cargo commands with others; split it:\n{}",
+            setup, 0,
+            "this block mixes set-up commands (cargo, .ci/pg) with others; split it:\n{}",
             block.text
         );
         blocks.push(block.text);
