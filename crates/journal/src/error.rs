@@ -242,13 +242,14 @@ pub enum Error {
         /// Reads attempted.
         attempts: u32,
     },
-    /// SQLite could not open the database file (it, or a directory on its path, is missing or
-    /// not accessible to this user).
+    /// The database could not be opened: SQLite's file (it, or a directory on its path, is
+    /// missing or not accessible to this user), or a PostgreSQL server that cannot be reached,
+    /// or whose `search_path` names no schema that exists.
     #[error("cannot open {path}: {reason}")]
     CannotOpen {
         /// The database.
         path: PathBuf,
-        /// What SQLite said.
+        /// Why: what SQLite or the server said.
         reason: String,
     },
     /// A file of the journal (the database, its `-wal`, `-shm` or `-journal`) would let

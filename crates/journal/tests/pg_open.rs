@@ -2,7 +2,8 @@
 //! succeed, with the baseline applied once; a reopen changes nothing; a schema a newer build
 //! migrated is refused by a writer's open and by an inspector, which creates nothing in an
 //! empty schema; the sessions carry the journal's name, durability and busy timeout; a server
-//! that cannot be reached is `CannotOpen`, whose message hides the URL's password; a crate's
+//! that cannot be reached is `CannotOpen`, whose message hides the URL's password, and so is
+//! a `search_path` naming no schema, whose message says to create it; a crate's
 //! schema (`migrate_extension`) gets its PostgreSQL baseline, its later migrations and its
 //! views once, however many journals migrate it at once.
 //!
@@ -185,6 +186,24 @@ fn an_unreachable_server_cannot_be_opened_and_its_password_is_never_shown() {
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("agent:***@"), "{shown}");
     }
+}
+
+#[test]
+fn a_search_path_naming_no_schema_cannot_be_opened_and_the_error_says_so() {
+    let server = std::env::var(durably_testkit::POSTGRES_URL_VAR)
+        .expect("DURABLY_POSTGRES_URL names the test server (`.ci/pg run`)");
+    let durably_db::Target::Postgres(server) = durably_db::Target::from(server) else {
+        panic!("DURABLY_POSTGRES_URL is not a postgres:// URL");
+    };
+    let url = server.with_search_path("no_such_schema");
+    let error = Journal::open(url.expose()).map(drop).unwrap_err();
+    let Error::CannotOpen { reason, .. } = &error else {
+        panic!("expected CannotOpen, got {error:?}");
+    };
+    assert!(
+        reason.contains("no_such_schema") && reason.contains("CREATE SCHEMA"),
+        "{reason}"
+    );
 }
 
 /// A crate's schema whose PostgreSQL baseline folds its first migration, and whose second

@@ -42,10 +42,35 @@ const MIGRATION_LOCK: &str =
 /// # Errors
 /// As [`migrate`].
 pub(crate) fn journal(conn: &Connection, path: &Path) -> Result<()> {
+    require_schema(conn, path)?;
     let transaction = conn.transaction()?;
     migrate(&transaction, path, Owner::Journal)?;
     transaction.commit()?;
     Ok(())
+}
+
+/// Fails unless the session's `search_path` names a schema that exists: the tables would have
+/// nowhere to go, and the server's own error ("no schema has been selected to create in")
+/// names neither the path nor the fix.
+///
+/// # Errors
+/// [`Error::CannotOpen`] naming the `search_path`; a storage error from the query.
+fn require_schema(conn: &Connection, path: &Path) -> Result<()> {
+    let (schema, search_path): (Option<String>, String) = conn.query_row(
+        "SELECT current_schema(), current_setting('search_path')",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    match schema {
+        Some(_) => Ok(()),
+        None => Err(Error::CannotOpen {
+            path: path.to_owned(),
+            reason: format!(
+                "no schema of its search_path ({search_path}) exists: create it first \
+                 (CREATE SCHEMA name), or set another with options=-csearch_path%3Dname in the URL"
+            ),
+        }),
+    }
 }
 
 /// Brings `schema`, a crate's tables and views, up to date, inside the caller's transaction
