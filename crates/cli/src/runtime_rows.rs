@@ -197,11 +197,12 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
 }
 
 /// Whether `runtime_executions` has `column`: a journal a runtime of an older build used lacks
-/// the columns of later runtime migrations (the parent link of 2, the fork link of 3). Always
-/// on PostgreSQL, whose runtime baseline has every column.
+/// the columns of later runtime migrations (the parent link of 2, the fork link of 3), and a
+/// journal no runtime used lacks the table. On PostgreSQL, whose runtime baseline has every
+/// column, only the table can be missing.
 pub(crate) fn runtime_column_present(conn: &Connection, column: &str) -> durably::Result<bool> {
     if conn.dialect() == Dialect::Postgres {
-        return Ok(true);
+        return crate::catalog::table_present(conn, "runtime_executions");
     }
     Ok(conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions') WHERE name = ?1)",
