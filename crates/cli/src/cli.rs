@@ -33,7 +33,8 @@ Text from the database is printed with control characters escaped (ESC prints as
 #[derive(Debug, Parser)]
 #[command(name = "durably", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// The journal database file; without it, the DURABLY_DB environment variable.
+    /// The journal: a SQLite database file, or a PostgreSQL URL (`postgres://…`, in a build
+    /// with the `postgres` feature); without it, the DURABLY_DB environment variable.
     #[arg(long, global = true, value_name = "PATH")]
     pub db: Option<PathBuf>,
 

@@ -1,9 +1,12 @@
-//! Opening the journal a command names: to read it only, or to change it after an integrity
-//! check. Neither ever creates a journal that does not exist.
+//! Opening the journal a command names, a SQLite file or a PostgreSQL database (`--db
+//! postgres://…`): to read it only, or to change it after an integrity check. Neither ever
+//! creates a journal file that does not exist. A URL is only ever shown through
+//! [`durably::db::PgUrl`]'s `Display`, which hides its password.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use durably::db::Target as Place;
 use durably::runtime::Client;
 use durably::{Inspector, Journal};
 
@@ -15,7 +18,8 @@ use crate::escape::escape;
 /// The journal a command works on, and how long one of its reads may take.
 #[derive(Debug)]
 pub struct Target {
-    path: PathBuf,
+    /// The SQLite file or the PostgreSQL database; its `Debug` and `Display` hide a password.
+    place: Place,
     read_timeout: Duration,
 }
 
@@ -30,18 +34,23 @@ impl Target {
             None => match std::env::var_os("DURABLY_DB") {
                 Some(path) if path.is_empty() => {
                     return Err(
-                        CliError::new(ErrorCode::BadInput, "DURABLY_DB is set but empty")
-                            .hint("set it to the journal's path, or unset it and pass --db PATH"),
+                        CliError::new(ErrorCode::BadInput, "DURABLY_DB is set but empty").hint(
+                            "set it to the journal's path or PostgreSQL URL, or unset it and \
+                                 pass --db PATH",
+                        ),
                     );
                 }
                 Some(path) => PathBuf::from(path),
                 None => {
                     return Err(CliError::new(ErrorCode::BadInput, "no database given")
-                        .hint("pass --db PATH, or set DURABLY_DB=PATH"));
+                        .hint("pass --db PATH (or --db postgres://…), or set DURABLY_DB=PATH"));
                 }
             },
         };
-        Ok(Self { path, read_timeout })
+        Ok(Self {
+            place: Place::from(path),
+            read_timeout,
+        })
     }
 
     /// Opens the journal to read it and nothing else: see `durably::Inspector`. It creates no
@@ -52,9 +61,10 @@ impl Target {
     pub fn inspect(&self) -> Result<Inspector> {
         self.check_exists()?;
         let timeout_ms = u64::try_from(self.read_timeout.as_millis()).unwrap_or(u64::MAX);
-        Ok(Journal::builder(&self.path)
+        Journal::builder(&self.place)
             .read_timeout_ms(timeout_ms)
-            .inspect()?)
+            .inspect()
+            .map_err(|error| self.refused(error))
     }
 
     /// Opens the journal to change it. It never runs the crash-orphan sweep on open (only
@@ -66,7 +76,28 @@ impl Target {
     /// The file is missing or is a directory, or the journal refused it.
     pub fn open(&self) -> Result<Journal> {
         self.check_exists()?;
-        Ok(Journal::builder(&self.path).sweep_on_open(false).open()?)
+        Journal::builder(&self.place)
+            .sweep_on_open(false)
+            .open()
+            .map_err(|error| self.refused(error))
+    }
+
+    /// The journal's refusal to open, as this tool reports it. On PostgreSQL, a database that
+    /// cannot be opened is a server that cannot be reached or that refused the connection, and
+    /// the hint says so instead of speaking of files.
+    fn refused(&self, error: durably::Error) -> CliError {
+        match (&self.place, &error) {
+            (Place::Postgres(_), durably::Error::CannotOpen { .. }) => {
+                CliError::new(ErrorCode::CannotConnect, error.to_string())
+                    .with(error_fields::database(&self.place))
+                    .hint(
+                        "start the PostgreSQL server, or fix the URL: its host and port (or \
+                         `?host=` socket directory), user, password and database; `pg_isready -d \
+                         URL` checks the server",
+                    )
+            }
+            _ => error.into(),
+        }
     }
 
     /// As [`Target::open`], after SQLite's integrity check (read-only) has passed; `force`
@@ -90,7 +121,7 @@ impl Target {
                         self.shown()
                     ),
                 )
-                .with(error_fields::path(&self.path))
+                .with(error_fields::database(&self.place))
                 .hint(
                     "this command changes the journal, and could damage a damaged file further: \
                      keep a copy, see what is wrong with `sqlite3 PATH 'PRAGMA integrity_check'`, \
@@ -121,15 +152,20 @@ impl Target {
     }
 
     fn shown(&self) -> String {
-        escape(&self.path.display().to_string())
+        escape(&self.place.to_string())
     }
 
+    /// A SQLite file must exist: this tool never creates one. A PostgreSQL database is the
+    /// server's to check, when the journal connects.
     fn check_exists(&self) -> Result<()> {
+        let Some(path) = self.place.sqlite_path() else {
+            return Ok(());
+        };
         let shown = self.shown();
         let refused = |code, message: String| {
-            CliError::new(code, message).with(error_fields::path(&self.path))
+            CliError::new(code, message).with(error_fields::database(&self.place))
         };
-        match std::fs::metadata(&self.path) {
+        match std::fs::metadata(path) {
             Ok(metadata) if metadata.is_file() => Ok(()),
             Ok(_) => Err(
                 refused(ErrorCode::DatabaseMissing, format!("{shown} is not a file"))

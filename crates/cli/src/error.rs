@@ -256,9 +256,32 @@ fn hint(error: &durably::Error) -> Option<String> {
         E::CannotOpen { .. } => {
             "check that this user may read the file and enter every directory above it".to_owned()
         }
+        E::Conflict { .. } => "another session's write conflicted with this one, which was \
+                               rolled back: run this again"
+            .to_owned(),
+        E::InstanceLost { .. } => CONNECTION_LOST_HINT.to_owned(),
+        E::Storage(error) if crate::error_code::connection_lost(error) => {
+            CONNECTION_LOST_HINT.to_owned()
+        }
+        E::CommitUnknown { .. } => "the change may or may not have been written: see what the \
+                                    journal holds now (`durably ls`, `durably show ID`), and run \
+                                    this again only if it was not"
+            .to_owned(),
+        E::BackendNotCompiled { .. } => BACKEND_NOT_COMPILED_HINT.to_owned(),
         _ => return None,
     })
 }
+
+/// What to do when the connection to PostgreSQL closed under a command.
+const CONNECTION_LOST_HINT: &str = "check that the PostgreSQL server is up, see what the journal \
+                                    holds now (`durably ls`, `durably show ID`), and run this \
+                                    again";
+
+/// What to do when `--db` names a PostgreSQL database and this build has no PostgreSQL.
+pub const BACKEND_NOT_COMPILED_HINT: &str = "this `durably` was built without PostgreSQL support: \
+                                             install it with `cargo install durably-cli \
+                                             --features postgres`, or build it with `--features \
+                                             postgres`";
 
 fn unsafe_file_hint(reason: UnsafeFileReason) -> Option<String> {
     Some(
@@ -435,7 +458,61 @@ mod tests {
                 path,
                 reason: text("unable to open"),
             },
+            Error::Conflict {
+                reason: text("deadlock detected"),
+            },
+            Error::InstanceLost { instance: id },
+            Error::CommitUnknown {
+                reason: text("connection closed"),
+            },
+            Error::BackendNotCompiled {
+                backend: "PostgreSQL",
+                feature: "postgres",
+            },
         ]
+    }
+
+    /// The PostgreSQL backend's own errors: a conflict is retried like a busy journal, a lost
+    /// session or connection says nothing more was written, an unknown commit says to look
+    /// before doing it again, and a build without PostgreSQL says how to get one.
+    #[test]
+    fn the_postgres_errors_have_codes_that_say_whether_to_retry() {
+        let id = Uuid::nil();
+        let cases = [
+            (
+                Error::Conflict {
+                    reason: "deadlock detected".to_owned(),
+                },
+                ErrorCode::Busy,
+                "run this again",
+            ),
+            (
+                Error::InstanceLost { instance: id },
+                ErrorCode::ConnectionLost,
+                "check that the PostgreSQL server is up",
+            ),
+            (
+                Error::CommitUnknown {
+                    reason: "connection closed".to_owned(),
+                },
+                ErrorCode::CommitUnknown,
+                "may or may not have been written",
+            ),
+            (
+                Error::BackendNotCompiled {
+                    backend: "PostgreSQL",
+                    feature: "postgres",
+                },
+                ErrorCode::BackendNotCompiled,
+                "cargo install durably-cli --features postgres",
+            ),
+        ];
+        for (error, code, advice) in cases {
+            let shown = CliError::from(error);
+            assert_eq!(shown.code, code, "{}", shown.message);
+            let hint = shown.hint.unwrap_or_default();
+            assert!(hint.contains(advice), "{hint}");
+        }
     }
 
     #[test]

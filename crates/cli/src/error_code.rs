@@ -57,6 +57,17 @@ error_codes! {
     DatabaseMissing = "database_missing", EXIT_FAILURE;
     /// The file exists but cannot be opened by this user, or its path is too long.
     CannotOpen = "cannot_open", EXIT_FAILURE;
+    /// The PostgreSQL server a `postgres://` URL names cannot be reached, or refused the
+    /// connection.
+    CannotConnect = "cannot_connect", EXIT_FAILURE;
+    /// The connection to PostgreSQL was lost during the command; what it had not committed
+    /// was not written.
+    ConnectionLost = "connection_lost", EXIT_FAILURE;
+    /// The connection to PostgreSQL was lost while a change was committing: it may or may not
+    /// have been written.
+    CommitUnknown = "commit_unknown", EXIT_FAILURE;
+    /// `--db` names a backend this build of the tool was compiled without.
+    BackendNotCompiled = "backend_not_compiled", EXIT_FAILURE;
     /// A writing command met a journal or directory this process may only read.
     ReadOnly = "read_only", EXIT_FAILURE;
     /// The file is not a durably journal: another program's database, or an empty one.
@@ -118,7 +129,7 @@ error_codes! {
     ExecutionCancelled = "execution_cancelled", EXIT_FAILURE;
     /// `start --wait DUR` ran out of time before the execution ended.
     WaitTimedOut = "wait_timed_out", EXIT_FAILURE;
-    /// SQLite failed in a way not listed above.
+    /// The database (SQLite or PostgreSQL) failed in a way not listed above.
     StorageError = "storage_error", EXIT_FAILURE;
     /// A file-system or system call failed: the liveness directory, `/proc`, standard
     /// output, a thread.
@@ -154,6 +165,10 @@ impl ErrorCode {
             E::DanglingSymlink { .. } => Self::DatabaseMissing,
             E::UnsafeFile { .. } => Self::UnsafeFile,
             E::ReadOnly { .. } => Self::ReadOnly,
+            E::InstanceLost { .. } => Self::ConnectionLost,
+            E::CommitUnknown { .. } => Self::CommitUnknown,
+            E::BackendNotCompiled { .. } => Self::BackendNotCompiled,
+            E::Storage(error) if connection_lost(error) => Self::ConnectionLost,
             E::Busy { .. }
             | E::ChangedWhileReading { .. }
             | E::AckTimeout { .. }
@@ -163,7 +178,6 @@ impl ErrorCode {
             E::Storage(_)
             | E::Pragma { .. }
             | E::CommitFailed { .. }
-            | E::CommitUnknown { .. }
             | E::WriterStopped
             | E::ReadFailed { .. } => Self::StorageError,
             E::Io { .. } => Self::IoError,
@@ -241,6 +255,20 @@ impl ErrorCode {
             _ => Self::Failed,
         }
     }
+}
+
+/// Whether a database error is PostgreSQL's connection closing under the command: nothing of
+/// the transaction in flight committed.
+#[cfg(feature = "postgres")]
+pub fn connection_lost(error: &durably::db::Error) -> bool {
+    matches!(error, durably::db::Error::Postgres(error)
+        if error.kind() == durably::db::PgErrorKind::ConnectionLost)
+}
+
+/// Without PostgreSQL, no error is a lost connection.
+#[cfg(not(feature = "postgres"))]
+pub fn connection_lost(_error: &durably::db::Error) -> bool {
+    false
 }
 
 #[cfg(test)]

@@ -25,6 +25,12 @@ pub fn path(path: &Path) -> (&'static str, Value) {
     ("path", path.display().to_string().into())
 }
 
+/// The `path` field of `--db`: a SQLite file's path, or a PostgreSQL URL with its password
+/// hidden.
+pub fn database(place: &durably::db::Target) -> (&'static str, Value) {
+    ("path", place.to_string().into())
+}
+
 fn step(id: &Uuid, seq: u32) -> Fields {
     vec![execution(id), ("seq", seq.into())]
 }

@@ -3,6 +3,7 @@
 //! Exit codes: 0 ok, 1 the command failed, 2 the command line is wrong. Every error, a usage
 //! error included, is printed one way (see [`error`]); nothing here panics on bad input.
 
+mod catalog;
 mod children_rows;
 mod cli;
 mod commands;

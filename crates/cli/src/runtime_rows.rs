@@ -4,7 +4,7 @@
 //! than fail. Payloads are read as previews in SQL, the way the journal reads its own: a
 //! payload over the reader's cap is not read at all.
 
-use durably::db::{Connection, Dialect, OptionalExtension, Row, Sql, params};
+use durably::db::{Connection, Dialect, OptionalExtension, Row, params};
 use durably::{Inspector, PayloadPreview};
 use uuid::Uuid;
 
@@ -101,24 +101,7 @@ pub struct Pages {
 /// # Errors
 /// A storage error.
 pub fn runtime_present(conn: &Connection) -> durably::Result<bool> {
-    table_present(conn, "runtime_executions")
-}
-
-/// Whether the journal's database holds table `name`: in the file (SQLite), or in the schema
-/// the journal's tables are made in (PostgreSQL's `current_schema()`, not any schema of the
-/// search path, where another journal's table of that name could be).
-///
-/// # Errors
-/// A storage error.
-pub(crate) fn table_present(conn: &Connection, name: &str) -> durably::Result<bool> {
-    const TABLE_PRESENT: Sql = Sql {
-        sqlite: "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
-        postgres: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
-                                  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-                                  WHERE n.nspname = current_schema()
-                                    AND c.relname = CAST(?1 AS TEXT) AND c.relkind = 'r')",
-    };
-    Ok(conn.query_row(conn.pick(&TABLE_PRESENT), [name], |row| row.get(0))?)
+    crate::catalog::table_present(conn, "runtime_executions")
 }
 
 /// The place of each claimable execution among `ids` in its queue (1: claimed next).
@@ -214,11 +197,12 @@ fn runtime_row(conn: &Connection, resource: &str) -> durably::Result<Option<Runt
 }
 
 /// Whether `runtime_executions` has `column`: a journal a runtime of an older build used lacks
-/// the columns of later runtime migrations (the parent link of 2, the fork link of 3). Always
-/// on PostgreSQL, whose runtime baseline has every column.
+/// the columns of later runtime migrations (the parent link of 2, the fork link of 3), and a
+/// journal no runtime used lacks the table. On PostgreSQL, whose runtime baseline has every
+/// column, only the table can be missing.
 pub(crate) fn runtime_column_present(conn: &Connection, column: &str) -> durably::Result<bool> {
     if conn.dialect() == Dialect::Postgres {
-        return Ok(true);
+        return crate::catalog::table_present(conn, "runtime_executions");
     }
     Ok(conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM pragma_table_info('runtime_executions') WHERE name = ?1)",

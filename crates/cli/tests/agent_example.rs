@@ -7,6 +7,9 @@
 //! ledgers record once, whose timer and message were each recorded once, and a third start
 //! finds it finished.
 //!
+//! It runs on the backend `DURABLY_TEST_BACKEND` names: on PostgreSQL the example and `durably
+//! --db` are given the same URL (see `common::example`).
+//!
 //! The example binary is built by `cargo test --workspace` (examples are built with the tests);
 //! run alone, build it first with `cargo build -p durably --example agent`.
 
@@ -14,20 +17,18 @@
 
 mod common;
 
-use common::durably;
 use common::example::{
-    Example, assert_each_effect_once, consumed_messages, execution_id, guarded_steps,
+    Site, assert_each_effect_once, consumed_messages, execution_id, guarded_steps,
     kill_while_parked, ledger, line_with, status, value,
 };
 
 #[test]
 fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("agent.db");
+    let db = Site::new();
 
-    let id = kill_while_parked("agent", &db, "waits for the approval");
+    let id = kill_while_parked(&db, "agent", "waits for the approval");
 
-    let mut second = Example::start("agent", &[&db]);
+    let mut second = db.start("agent", &[]);
     let waits = second.line_containing("waits for the approval");
     assert_eq!(
         execution_id(&waits),
@@ -36,14 +37,7 @@ fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
     );
     second.line_containing("durably --db");
     let decision = r#"{"approved": true, "by": "alice"}"#;
-    let sent = durably(&[
-        "--db",
-        db.to_str().unwrap(),
-        "send",
-        &id,
-        "approval",
-        decision,
-    ]);
+    let sent = db.durably(&["send", &id, "approval", decision]);
     assert!(sent.status.success(), "{sent:?}");
     let done = second.line_containing("completed");
     assert!(
@@ -92,7 +86,7 @@ fn the_agent_survives_a_kill_while_parked_and_runs_each_effect_once() {
     assert_eq!(consumed_messages(&db, &id), 1);
 
     // A third start finds the execution finished and replays nothing.
-    let third = Example::start("agent", &[&db]).finish();
+    let third = db.run("agent", &[]);
     let again = line_with(&third, "completed");
     assert!(again.ends_with("it has settled"), "{again}");
     assert_eq!(ledger(&db, "model").values().sum::<usize>(), 4);

@@ -6,7 +6,8 @@
 //! Method: the test process runs a runtime whose `family` workflow starts two children of a
 //! kind that a stopped runtime registered (so they stay queued), then one `family` child of
 //! its own kind on the second level, and awaits the first; the built binary runs as a child
-//! process on the same journal.
+//! process on the same journal, on the backend `DURABLY_TEST_BACKEND` names (durably-testkit;
+//! on PostgreSQL, `--db` is the scratch schema's URL).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -54,16 +55,16 @@ fn wait_for(journal: &Journal, id: uuid::Uuid, status: Status) {
 
 #[test]
 fn show_prints_the_tree_ls_lists_children_and_cancel_takes_them_along() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("journal.db");
-    let db_arg = db.to_str().unwrap();
+    let db = durably_testkit::TestDb::new();
+    let target = db.target();
+    let db_arg = target.as_str();
     // The runtime's tasks run on their own threads while the test waits and runs the binary.
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let journal = Journal::open(&db).unwrap();
+    let journal = db.open();
     let runtime = tokio.block_on(async {
         let stopped = Runtime::builder(journal.clone())
             .register("report", 1, |_context: WorkflowContext, (): ()| async {

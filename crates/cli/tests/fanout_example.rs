@@ -7,6 +7,9 @@
 //! request were found without a second call, the one whose request had not gone out ran.
 //! A second run on the same file is a new execution and leaves the first one's effects alone.
 //!
+//! It runs on the backend `DURABLY_TEST_BACKEND` names: on PostgreSQL the example and `durably
+//! --db` are given the same URL (see `common::example`).
+//!
 //! The example binary is built by `cargo test --workspace` (examples are built with the tests);
 //! run alone, build it first with `cargo build -p durably --example fanout`.
 
@@ -14,18 +17,16 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::example::{
-    assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, pairs, run, status,
+    Site, assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, pairs, status,
 };
 
 /// The tools, each its own fake provider.
 const TOOLS: [&str; 3] = ["flights", "hotels", "weather"];
 
 /// Runs the example on `db` and returns the planner's id, after checking its journal.
-fn run_and_check(db: &Path) -> String {
-    let printed = run("fanout", &[db]);
+fn run_and_check(db: &Site) -> String {
+    let printed = db.run("fanout", &[]);
     line_with(&printed, "killed worker process");
     let id = execution_id(line_with(&printed, "completed"));
     assert_eq!(status(db, &id), "completed");
@@ -46,13 +47,20 @@ fn run_and_check(db: &Path) -> String {
     assert_each_effect_once(db, child, |_| "model");
 
     // Each tool settled by its policy as the crash left it.
-    let reconciled: Vec<(String, bool)> = pairs(
+    let details: Vec<(String, String)> = pairs(
         db,
-        "SELECT s.name, json_extract(e.detail, '$.found') FROM events AS e
+        "SELECT s.name, e.detail FROM events AS e
          JOIN steps AS s ON s.execution_id = e.execution_id AND s.seq = e.seq
          WHERE e.execution_id = ?1 AND e.kind = 'ambiguity_reconciled' ORDER BY s.seq",
         &id,
     );
+    let reconciled: Vec<(String, bool)> = details
+        .into_iter()
+        .map(|(name, detail)| {
+            let detail: serde_json::Value = serde_json::from_str(&detail).unwrap();
+            (name, detail["found"].as_bool().unwrap())
+        })
+        .collect();
     let expected = [("flights", true), ("hotels", true), ("weather", false)];
     let expected: Vec<(String, bool)> = expected
         .iter()
@@ -69,8 +77,7 @@ fn run_and_check(db: &Path) -> String {
 
 #[test]
 fn the_planner_resumed_after_a_kill_mid_fanout_runs_each_tool_and_its_sub_agent_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("fanout.db");
+    let db = Site::new();
 
     let first = run_and_check(&db);
     let second = run_and_check(&db);

@@ -7,6 +7,9 @@
 //! transfer once; and the command the example prints as the equivalent `durably resolve`
 //! names that step and token.
 //!
+//! It runs on the backend `DURABLY_TEST_BACKEND` names: on PostgreSQL the example and `durably
+//! --db` are given the same URL (see `common::example`).
+//!
 //! The example binary is built by `cargo test --workspace` (examples are built with the tests);
 //! run alone, build it first with `cargo build -p durably --example operator`.
 
@@ -15,15 +18,14 @@
 mod common;
 
 use common::example::{
-    assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, run, status, value,
+    Site, assert_each_effect_once, execution_id, guarded_steps, ledger, line_with, status, value,
 };
 
 #[test]
 fn an_ambiguous_transfer_is_resolved_with_its_token_and_completes_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("operator.db");
+    let db = Site::new();
 
-    let printed = run("operator", &[&db]);
+    let printed = db.run("operator", &[]);
     line_with(&printed, "killed worker process");
     let waiting = line_with(&printed, "awaits an operator");
     let id = execution_id(waiting);
@@ -64,8 +66,9 @@ fn an_ambiguous_transfer_is_resolved_with_its_token_and_completes_once() {
     assert_eq!(events("operator_resolved"), 1);
     let result: String = value(
         &db,
-        "SELECT json_extract(result, '$') FROM steps WHERE execution_id = ?1 AND seq = 1",
+        "SELECT result FROM steps WHERE execution_id = ?1 AND seq = 1",
         &id,
     );
+    let result: String = serde_json::from_str(&result).unwrap();
     assert_eq!(result, "125000 cents to ada@example.com for invoice 0");
 }

@@ -5,6 +5,9 @@
 //! those fires done and starts none of them again. After both runs, every fire in the ledger
 //! completed, and the fake mailer served each fire's mail once.
 //!
+//! It runs on the backend `DURABLY_TEST_BACKEND` names: on PostgreSQL the example and `durably
+//! --db` are given the same URL (see `common::example`).
+//!
 //! The example binary is built by `cargo test --workspace` (examples are built with the tests);
 //! run alone, build it first with `cargo build -p durably --example scheduled`.
 
@@ -14,22 +17,21 @@ mod common;
 
 use durably::scheduler::{JobId, Slot, fire_id};
 
-use common::example::{assert_each_effect_once, ledger, line_with, pairs, run};
+use common::example::{Site, assert_each_effect_once, ledger, line_with, pairs};
 
 /// The backfilled slots: 07:00 in Paris on 2026-01-01, -02 and -03 (06:00 UTC in winter).
 const BACKFILLED_MS: [i64; 3] = [1_767_247_200_000, 1_767_333_600_000, 1_767_420_000_000];
 
 #[test]
 fn each_fire_of_the_daily_job_runs_once_across_two_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("scheduled.db");
+    let db = Site::new();
     let job = JobId::new("daily-digest").unwrap();
     let backfilled: Vec<String> = BACKFILLED_MS
         .into_iter()
         .map(|ms| fire_id(&job, Slot::from_millis(ms).unwrap()).to_string())
         .collect();
 
-    let first = run("scheduled", &[&db]);
+    let first = db.run("scheduled", &[]);
     line_with(&first, "registered");
     for id in &backfilled {
         let line = line_with(&first, id);
@@ -42,7 +44,7 @@ fn each_fire_of_the_daily_job_runs_once_across_two_runs() {
         .count();
     assert!(started >= 4, "the backfill and the trigger: {first:#?}");
 
-    let second = run("scheduled", &[&db]);
+    let second = db.run("scheduled", &[]);
     line_with(&second, "known from an earlier run");
     for id in &backfilled {
         let line = line_with(&second, id);

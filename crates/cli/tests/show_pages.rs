@@ -2,15 +2,16 @@
 //! large its payloads are. It prints at most `--limit` steps and events (100 by default), says
 //! how to ask for the next page, and `--after` / `--events-after` continue exactly where the
 //! page ended; a payload over the journal's cap is shown by its size, never read. Method: a
-//! journal built through the library, with rows written in one transaction where many are
-//! needed, and the built binary run on it as a child process.
+//! journal built through the library on the backend `DURABLY_TEST_BACKEND` names
+//! (durably-testkit), with rows written in one transaction where many are needed, and the
+//! built binary run on it as a child process.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use durably::Journal;
 use durably::db::params;
+use durably_testkit::TestDb;
 use uuid::Uuid;
 
 use common::{assert_code, assert_stdout_says, durably, json, open, runtime, stdout};
@@ -23,10 +24,10 @@ const EVENTS: u32 = 130;
 
 /// A journal with one execution of [`STEPS`] completed steps and [`EVENTS`] audit events, the
 /// result of step 7 a payload of `big_bytes` (over the default 1 MiB cap).
-fn long_execution(dir: &tempfile::TempDir, big_bytes: usize) -> Uuid {
+fn long_execution(db: &TestDb, big_bytes: usize) -> Uuid {
     let id = Uuid::new_v4();
     runtime().block_on(async {
-        let journal = Journal::open(dir.path().join("journal.db")).unwrap();
+        let journal = db.open();
         drop(open(&journal, id, "long").await);
         let big = format!("\"{}\"", "b".repeat(big_bytes));
         journal
@@ -73,11 +74,13 @@ fn seqs(shown: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn show_prints_one_page_and_the_way_to_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let id = long_execution(&dir, 8);
-    let db = dir.path().join("journal.db");
-    let (db, id) = (db.to_str().unwrap(), id.to_string());
+    let scratch = TestDb::new();
+    let id = long_execution(&scratch, 8);
+    let target = scratch.target();
+    let (db, id) = (target.as_str(), id.to_string());
 
+    // A journal no runtime used: `ls` lists it without a runtime section to read.
+    assert_stdout_says(&durably(&["--db", db, "ls"]), &id);
     let first = durably(&["--db", db, "show", &id]);
     assert_stdout_says(&first, "steps (100)");
     assert_stdout_says(&first, &format!("durably show {id} --after 99`"));
@@ -128,11 +131,11 @@ fn show_prints_one_page_and_the_way_to_the_next() {
 
 #[test]
 fn show_gives_the_size_of_a_payload_over_the_cap_without_reading_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let scratch = TestDb::new();
     let big_bytes = 8 * 1024 * 1024;
-    let id = long_execution(&dir, big_bytes).to_string();
-    let db = dir.path().join("journal.db");
-    let db = db.to_str().unwrap();
+    let id = long_execution(&scratch, big_bytes).to_string();
+    let target = scratch.target();
+    let db = target.as_str();
 
     let shown = json(&durably(&["--db", db, "--json", "show", &id]));
     assert_eq!(

@@ -4,6 +4,9 @@
 //! the old code (no fraud check) and true where it had not (the receipt); the new run answers
 //! true to both. The journal records each answer once, and `durably patches` reads them.
 //!
+//! It runs on the backend `DURABLY_TEST_BACKEND` names: on PostgreSQL the example and `durably
+//! --db` are given the same URL (see `common::example`).
+//!
 //! The example binary is built by `cargo test --workspace` (examples are built with the tests);
 //! run alone, build it first with `cargo build -p durably --example upgrade`.
 
@@ -11,20 +14,16 @@
 
 mod common;
 
-use std::ffi::OsStr;
-
-use common::durably;
-use common::example::{execution_id, line_with, pairs, run};
+use common::example::{Site, execution_id, line_with, pairs};
 
 #[test]
 fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("upgrade.db");
+    let db = Site::new();
 
-    let old = run("upgrade", &[OsStr::new("old"), db.as_os_str()]);
+    let old = db.run("upgrade", &["old"]);
     let parked = execution_id(line_with(&old, "parked on the old code"));
 
-    let new = run("upgrade", &[OsStr::new("new"), db.as_os_str()]);
+    let new = db.run("upgrade", &["new"]);
     let line = |needle: &str| line_with(&new, needle);
     let resumed = line("(parked on the old code)");
     assert!(resumed.contains(&parked), "{resumed}");
@@ -50,8 +49,7 @@ fn a_run_parked_on_old_code_finishes_on_the_patched_code() {
             ("receipt-email".to_owned(), 1)
         ]
     );
-    let db_arg = db.to_str().unwrap();
-    let listed = durably(&["--db", db_arg, "patches", "fraud-check"]);
+    let listed = db.durably(&["patches", "fraud-check"]);
     assert!(listed.status.success(), "{listed:?}");
     assert!(
         String::from_utf8_lossy(&listed.stdout).contains("the call can be removed"),

@@ -52,12 +52,7 @@ pub fn run(target: &Target, job: Option<&str>, limit: u32, json: bool) -> Result
     let fires = target.inspect()?.read(|conn| {
         // The scheduler creates its ledger when it first runs on a journal; until then there
         // is nothing to list.
-        let ledger_exists: bool = conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'view' AND name = 'fire_ledger')",
-            [],
-            |row| row.get(0),
-        )?;
-        if !ledger_exists {
+        if !crate::catalog::view_present(conn, "fire_ledger")? {
             return Ok(Vec::new());
         }
         let mut statement = conn.prepare_cached(

@@ -75,13 +75,7 @@ pub fn run(target: &Target, action: Option<&SchedulesAction>, json: bool) -> Res
 
 /// Whether a scheduler ever created its ledger in this journal.
 fn ledger_present(journal: &Journal) -> Result<bool> {
-    Ok(journal.read(|conn| {
-        Ok(conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'jobs')",
-            [],
-            |row| row.get(0),
-        )?)
-    })?)
+    Ok(journal.read(|conn| crate::catalog::table_present(conn, "jobs"))?)
 }
 
 fn unknown(job: &str) -> CliError {

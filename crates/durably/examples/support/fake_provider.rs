@@ -21,13 +21,19 @@ pub struct FakeProvider {
 }
 
 impl FakeProvider {
-    /// The provider `name` of the journal at `db`; its ledger is the file `DB.NAME.ledger`.
+    /// The provider `name` of the journal at `db`; its ledger is the file `DB.NAME.ledger`, or,
+    /// for a journal in PostgreSQL (`db` is a URL, which names no directory), `NAME.ledger` in
+    /// the current directory.
     pub fn next_to(db: &Path, name: &str) -> Self {
-        let mut ledger = db.as_os_str().to_owned();
-        ledger.push(format!(".{name}.ledger"));
-        Self {
-            ledger: ledger.into(),
-        }
+        let ledger = match durably::db::Target::from(db).sqlite_path() {
+            Some(path) => {
+                let mut ledger = path.as_os_str().to_owned();
+                ledger.push(format!(".{name}.ledger"));
+                PathBuf::from(ledger)
+            }
+            None => PathBuf::from(format!("{name}.ledger")),
+        };
+        Self { ledger }
     }
 
     /// Serves one request made with `key`: records it with `answer` and returns the answer.
