@@ -166,7 +166,8 @@ impl PgConnection {
     }
 
     /// Begins a transaction without a round trip of its own: `BEGIN` is sent with the next
-    /// statement, in one write to the socket, and both answers are read together. A
+    /// statement, without waiting for its answer (the driver usually writes both in one
+    /// `sendto`), and both answers are read together. A
     /// transaction that runs no statement sends nothing, not even at its `COMMIT` or
     /// `ROLLBACK`.
     ///
@@ -287,7 +288,7 @@ impl PgConnection {
     }
 
     /// Waits for `statement`, a driver future not polled yet, and follows the transaction
-    /// through its outcome. A pending `BEGIN` goes ahead of it in the same write: both futures
+    /// through its outcome. A pending `BEGIN` goes ahead of it, pipelined: both futures
     /// are polled together, the `BEGIN` first, and the driver queues their messages in that
     /// order.
     ///
