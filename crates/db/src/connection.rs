@@ -159,6 +159,22 @@ impl Connection {
         }
     }
 
+    /// Begins a transaction for a caller that ends it with `execute_batch("COMMIT")` or
+    /// `"ROLLBACK"`. On PostgreSQL `BEGIN` costs no round trip of its own: it is sent with the
+    /// transaction's first statement, and a transaction that runs none sends nothing (see
+    /// [`PgConnection::begin_pipelined`](crate::PgConnection::begin_pipelined)). On SQLite it
+    /// is `BEGIN`.
+    ///
+    /// # Errors
+    /// The session is known to be lost, or a transaction is already open.
+    pub fn begin_pipelined(&self) -> Result<()> {
+        match &self.inner {
+            ConnectionInner::Sqlite(connection) => Ok(connection.execute_batch("BEGIN")?),
+            #[cfg(feature = "postgres")]
+            ConnectionInner::Postgres(connection) => Ok(connection.begin_pipelined()?),
+        }
+    }
+
     /// Begins a transaction that rolls back unless [`Transaction::commit`] is called. On
     /// SQLite it is deferred: it takes the write lock at its first write.
     ///

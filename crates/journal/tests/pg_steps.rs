@@ -3,7 +3,8 @@
 //! afresh on the same schema; 64 executions written at once each keep their own steps' order;
 //! the writer's counters count one commit per request; a worker whose session the server ended
 //! opens a new one, and no request fails for it; of two requests that deadlock, one is told
-//! `Conflict` with nothing of it committed, and the other commits.
+//! `Conflict` with nothing of it committed, and the other commits; a step whose session is
+//! lost during its `COMMIT` is told `CommitUnknown`.
 //!
 //! Method: each test gets a scratch schema of the server `DURABLY_POSTGRES_URL` names
 //! (`durably_testkit::TestDb`, which fails loudly without one). Replay is checked by closures
@@ -264,4 +265,87 @@ async fn of_two_deadlocked_requests_one_is_a_conflict_and_commits_nothing() {
         })
         .unwrap();
     assert_eq!(total, 2, "only the committed request's two updates remain");
+}
+
+/// A step whose `COMMIT` is in flight when its session is lost: the server may or may not have
+/// committed it, and the step is told so (`CommitUnknown`), never a plain failure; the writer
+/// serves the next request on a new session. A deferred constraint trigger on `steps` waits at
+/// `COMMIT` for an advisory lock another session holds, so the `COMMIT` is in flight, for
+/// certain, when the test terminates the worker's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_commit_loses_its_session_is_told_the_outcome_is_unknown() {
+    use durably_journal::durably_db::{OptionalExtension, PgConnection};
+
+    const WAIT_LOCK_KEY: i64 = 1919;
+    let db = TestDb::on(Backend::Postgres);
+    let journal = db.builder().pg_writers(1).open().unwrap();
+    let instance = journal.locker().instance_id().simple().to_string();
+    let writers = format!("durably:{}:writer", &instance[..8]);
+    let execution = running(&journal, durably_journal::new_execution_id()).await;
+    let holder = PgConnection::connect(&db.target(), "commit-lock-holder").unwrap();
+    holder
+        .batch_execute(&format!(
+            "CREATE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN PERFORM pg_advisory_xact_lock({WAIT_LOCK_KEY}); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER steps_wait_at_commit AFTER INSERT ON steps
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit()"
+        ))
+        .unwrap();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({WAIT_LOCK_KEY})"
+        ))
+        .unwrap();
+
+    let step = tokio::spawn(async move {
+        execution
+            .idempotent("charge", |_key| async { Ok::<_, StepError>(json!(1)) })
+            .await
+    });
+    // The worker's session waits on the advisory lock only inside its COMMIT's trigger.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let waiting_pid = loop {
+        let writers = writers.clone();
+        let pid: Option<i32> = journal
+            .read(move |conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = ?1
+                         AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                        [writers],
+                        |row| row.get(0),
+                    )
+                    .optional()?)
+            })
+            .unwrap();
+        if let Some(pid) = pid {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step's COMMIT never reached the trigger"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    journal
+        .read(move |conn| {
+            Ok(conn.query_row(
+                "SELECT pg_terminate_backend(?1, 10000)",
+                [waiting_pid],
+                |row| row.get::<_, bool>(0),
+            )?)
+        })
+        .unwrap();
+
+    let outcome = step.await.unwrap();
+    assert!(
+        matches!(outcome, Err(durably_journal::Error::CommitUnknown { .. })),
+        "{outcome:?}"
+    );
+    holder.batch_execute("ROLLBACK").unwrap();
+    journal
+        .write(|conn| Ok(conn.execute_batch("SELECT 1")?))
+        .await
+        .unwrap();
+    assert_eq!(journal.writer_stats().commits_failed, 1);
 }

@@ -3,7 +3,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_executor::block_on;
@@ -13,7 +16,7 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 use super::error::{PgError, PgErrorKind};
 use super::runtime;
 use super::transaction::TransactionState;
-use super::translate::{Translated, translate};
+use super::translate::{Control, Translated, translate};
 use super::types::{Bound, Raw, Reader, bind};
 use crate::value::Value;
 
@@ -37,14 +40,25 @@ pub struct PgRows {
     pub rows: Vec<Vec<Value<'static>>>,
 }
 
-/// A prepared statement and what is known about it, cached under its original SQL text.
+/// A prepared statement and what is known about it, cached under its original SQL text. A
+/// caller that runs it more than once holds it (`PgConnection::prepared`), so the cache is
+/// looked up once.
 #[derive(Debug)]
-struct Prepared {
+pub(crate) struct Prepared {
+    /// The SQL text as the caller wrote it, for errors.
+    sql: Box<str>,
     statement: Statement,
     columns: Arc<[String]>,
     readers: Box<[Reader]>,
     /// The translation, with the transaction controls the statement performs.
     translated: Translated,
+}
+
+impl Prepared {
+    /// How many columns its rows have.
+    pub(crate) fn column_count(&self) -> usize {
+        self.columns.len()
+    }
 }
 
 /// Prepared statements by their original SQL text, at most `STATEMENT_CACHE_CAPACITY`, the least
@@ -106,6 +120,11 @@ pub struct PgConnection {
     /// Followed through every statement's outcome, so that a `COMMIT` that rolled back an
     /// aborted transaction is reported as an error (see `transaction.rs`).
     transaction: Cell<TransactionState>,
+    /// A `BEGIN` asked for by `begin_pipelined` and not sent yet: it goes out with the next
+    /// statement. Invariant: set only while `transaction` is `Idle`.
+    begin_pending: Cell<bool>,
+    /// `BEGIN`, translated once.
+    begin: Translated,
 }
 
 impl PgConnection {
@@ -141,7 +160,40 @@ impl PgConnection {
             client,
             statements: RefCell::default(),
             transaction: Cell::default(),
+            begin_pending: Cell::new(false),
+            begin: translate("BEGIN"),
         })
+    }
+
+    /// Begins a transaction without a round trip of its own: `BEGIN` is sent with the next
+    /// statement, without waiting for its answer (the driver usually writes both in one
+    /// `sendto`), and both answers are read together. A
+    /// transaction that runs no statement sends nothing, not even at its `COMMIT` or
+    /// `ROLLBACK`.
+    ///
+    /// The cost is that a session the server has ended is noticed only when the driver has
+    /// read its goodbye (`is_closed`), or else at the first statement, which then fails as
+    /// `ConnectionLost` with nothing run, rather than at a `BEGIN` of its own.
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionLost` when the session is known to be gone; `Server` when a transaction is
+    /// already open (a bug of the caller's).
+    pub fn begin_pipelined(&self) -> Result<(), PgError> {
+        if self.client.is_closed() {
+            let message = "the session is closed";
+            return Err(PgError::new(
+                PgErrorKind::ConnectionLost,
+                message,
+                Some("BEGIN"),
+            ));
+        }
+        if self.begin_pending.get() || self.transaction.get() != TransactionState::Idle {
+            let message = "a transaction is already open on this session";
+            return Err(PgError::new(PgErrorKind::Server, message, Some("BEGIN")));
+        }
+        self.begin_pending.set(true);
+        Ok(())
     }
 
     /// Translates and prepares `sql` into the connection's cache, unless it is there already;
@@ -163,10 +215,20 @@ impl PgConnection {
     /// bind to the parameter's type, `ConnectionLost` (or `CommitUnknown` for a `COMMIT`), and
     /// `RolledBack` for a `COMMIT` of a transaction an earlier error aborted.
     pub fn execute(&self, sql: &str, params: &[Value<'_>]) -> Result<u64, PgError> {
-        let prepared = self.prepared(sql)?;
-        let bound = bind_all(&prepared, params, sql)?;
-        let outcome = block_on(self.client.execute(&prepared.statement, &as_params(&bound)));
-        self.settle(outcome, sql, &prepared.translated)
+        self.execute_prepared(&*self.prepared(sql)?, params)
+    }
+
+    /// `execute` of a statement the caller holds (from `prepared`).
+    pub(crate) fn execute_prepared(
+        &self,
+        prepared: &Prepared,
+        params: &[Value<'_>],
+    ) -> Result<u64, PgError> {
+        let sql = &*prepared.sql;
+        let bound = bind_all(prepared, params, sql)?;
+        let params = as_params(&bound);
+        let statement = self.client.execute(&prepared.statement, &params);
+        self.run(statement, sql, &prepared.translated)
     }
 
     /// Runs one query and reads all of its rows.
@@ -176,13 +238,23 @@ impl PgConnection {
     /// As `execute`; `UnsupportedType` at the first call when a column's type cannot be read
     /// (cast `numeric` results), `Column` when a value cannot be decoded.
     pub fn query(&self, sql: &str, params: &[Value<'_>]) -> Result<PgRows, PgError> {
-        let prepared = self.prepared(sql)?;
-        let bound = bind_all(&prepared, params, sql)?;
-        let outcome = block_on(self.client.query(&prepared.statement, &as_params(&bound)));
-        let rows = self.settle(outcome, sql, &prepared.translated)?;
+        self.query_prepared(&*self.prepared(sql)?, params)
+    }
+
+    /// `query` of a statement the caller holds (from `prepared`).
+    pub(crate) fn query_prepared(
+        &self,
+        prepared: &Prepared,
+        params: &[Value<'_>],
+    ) -> Result<PgRows, PgError> {
+        let sql = &*prepared.sql;
+        let bound = bind_all(prepared, params, sql)?;
+        let params = as_params(&bound);
+        let statement = self.client.query(&prepared.statement, &params);
+        let rows = self.run(statement, sql, &prepared.translated)?;
         let rows = rows
             .iter()
-            .map(|row| decode(&prepared, row, sql))
+            .map(|row| decode(prepared, row, sql))
             .collect::<Result<_, _>>()?;
         Ok(PgRows {
             columns: Arc::clone(&prepared.columns),
@@ -197,8 +269,17 @@ impl PgConnection {
     ///
     /// As `execute`, for the first statement that fails; the ones before it ran.
     pub fn batch_execute(&self, sql: &str) -> Result<(), PgError> {
-        let outcome = block_on(self.client.batch_execute(sql));
-        self.settle(outcome, sql, &translate(sql))
+        let translated = translate(sql);
+        let ends = translated.statements == 1
+            && matches!(
+                translated.controls[..],
+                [Control::Commit | Control::Rollback]
+            );
+        if ends && self.begin_pending.replace(false) {
+            // The transaction ran no statement: the server never saw it begin.
+            return Ok(());
+        }
+        self.run(self.client.batch_execute(sql), sql, &translated)
     }
 
     /// Whether the session is gone (closed or lost); every later call fails.
@@ -206,8 +287,29 @@ impl PgConnection {
         self.client.is_closed()
     }
 
+    /// Waits for `statement`, a driver future not polled yet, and follows the transaction
+    /// through its outcome. A pending `BEGIN` goes ahead of it, pipelined: both futures
+    /// are polled together, the `BEGIN` first, and the driver queues their messages in that
+    /// order.
+    ///
+    /// When that `BEGIN` fails its error is the answer: at the top level `BEGIN` fails only
+    /// with the session, so the statement did not run either.
+    fn run<T>(
+        &self,
+        statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
+        sql: &str,
+        translated: &Translated,
+    ) -> Result<T, PgError> {
+        if !self.begin_pending.replace(false) {
+            return self.settle(block_on(statement), sql, translated);
+        }
+        let (begun, outcome) = block_on(both(self.client.batch_execute("BEGIN"), statement));
+        self.settle(begun, "BEGIN", &self.begin)?;
+        self.settle(outcome, sql, translated)
+    }
+
     /// The cached statement for `sql`, prepared (after translation) on a miss.
-    fn prepared(&self, sql: &str) -> Result<Arc<Prepared>, PgError> {
+    pub(crate) fn prepared(&self, sql: &str) -> Result<Arc<Prepared>, PgError> {
         if let Some(hit) = self.statements.borrow_mut().get(sql) {
             return Ok(hit);
         }
@@ -225,6 +327,7 @@ impl PgConnection {
             .map(|column| column.name().to_owned())
             .collect();
         let prepared = Arc::new(Prepared {
+            sql: sql.into(),
             statement,
             columns: names,
             readers,
@@ -282,6 +385,34 @@ impl PgConnection {
         }
         error
     }
+}
+
+/// Waits for two futures at once, polling `first` before `second` each time, and returns both
+/// outputs.
+async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
+    let (mut first, mut second) = (pin!(first), pin!(second));
+    let (mut first_out, mut second_out) = (None, None);
+    poll_fn(move |cx| {
+        if first_out.is_none()
+            && let Poll::Ready(out) = first.as_mut().poll(cx)
+        {
+            first_out = Some(out);
+        }
+        if second_out.is_none()
+            && let Poll::Ready(out) = second.as_mut().poll(cx)
+        {
+            second_out = Some(out);
+        }
+        match (first_out.take(), second_out.take()) {
+            (Some(first), Some(second)) => Poll::Ready((first, second)),
+            (first, second) => {
+                first_out = first;
+                second_out = second;
+                Poll::Pending
+            }
+        }
+    })
+    .await
 }
 
 /// Binds every parameter by the type the server inferred for it.

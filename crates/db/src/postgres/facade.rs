@@ -1,7 +1,9 @@
-//! The PostgreSQL arms of the facade: a statement is its SQL text on a [`PgConnection`] (whose
-//! cache holds the prepared form), and rows are read whole, then handed out one at a time.
+//! The PostgreSQL arms of the facade: a statement holds its prepared form (from the
+//! [`PgConnection`]'s cache), and rows are read whole, then handed out one at a time.
 
-use super::connection::{PgConnection, PgRows};
+use std::sync::Arc;
+
+use super::connection::{PgConnection, PgRows, Prepared};
 use super::error::PgError;
 use crate::error::{Error, Result};
 use crate::params::Params;
@@ -14,36 +16,38 @@ impl From<PgError> for Error {
     }
 }
 
-/// A statement of the facade on PostgreSQL: prepared (and cached) when it is made, run by its
-/// SQL text, which finds the cached prepared form.
+/// A statement of the facade on PostgreSQL: prepared (and cached) when it is made, and held,
+/// so running it looks nothing up.
 pub(crate) struct PgStatement<'c> {
     connection: &'c PgConnection,
-    sql: String,
-    column_count: usize,
+    prepared: Arc<Prepared>,
 }
 
 impl<'c> PgStatement<'c> {
     /// Prepares `sql` through the connection's cache, so a bad statement fails here, as on SQLite.
     pub(crate) fn new(connection: &'c PgConnection, sql: &str) -> Result<Self> {
-        let column_count = connection.prepare(sql)?;
+        let prepared = connection.prepared(sql)?;
         Ok(Self {
             connection,
-            sql: sql.to_owned(),
-            column_count,
+            prepared,
         })
     }
 
     pub(crate) fn column_count(&self) -> usize {
-        self.column_count
+        self.prepared.column_count()
     }
 
     pub(crate) fn execute<P: Params>(&self, params: &P) -> Result<usize> {
-        let changed = self.connection.execute(&self.sql, &values(params)?)?;
+        let changed = self
+            .connection
+            .execute_prepared(&self.prepared, &values(params)?)?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 
     pub(crate) fn query<P: Params>(&self, params: &P) -> Result<PgCursor> {
-        let rows = self.connection.query(&self.sql, &values(params)?)?;
+        let rows = self
+            .connection
+            .query_prepared(&self.prepared, &values(params)?)?;
         Ok(PgCursor { rows, next: 0 })
     }
 }

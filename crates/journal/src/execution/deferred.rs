@@ -214,18 +214,20 @@ impl Carry {
         Ok(dropped)
     }
 
-    /// Writes the open (or checks the fence at `epoch`), then the rows. The open stores the
-    /// epoch it took in `epoch` at once, so a release later in the same transaction uses it.
+    /// Writes the open (or checks the fence at `epoch`, unless `fenced` says the transaction
+    /// has already), then the rows. The open stores the epoch it took in `epoch` at once, so a
+    /// release later in the same transaction uses it.
     pub(crate) fn write(
         self,
         conn: &Connection,
         locker: &Locker,
         (id, resource): (Uuid, &str),
-        epoch: &AtomicU64,
+        (epoch, fenced): (&AtomicU64, bool),
         now: &str,
     ) -> Result<()> {
         match self.open {
             Some(open) => epoch.store(open.write(conn, locker, id, now)?, Ordering::SeqCst),
+            None if fenced => {}
             None => locker.fence(conn, resource, epoch.load(Ordering::SeqCst))?,
         }
         for pending in self.rows {

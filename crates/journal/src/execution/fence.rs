@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use durably_db::{Connection, OptionalExtension, Sql, params};
+use durably_db::{Connection, Dialect, OptionalExtension, Sql, params};
 use durably_lock::{Clock, Locker, format_timestamp};
 use uuid::Uuid;
 
@@ -50,6 +50,62 @@ fn pending_cancel_locked(conn: &Connection, resource: &str) -> Result<Option<Str
         .query_row(params![resource], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     Ok(row.and_then(|(requested, reason)| requested.then(|| reason.unwrap_or_default())))
+}
+
+/// The cancel check and the fence in one statement, on PostgreSQL, for the writes whose fence
+/// can run first (those without a caller's first hook): one round trip instead of two. The
+/// lock order stays the execution row, then its lock row: the materialized CTE locks the
+/// execution row as the outer scan reads it, and only then is the row's correlated subquery
+/// evaluated, which locks the lock row `FOR SHARE` ([`Locker::fence`]'s lock). No row: the
+/// execution row is gone; `held` false: the fence fails. Either way the write falls back to the
+/// separate fence, which reports why.
+const CANCEL_AND_FENCE_CHECK: &str = "WITH execution AS MATERIALIZED (
+         SELECT execution_id, cancel_requested_at IS NOT NULL AS requested, cancel_reason
+         FROM executions WHERE execution_id = ?1 FOR SHARE)
+     SELECT requested, cancel_reason,
+            EXISTS (SELECT 1 FROM locks WHERE resource = execution.execution_id
+                    AND instance_id = ?2 AND epoch = ?3 FOR SHARE) AS held
+     FROM execution";
+
+/// What a fenced write's first statement found.
+#[derive(Default)]
+struct Checked {
+    /// The reason of the pending cancel request (empty when none was given), if one is.
+    request: Option<String>,
+    /// The fence has passed already, in this transaction and under its lock. `false` leaves
+    /// it to [`Locker::fence`] at its usual place, which fails there if it must.
+    fenced: bool,
+}
+
+/// The cancel check of a fenced write on execution `resource`, with the fence at `epoch` in
+/// the same statement when `fence_first` and the backend is PostgreSQL.
+fn check_first(
+    conn: &Connection,
+    locker: &Locker,
+    resource: &str,
+    epoch: u64,
+    fence_first: bool,
+) -> Result<Checked> {
+    if !fence_first || conn.dialect() != Dialect::Postgres {
+        return Ok(Checked {
+            request: pending_cancel_locked(conn, resource)?,
+            fenced: false,
+        });
+    }
+    locker.ensure_live()?;
+    let instance = locker.instance_id().to_string();
+    let row: Option<(bool, Option<String>, bool)> = conn
+        .prepare_cached(CANCEL_AND_FENCE_CHECK)?
+        .query_row(params![resource, instance, epoch as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    Ok(
+        row.map_or_else(Checked::default, |(requested, reason, held)| Checked {
+            request: requested.then(|| reason.unwrap_or_default()),
+            fenced: held,
+        }),
+    )
 }
 
 /// How many times a write that carries step results is tried when the database is busy. The
@@ -391,12 +447,16 @@ impl Fence {
         let written = self
             .writer
             .write_for(self.id, undo, move |conn| {
-                // An execution this write opens has no row yet, so no request.
-                let request = if opening {
-                    None
+                // An execution this write opens has no row yet, so no request. A write with a
+                // first hook keeps its fence after the hook (so a hook that declines is
+                // answered as such); any other checks its fence with the cancel request.
+                let checked = if opening {
+                    Checked::default()
                 } else {
-                    pending_cancel_locked(conn, &resource)?
+                    let epoch = epoch.load(Ordering::SeqCst);
+                    check_first(conn, &locker, &resource, epoch, first.is_none())?
                 };
+                let (request, fenced) = (checked.request, checked.fenced);
                 // The caller's first hook runs before the carry is taken, so that its refusal
                 // leaves what is pending untaken; under a request, only an admitted write runs
                 // it.
@@ -406,7 +466,9 @@ impl Fence {
                     hook(conn)?;
                 }
                 if let Some(reason) = request {
-                    locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
+                    if !fenced {
+                        locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
+                    }
                     if refused_under_request(conn, (id, &resource), carry, hooked, requests)? {
                         return Ok(Fenced::Refused(reason));
                     }
@@ -417,8 +479,8 @@ impl Fence {
                     if let Some(seqs) = &taken_by_this {
                         *seqs.lock().unwrap_or_else(PoisonError::into_inner) = carry.seqs();
                     }
-                    carry.write(conn, &locker, (id, &resource), &epoch, &now)?;
-                } else {
+                    carry.write(conn, &locker, (id, &resource), (&epoch, fenced), &now)?;
+                } else if !fenced {
                     locker.fence(conn, &resource, epoch.load(Ordering::SeqCst))?;
                 }
                 work(conn, &resource, at, &now).map(Fenced::Done)

@@ -1,6 +1,7 @@
 //! The writer's engine on PostgreSQL: `n` worker threads, each with its own session, each
-//! request one transaction (`BEGIN`, the request, `COMMIT`). There is no batching: concurrent
-//! workers' commits share the server's WAL flushes (its group commit).
+//! request one transaction (`BEGIN`, the request, `COMMIT`; the `BEGIN` travels with the
+//! request's first statement). There is no batching: concurrent workers' commits share the
+//! server's WAL flushes (its group commit).
 //!
 //! The [`Writer`] in front keeps its API, back-pressure and counters; it routes each request
 //! to a worker's queue (see `crate::writer` for the per-execution order this keeps). A worker
@@ -132,20 +133,24 @@ enum Outcome {
 }
 
 /// A session with a transaction begun: on `idle`, or on a new session when there is none or
-/// its `BEGIN` fails. Outside a transaction `BEGIN` fails only on a lost session (a server
-/// restart, `pg_terminate_backend`, an idle timeout), and nothing of the request has run yet,
-/// so beginning again on a new session is safe.
+/// it is known to be closed. `BEGIN` is pipelined: it goes out with the request's first
+/// statement, so a request costs its own statements' round trips and `COMMIT`'s, no more.
+///
+/// A session the server ended while idle is noticed here once the driver has read the
+/// server's goodbye, which it does as it arrives; one that went silent (a partition) fails at
+/// the request's first statement instead, with nothing of the request run, and the next
+/// request opens a new session.
 ///
 /// # Errors
 /// The new session could not be opened, or refused `BEGIN`.
 fn begin(session: &Session, idle: Option<Connection>) -> durably_db::Result<Connection> {
     if let Some(idle) = idle
-        && idle.execute_batch("BEGIN").is_ok()
+        && idle.begin_pipelined().is_ok()
     {
         return Ok(idle);
     }
     let fresh = session.connect("writer")?;
-    fresh.execute_batch("BEGIN")?;
+    fresh.begin_pipelined()?;
     Ok(fresh)
 }
 
