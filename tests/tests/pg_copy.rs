@@ -165,7 +165,13 @@ fn a_sqlite_journal_moves_to_postgres_and_its_runs_finish_there() {
         rows("executions") >= 5,
         "done, parent, child, inbox, the fire"
     );
-    for table in ["runtime_patches", "fires", "jobs", "messages", "workflow_kinds"] {
+    for table in [
+        "runtime_patches",
+        "fires",
+        "jobs",
+        "messages",
+        "workflow_kinds",
+    ] {
         assert!(rows(table) >= 1, "{table} is empty: {:?}", report.tables);
     }
     // No lock row travels: ownership starts fresh on PostgreSQL.

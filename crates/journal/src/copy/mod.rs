@@ -154,7 +154,7 @@ pub async fn copy_journal(
     source: Inspector,
     destination: &Journal,
 ) -> Result<CopyReport, CopyError> {
-    refuse_live_holders(&source)?;
+    source_in_use(&source)?;
     let (source_tables, source_versions) = source.read(|conn| {
         let tables = rows::table_names(conn)?;
         let versions = rows::versions(conn, &tables)?;
@@ -200,8 +200,13 @@ pub async fn copy_journal(
     }
 }
 
-/// Refuses a source any live (or unjudgeable) process holds a lock of.
-fn refuse_live_holders(source: &Inspector) -> Result<(), CopyError> {
+/// Refuses a source any live (or unjudgeable) process holds a lock of: the check
+/// [`copy_journal`] makes first, for a caller that wants it before preparing the destination.
+///
+/// # Errors
+/// [`CopyError::SourceInUse`] naming the first such holder; [`CopyError::Journal`] when the
+/// locks cannot be read.
+pub fn source_in_use(source: &Inspector) -> Result<(), CopyError> {
     for (row, judgement) in source.lock_holders()? {
         let verdict = match judgement {
             Judgement::Dead(_) => continue,
