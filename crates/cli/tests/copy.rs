@@ -15,7 +15,7 @@
 mod common;
 mod runtime_support;
 
-use common::{assert_code, assert_stderr_says, durably, json, stderr, stdout};
+use common::{assert_code, assert_stderr_says, durably, stderr, stdout};
 use durably::Status;
 use runtime_support::{RuntimeJournal, SERVED, dump};
 
@@ -133,7 +133,7 @@ fn a_copy_into_postgres_reports_equal_counts_on_both_sides() {
         &db.target(),
     ]);
     assert_code(&output, 0);
-    let report = json(&output);
+    let report = common::json(&output);
     let tables = report["tables"].as_array().unwrap();
     let sqlite = rusqlite::Connection::open(&journal.db).unwrap();
     for table in tables {

@@ -109,7 +109,7 @@ pub(crate) fn move_identity(conn: &Connection, table: &Table) -> Result<()> {
 }
 
 /// A timestamp that the destination would not hold as the same instant.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct InexactTimestamp {
     /// The column holding it.
     pub(crate) column: &'static str,
