@@ -19,6 +19,15 @@ use common::{assert_code, assert_stderr_says, durably, stderr, stdout};
 use durably::Status;
 use runtime_support::{RuntimeJournal, SERVED, dump};
 
+/// `durably [--json] copy --from FROM --to TO`.
+fn copy(from: &str, to: &str, json: bool) -> std::process::Output {
+    let mut args = vec!["copy", "--from", from, "--to", to];
+    if json {
+        args.insert(0, "--json");
+    }
+    durably(&args)
+}
+
 /// The JSON error `output` printed on standard error.
 fn error_json(output: &std::process::Output) -> serde_json::Value {
     serde_json::from_str(&stderr(output)).unwrap()
@@ -40,14 +49,8 @@ fn journal_at_rest() -> RuntimeJournal {
 fn a_copy_into_an_empty_file_carries_every_row_and_prints_the_counts() {
     let journal = journal_at_rest();
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("copy.db");
-    let output = durably(&[
-        "copy",
-        "--from",
-        journal.db_arg(),
-        "--to",
-        copy.to_str().unwrap(),
-    ]);
+    let destination = dir.path().join("copy.db");
+    let output = copy(journal.db_arg(), destination.to_str().unwrap(), false);
     assert_code(&output, 0);
     let printed = stdout(&output);
     assert!(printed.contains("TABLE") && printed.contains("SOURCE") && printed.contains("COPIED"));
@@ -56,7 +59,7 @@ fn a_copy_into_an_empty_file_carries_every_row_and_prints_the_counts() {
         "{printed}"
     );
 
-    let copied = dump(&copy);
+    let copied = dump(&destination);
     for (table, rows) in dump(&journal.db) {
         // Locks never travel; the destination's `schema_versions` has every owner this
         // build migrates (the scheduler's too), each at the source's version.
@@ -68,18 +71,11 @@ fn a_copy_into_an_empty_file_carries_every_row_and_prints_the_counts() {
         assert_eq!(found.map(|(_, rows)| rows), Some(&rows), "table {table}");
     }
 
-    let again = durably(&[
-        "--json",
-        "copy",
-        "--from",
-        journal.db_arg(),
-        "--to",
-        copy.to_str().unwrap(),
-    ]);
+    let again = copy(journal.db_arg(), destination.to_str().unwrap(), true);
     assert_code(&again, 1);
     assert_eq!(error_json(&again)["code"], "destination_not_empty");
     assert_eq!(
-        dump(&copy),
+        dump(&destination),
         copied,
         "a refused copy changed the destination"
     );
@@ -91,24 +87,14 @@ fn a_copy_refuses_a_source_a_live_process_holds_and_creates_nothing() {
     let held = journal.start(SERVED, "{}", &[]);
     journal.wait_for(held, Status::Running);
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("copy.db");
-    let output = durably(&[
-        "copy",
-        "--from",
-        journal.db_arg(),
-        "--to",
-        copy.to_str().unwrap(),
-    ]);
+    let destination = dir.path().join("copy.db");
+    let output = copy(journal.db_arg(), destination.to_str().unwrap(), false);
     assert_stderr_says(&output, 1, &held.to_string());
-    assert!(!copy.exists(), "the refused copy created its destination");
-    let output = durably(&[
-        "--json",
-        "copy",
-        "--from",
-        journal.db_arg(),
-        "--to",
-        copy.to_str().unwrap(),
-    ]);
+    assert!(
+        !destination.exists(),
+        "the refused copy created its destination"
+    );
+    let output = copy(journal.db_arg(), destination.to_str().unwrap(), true);
     assert_eq!(error_json(&output)["code"], "lock_held");
 }
 
@@ -124,14 +110,7 @@ fn a_copy_into_postgres_reports_equal_counts_on_both_sides() {
 
     let journal = journal_at_rest();
     let db = TestDb::on(Backend::Postgres);
-    let output = durably(&[
-        "--json",
-        "copy",
-        "--from",
-        journal.db_arg(),
-        "--to",
-        &db.target(),
-    ]);
+    let output = copy(journal.db_arg(), &db.target(), true);
     assert_code(&output, 0);
     let report = common::json(&output);
     let tables = report["tables"].as_array().unwrap();
