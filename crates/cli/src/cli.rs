@@ -122,6 +122,19 @@ pub enum Command {
         /// The slot, RFC 3339 (`2026-01-01T02:00:00Z`).
         slot: String,
     },
+    /// Copy the whole journal into an empty database: a SQLite file into PostgreSQL
+    /// (`--to postgresql://…`), or back. Refused while a live process holds a lock of the
+    /// source, when the destination holds rows, or when the schema versions differ; one
+    /// transaction, verified by each table's row count and digest before it commits.
+    Copy {
+        /// The journal to copy: a SQLite file, or a PostgreSQL URL.
+        #[arg(long, value_name = "SOURCE")]
+        from: PathBuf,
+        /// The empty destination: a PostgreSQL URL (its schema is the URL's `search_path`),
+        /// or a SQLite file; created and migrated if new.
+        #[arg(long, value_name = "DESTINATION")]
+        to: PathBuf,
+    },
     /// Run the demo: a workflow killed mid-effect and resumed under each ambiguity policy.
     ///
     /// Without --db it deletes and recreates ./durably-demo.db; with --db PATH it uses that

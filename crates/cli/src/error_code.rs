@@ -121,6 +121,11 @@ error_codes! {
     DedupKeyTaken = "dedup_key_taken", EXIT_FAILURE;
     /// `send --key` reused a key of another message to the same execution.
     IdempotencyKeyReused = "idempotency_key_reused", EXIT_FAILURE;
+    /// `copy` found rows in its destination; nothing was copied.
+    DestinationNotEmpty = "destination_not_empty", EXIT_FAILURE;
+    /// `copy` found the source's and the destination's schema versions differ; nothing was
+    /// copied.
+    SchemaMismatch = "schema_mismatch", EXIT_FAILURE;
     /// A value is over the journal's payload cap.
     PayloadTooLarge = "payload_too_large", EXIT_FAILURE;
     /// The execution `start --wait` waited for failed.

@@ -91,6 +91,9 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Schedules { action } => {
             commands::schedules::run(&target()?, action.as_ref(), json)?;
         }
+        Command::Copy { from, to } => {
+            commands::copy::run(from, to, cli.read_timeout.into(), json)?;
+        }
         Command::FireId { job, slot } => commands::fire_id::run(job, slot, json)?,
         // DURABLY_DB names the user's real journal; the demo never writes there, so only
         // `--db` counts.

@@ -7,7 +7,9 @@
 //! parked state, messages and a workflow event (see `runtime_support`: a runtime sweeps the
 //! demo's deliberately unswept execution, so it gets a file of its own); extract each ```sql
 //! block of the page with the heading it is under, and run each of its statements with
-//! rusqlite.
+//! rusqlite. With the `postgres` feature, the same two journals are copied into PostgreSQL
+//! schemas (`durably copy`) and each block, or the ```psql block that follows it in its place,
+//! is run by `psql` there, under the same rule about rows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,6 +29,32 @@ fn sql_blocks(page: &str) -> Vec<(bool, String)> {
         .filter(|block| block.language == "sql")
         .map(|block| (block.heading == RUNTIME_SECTION, block.text))
         .collect()
+}
+
+/// The statements each ```sql block stands for in `psql`: the ```psql block right after it,
+/// or else the block itself, each with whether it is under [`RUNTIME_SECTION`].
+#[cfg(feature = "postgres")]
+fn psql_blocks(page: &str) -> Vec<(bool, String)> {
+    let blocks = doc_blocks::fenced_blocks(page);
+    let mut chosen = Vec::new();
+    for (index, block) in blocks.iter().enumerate() {
+        let previous = index.checked_sub(1).and_then(|before| blocks.get(before));
+        if block.language == "psql" {
+            assert_eq!(
+                previous.map(|before| before.language.as_str()),
+                Some("sql"),
+                "a psql block must follow the sql block it translates:\n{}",
+                block.text
+            );
+        }
+        if block.language != "sql" {
+            continue;
+        }
+        let next = blocks.get(index + 1).filter(|next| next.language == "psql");
+        let text = next.map_or(&block.text, |next| &next.text);
+        chosen.push((block.heading == RUNTIME_SECTION, text.clone()));
+    }
+    chosen
 }
 
 /// Runs each statement of `block`, returning the rows of all of them.
@@ -160,4 +188,70 @@ fn every_view_has_readable_rows_on_a_demo_database() {
         "{status}"
     );
     serde_json::from_str::<serde_json::Value>(&input).unwrap();
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_sql_block_of_the_operations_page_runs_in_psql_on_a_copy_in_postgres() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    use durably_testkit::{Backend, TestDb};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (demo, runtime) = databases(dir.path());
+    let (demo_pg, runtime_pg) = (TestDb::on(Backend::Postgres), TestDb::on(Backend::Postgres));
+    for (file, db) in [(&demo, &demo_pg), (&runtime, &runtime_pg)] {
+        let copied = durably(&[
+            "copy",
+            "--from",
+            file.to_str().unwrap(),
+            "--to",
+            &db.target(),
+        ]);
+        assert_code(&copied, 0);
+    }
+    let blocks = psql_blocks(PAGE);
+    assert_eq!(blocks.len(), sql_blocks(PAGE).len());
+    for (in_runtime, block) in &blocks {
+        let db = if *in_runtime { &runtime_pg } else { &demo_pg };
+        let mut psql = Command::new("psql")
+            .args([
+                db.target().as_str(),
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot run psql (is it installed?): {error}"));
+        psql.stdin
+            .take()
+            .unwrap()
+            .write_all(block.as_bytes())
+            .unwrap();
+        let output = psql.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        );
+        assert!(
+            output.status.success(),
+            "psql refused this block: {stderr}\n{block}"
+        );
+        // A copy carries no lock rows (its ownership starts fresh), so the demo's dead holder
+        // is not there to list.
+        let may_be_empty = block.contains("-- may be empty") || block.contains("lock_holders");
+        if !may_be_empty {
+            assert!(
+                !stdout.trim().is_empty(),
+                "this block returned no rows in psql:\n{block}"
+            );
+        }
+    }
 }

@@ -101,6 +101,9 @@ pub use durably_journal::{
     event_kind, new_execution_id,
 };
 
+/// Copying a whole journal into an empty one on another backend (`durably copy`).
+pub use durably_journal::copy;
+
 /// Operator actions: `journal.operator()` and what its actions take and report.
 pub mod operator {
     pub use durably_journal::{

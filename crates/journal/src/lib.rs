@@ -57,6 +57,7 @@ mod begin;
 mod changes;
 mod claim;
 mod config;
+pub mod copy;
 mod error;
 mod events;
 mod execution;
@@ -93,6 +94,7 @@ pub use config::{
     FAILED_RETENTION_DEFAULT, JournalBuilder, PAYLOAD_BYTES_MAX_DEFAULT, PG_POLL_MS_DEFAULT,
     PG_WRITERS_DEFAULT, READ_TIMEOUT_MS_DEFAULT, READERS_MAX_DEFAULT, RetryPolicy,
 };
+pub use copy::{CopyError, CopyReport, TableCopied, copy_journal};
 pub use error::{AmbiguityReason, Error, Result, UnsafeFileReason};
 pub use execution::{
     DEFERRED_BYTES_MAX, DEFERRED_STEPS_MAX, Execution, Release, Reservation,

@@ -2,6 +2,7 @@
 //! or JSON.
 
 pub mod cancel;
+pub mod copy;
 pub mod fire_id;
 pub mod fires;
 pub mod fork;
