@@ -167,11 +167,21 @@ async fn operate(env: Env, id: Uuid) -> Result<(), BoxError> {
         (Resolution::NotDone, "--not-done".to_owned())
     };
 
-    // 5. The answer, for that intent only.
-    journal
-        .operator()
-        .resolve_seen(id, seq, seen, resolution)
-        .await?;
+    // 5. The answer, for that intent only. The run that parked the execution holds its lock
+    //    until its halted handle drops, an instant after the status changed: an answer given
+    //    in between is refused with `Locked`, and given again.
+    loop {
+        match journal
+            .operator()
+            .resolve_seen(id, seq, seen, resolution.clone())
+            .await
+        {
+            Err(durably::Error::Locked { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            answered => break answered?,
+        }
+    }
     println!(
         "resolved, as `durably --db {} resolve {id} {seq} --seen {seen} {answer}` would",
         db.display()
