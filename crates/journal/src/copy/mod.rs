@@ -9,7 +9,9 @@
 //! destination already holds rows, and when the two schemas' versions differ. Rows keep their
 //! ids, payloads keep their bytes (PostgreSQL stores `json`, never `jsonb`), and timestamps
 //! keep their instant. Before the transaction commits, every table is read back from the
-//! destination and its row count and digest compared with the source's.
+//! destination and its row count and digest compared with the source's, and the source's locks
+//! are judged again: a process that started on the source meanwhile fails the copy. Other
+//! writers of the destination wait for the copy (its tables are locked).
 //!
 //! No lock row is copied: an execution that was running when its process died arrives with
 //! no owner, and the destination's runtime recovers it as it would after a crash there.
@@ -200,6 +202,29 @@ pub async fn copy_journal(
     }
 }
 
+/// Keeps every other writer out of the destination's copied tables until the copy's
+/// transaction ends, so that no row slips in between the emptiness check and the commit.
+/// SQLite's writer transaction already excludes every other writer of the file; PostgreSQL
+/// takes `EXCLUSIVE` locks (readers still read).
+fn lock_destination(conn: &Connection) -> crate::Result<()> {
+    if conn.dialect() != durably_db::Dialect::Postgres {
+        return Ok(());
+    }
+    let present = rows::table_names(conn)?;
+    let names: Vec<&str> = TABLES
+        .iter()
+        .map(|table| table.name)
+        .filter(|name| present.contains(*name))
+        .collect();
+    if !names.is_empty() {
+        conn.execute_batch(&format!(
+            "LOCK TABLE {} IN EXCLUSIVE MODE",
+            names.join(", ")
+        ))?;
+    }
+    Ok(())
+}
+
 /// Refuses a source any live (or unjudgeable) process holds a lock of: the check
 /// [`copy_journal`] makes first, for a caller that wants it before preparing the destination.
 ///
@@ -237,6 +262,7 @@ impl Plan {
     /// The copy, on the destination's write connection inside its transaction. The outer
     /// error is a storage error; the inner one a refusal.
     fn run(&self, conn: &Connection) -> crate::Result<Result<CopyReport, CopyError>> {
+        lock_destination(conn)?;
         if let Err(refusal) = self.check_destination(conn)? {
             return Ok(Err(refusal));
         }
@@ -273,6 +299,11 @@ impl Plan {
                 destination_rows: back.rows(),
                 digest: back.hex(),
             });
+        }
+        // A process that started on the source during the copy may have written rows the
+        // copy did not read: refuse, and the transaction rolls back.
+        if let Err(refusal) = source_in_use(&self.source) {
+            return Ok(Err(refusal));
         }
         Ok(Ok(report))
     }
