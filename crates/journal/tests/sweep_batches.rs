@@ -6,7 +6,8 @@
 //! Method: 10,000 running executions and their lock rows, held by a process the injected
 //! process table reports gone, are written by SQL; one more lock is held by this very journal.
 //! The sweep's commits are counted by the writer's statistics, its judgements by the process
-//! table's lookups of the dead pid.
+//! table's lookups of the dead pid (on SQLite: on PostgreSQL a holder is judged by its
+//! instance's advisory key, not by the process table).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,11 +103,16 @@ async fn ten_thousand_dead_locks_take_one_judgement_and_a_transaction_per_batch(
         batches + 1,
         "one commit per batch, and one for the running executions with no holder"
     );
-    assert_eq!(
-        table.dead_lookups.load(Ordering::SeqCst),
-        1 + batches,
-        "the dead process is judged once for the listing and once under each batch's lock"
-    );
+    // Only a SQLite holder is judged by the process table; a PostgreSQL holder is judged by
+    // its instance's advisory key, from one read of the held keys per pass (the pass's judge),
+    // which the test cannot count from outside.
+    scratch.sqlite_only("the process table's lookups of the dead pid", |_| {
+        assert_eq!(
+            table.dead_lookups.load(Ordering::SeqCst),
+            1 + batches,
+            "the dead process is judged once for the listing and once under each batch's lock"
+        );
+    });
     let (interrupted, reclaimed_events, held) = journal
         .read(|conn| {
             Ok(conn.query_row(
