@@ -12,12 +12,14 @@
 #![cfg(all(feature = "postgres", feature = "failpoints"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use durably_journal::Journal;
-use durably_runtime::{Client, Runtime, StartOptions, WorkflowContext, WorkflowError};
+use durably_runtime::{Client, Runtime, StartOptions};
 use durably_testkit::{Backend, TestDb};
 
 /// How long the receiver's result may take, and the callback may hold the park open.
@@ -68,14 +70,7 @@ async fn a_send_committed_during_the_parks_transaction_wakes_the_receiver() {
 
     let host_a = Runtime::builder(db.open())
         .park_after(Duration::ZERO)
-        .register(
-            "receiver",
-            1,
-            |context: WorkflowContext, (): ()| async move {
-                let message: Option<String> = context.recv("t", Duration::from_hours(1)).await?;
-                Ok::<_, WorkflowError>(message)
-            },
-        )
+        .register("receiver", 1, support::receiver)
         .start()
         .await
         .unwrap();
