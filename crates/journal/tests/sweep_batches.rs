@@ -44,13 +44,24 @@ impl ProcessTable for CountingTable {
     }
 }
 
+/// How many orphans one write request inserts: on PostgreSQL each row is a round trip, and a
+/// request must be acknowledged within the writer's timeout, on a loaded machine too.
+const ORPHANS_PER_WRITE: u64 = 500;
+
 /// Writes `ORPHANS` running executions whose locks a dead process of this host holds.
 async fn write_orphans(journal: &Journal, own: ProcessIdentity) {
+    let instance = uuid::Uuid::new_v4().to_string();
+    for _ in 0..ORPHANS / ORPHANS_PER_WRITE {
+        write_orphan_batch(journal, own.clone(), instance.clone()).await;
+    }
+}
+
+/// Writes `ORPHANS_PER_WRITE` of the orphans, held by `instance`, in one write request.
+async fn write_orphan_batch(journal: &Journal, own: ProcessIdentity, instance: String) {
     journal
         .write(move |conn| {
-            let instance = uuid::Uuid::new_v4().to_string();
             let at = "2026-12-01T10:00:00.000Z";
-            for _ in 0..ORPHANS {
+            for _ in 0..ORPHANS_PER_WRITE {
                 let id = durably_journal::new_execution_id().to_string();
                 conn.execute(
                     "INSERT INTO executions (execution_id, kind, name, status, input, created_at,
