@@ -331,7 +331,7 @@ async fn a_declined_write_keeps_what_is_pending() {
     assert_eq!(durable_steps(&journal, id), 2);
     let notes: Vec<String> = journal
         .read(|conn| {
-            let mut statement = conn.prepare("SELECT note FROM side ORDER BY rowid")?;
+            let mut statement = conn.prepare("SELECT note FROM side ORDER BY note")?;
             let rows = statement.query_map([], |row| row.get(0))?;
             Ok(rows.collect::<durably_journal::durably_db::Result<_>>()?)
         })

@@ -30,7 +30,10 @@ use uuid::Uuid;
 async fn with_side_table(journal: &Journal) {
     journal
         .write(|conn| {
-            conn.execute_batch("CREATE TABLE side (execution_id TEXT, seq INTEGER, note TEXT)")?;
+            // `n` numbers the rows in insertion order, in SQL both backends speak.
+            conn.execute_batch(
+                "CREATE TABLE side (n INTEGER NOT NULL, execution_id TEXT, seq INTEGER, note TEXT)",
+            )?;
             Ok(())
         })
         .await
@@ -41,7 +44,7 @@ fn side_rows(journal: &Journal) -> Vec<(String, Option<u32>, String)> {
     journal
         .read(|conn| {
             let mut statement =
-                conn.prepare("SELECT execution_id, seq, note FROM side ORDER BY rowid")?;
+                conn.prepare("SELECT execution_id, seq, note FROM side ORDER BY n")?;
             let rows =
                 statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
             Ok(rows.collect::<durably_db::Result<_>>()?)
@@ -51,7 +54,8 @@ fn side_rows(journal: &Journal) -> Vec<(String, Option<u32>, String)> {
 
 fn note(conn: &Connection, step: StepRef, note: &str) -> durably_journal::Result<()> {
     conn.execute(
-        "INSERT INTO side (execution_id, seq, note) VALUES (?1, ?2, ?3)",
+        "INSERT INTO side (n, execution_id, seq, note)
+         SELECT coalesce(max(n), 0) + 1, ?1, ?2, ?3 FROM side",
         params![step.execution_id.to_string(), step.seq, note],
     )?;
     Ok(())
@@ -59,7 +63,8 @@ fn note(conn: &Connection, step: StepRef, note: &str) -> durably_journal::Result
 
 fn note_release(conn: &Connection, id: Uuid, what: &str) -> durably_journal::Result<()> {
     conn.execute(
-        "INSERT INTO side (execution_id, seq, note) VALUES (?1, NULL, ?2)",
+        "INSERT INTO side (n, execution_id, seq, note)
+         SELECT coalesce(max(n), 0) + 1, ?1, NULL, ?2 FROM side",
         params![id.to_string(), what],
     )?;
     Ok(())

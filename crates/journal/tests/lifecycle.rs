@@ -445,11 +445,7 @@ async fn a_retryable_step_error_is_retried_up_to_the_bound_and_each_attempt_reco
 async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
-    create_table(
-        &journal,
-        "CREATE TABLE outbox (message TEXT NOT NULL) STRICT",
-    )
-    .await;
+    create_table(&journal, "CREATE TABLE outbox (message TEXT NOT NULL)").await;
     let id = Uuid::now_v7();
     let execution = start(&journal, id).await;
     let refused = execution
@@ -489,7 +485,7 @@ async fn complete_with_commits_the_extra_rows_with_the_end_or_nothing() {
 async fn guarded_with_commits_the_extra_rows_with_the_intent_or_nothing() {
     let scratch = Scratch::new();
     let journal = scratch.open();
-    create_table(&journal, "CREATE TABLE marks (step TEXT NOT NULL) STRICT").await;
+    create_table(&journal, "CREATE TABLE marks (step TEXT NOT NULL)").await;
     let marks = || count_rows(&journal, "marks");
     let mark = |conn: &durably_journal::durably_db::Connection| -> durably_journal::Result<()> {
         conn.execute("INSERT INTO marks (step) VALUES ('charge')", [])?;

@@ -16,15 +16,22 @@ use durably_journal::{Error, Journal, Status};
 use support::{Scratch, pure_steps, start};
 use uuid::Uuid;
 
+/// The columns of an execution row that an open could change: status, opens, updated_at and
+/// status_detail.
+type ExecutionColumns = (String, i64, String, Option<String>);
+
 /// Everything an open could change: the execution row, its lock row and the number of events.
-fn footprint(journal: &Journal, id: Uuid) -> (String, Option<(i64, Option<String>)>, i64) {
+fn footprint(
+    journal: &Journal,
+    id: Uuid,
+) -> (ExecutionColumns, Option<(i64, Option<String>)>, i64) {
     journal
         .read(|conn| {
-            let row: String = conn.query_row(
-                "SELECT json_array(status, opens, updated_at, status_detail) FROM executions
+            let row = conn.query_row(
+                "SELECT status, opens, updated_at, status_detail FROM executions
                  WHERE execution_id = ?1",
                 [id.to_string()],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
             )?;
             let lock = conn
                 .query_row(

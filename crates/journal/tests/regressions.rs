@@ -20,7 +20,9 @@ use uuid::Uuid;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaked_lock_of_an_abandoned_open_is_reclaimed_by_the_next_open() {
     let scratch = Scratch::new();
-    let journal = scratch.open();
+    // One writer on PostgreSQL too (SQLite has only one), so that the gate below holds the
+    // writer the open must go through.
+    let journal = scratch.builder().pg_writers(1).open().unwrap();
     let id = Uuid::new_v4();
     // Hold the writer so the open is queued but cannot commit before its caller gives up.
     let (entered_tx, entered_rx) = std::sync::mpsc::channel();
@@ -100,7 +102,9 @@ async fn a_second_handle_in_the_same_journal_is_refused_not_reclaimed() {
 #[tokio::test]
 async fn panic_inside_a_request_fails_that_request_and_the_writer_lives_on() {
     let scratch = Scratch::new();
-    let journal = scratch.open();
+    // One writer on PostgreSQL too, so that the writes after the panic go through the writer
+    // that met it.
+    let journal = scratch.builder().pg_writers(1).open().unwrap();
     let error = journal
         .write(|_| -> durably_journal::Result<()> { panic!("a buggy request") })
         .await

@@ -6,7 +6,8 @@
 //! Method: 10,000 running executions and their lock rows, held by a process the injected
 //! process table reports gone, are written by SQL; one more lock is held by this very journal.
 //! The sweep's commits are counted by the writer's statistics, its judgements by the process
-//! table's lookups of the dead pid.
+//! table's lookups of the dead pid (on SQLite: on PostgreSQL a holder is judged by its
+//! instance's advisory key, not by the process table).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -43,13 +44,24 @@ impl ProcessTable for CountingTable {
     }
 }
 
+/// How many orphans one write request inserts: on PostgreSQL each row is a round trip, and a
+/// request must be acknowledged within the writer's timeout, on a loaded machine too.
+const ORPHANS_PER_WRITE: u64 = 500;
+
 /// Writes `ORPHANS` running executions whose locks a dead process of this host holds.
 async fn write_orphans(journal: &Journal, own: ProcessIdentity) {
+    let instance = uuid::Uuid::new_v4().to_string();
+    for _ in 0..ORPHANS / ORPHANS_PER_WRITE {
+        write_orphan_batch(journal, own.clone(), instance.clone()).await;
+    }
+}
+
+/// Writes `ORPHANS_PER_WRITE` of the orphans, held by `instance`, in one write request.
+async fn write_orphan_batch(journal: &Journal, own: ProcessIdentity, instance: String) {
     journal
         .write(move |conn| {
-            let instance = uuid::Uuid::new_v4().to_string();
             let at = "2026-12-01T10:00:00.000Z";
-            for _ in 0..ORPHANS {
+            for _ in 0..ORPHANS_PER_WRITE {
                 let id = durably_journal::new_execution_id().to_string();
                 conn.execute(
                     "INSERT INTO executions (execution_id, kind, name, status, input, created_at,
@@ -102,11 +114,16 @@ async fn ten_thousand_dead_locks_take_one_judgement_and_a_transaction_per_batch(
         batches + 1,
         "one commit per batch, and one for the running executions with no holder"
     );
-    assert_eq!(
-        table.dead_lookups.load(Ordering::SeqCst),
-        1 + batches,
-        "the dead process is judged once for the listing and once under each batch's lock"
-    );
+    // Only a SQLite holder is judged by the process table; a PostgreSQL holder is judged by
+    // its instance's advisory key, from one read of the held keys per pass (the pass's judge),
+    // which the test cannot count from outside.
+    scratch.sqlite_only("the process table's lookups of the dead pid", |_| {
+        assert_eq!(
+            table.dead_lookups.load(Ordering::SeqCst),
+            1 + batches,
+            "the dead process is judged once for the listing and once under each batch's lock"
+        );
+    });
     let (interrupted, reclaimed_events, held) = journal
         .read(|conn| {
             Ok(conn.query_row(

@@ -169,6 +169,9 @@ pub(crate) fn deliver(
     if let Some(refusal) = receiver_refusal(conn, to)? {
         return Ok(Sending::Refused(refusal));
     }
+    // After the refusal: a transaction that ended the receiver itself (a cancel) takes no
+    // lock on it.
+    store::lock_receiver(conn, to)?;
     if let Some(key) = key
         && let Some(earlier) = store::message_by_key(conn, to, key)?
     {

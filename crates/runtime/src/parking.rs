@@ -20,7 +20,10 @@
 //! transaction, everything it waits for: the timer's or deadline's step (carried by the
 //! release) and `due_at`/`wait_topic`. A receive's park re-checks in that transaction for a
 //! message and declines ([`durably_journal::Error::Aborted`], nothing written) if one has
-//! arrived since it last looked, so a send can never fall between the look and the park.
+//! arrived since it last looked, so a send can never fall between the look and the park. On
+//! PostgreSQL the re-check and every send to the execution hold its receiver lock
+//! (`store::lock_receiver`), so a send that commits during the park's transaction wakes the
+//! row the park commits.
 
 use std::convert::Infallible;
 
@@ -128,12 +131,15 @@ fn park_hook(
             "a cancel request is pending",
         ));
     }
-    if let Some(topic) = topic
-        && store::first_pending_message(conn, execution_id, topic)?.is_some()
-    {
-        return Err(durably_journal::Error::Aborted(
-            "a message arrived on the awaited topic",
-        ));
+    if let Some(topic) = topic {
+        // Under the lock, a send either committed before the look below or wakes the row this
+        // park commits.
+        store::lock_receiver(conn, execution_id)?;
+        if store::first_pending_message(conn, execution_id, topic)?.is_some() {
+            return Err(durably_journal::Error::Aborted(
+                "a message arrived on the awaited topic",
+            ));
+        }
     }
     store::reset_failures(conn, execution_id)
 }

@@ -11,10 +11,12 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use durably_journal::{Journal, Status};
-use durably_runtime::{Client, Runtime, StartOptions, WorkflowContext, WorkflowError};
+use durably_runtime::{Client, Runtime, StartOptions};
 use durably_testkit::{Backend, TestDb};
 
 /// The change feed's poll on both hosts: far longer than the wake-up may take.
@@ -35,14 +37,7 @@ async fn a_message_sent_on_another_host_wakes_a_parked_receiver_before_any_poll(
     let db = TestDb::on(Backend::Postgres);
     let host_a = Runtime::builder(journal(&db))
         .park_after(Duration::ZERO)
-        .register(
-            "receiver",
-            1,
-            |context: WorkflowContext, (): ()| async move {
-                let message: Option<String> = context.recv("t", Duration::from_hours(1)).await?;
-                Ok::<_, WorkflowError>(message)
-            },
-        )
+        .register("receiver", 1, support::receiver)
         .start()
         .await
         .unwrap();

@@ -22,6 +22,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// journal the test did not drop).
 const DROP_LOCK_TIMEOUT_MS: u32 = 10_000;
 
+/// How often dropping a schema is tried when the server aborts it to break a deadlock.
+const DROP_TRIES_MAX: u32 = 5;
+
+/// Whether `error` is the server's abort of a transaction to break a deadlock.
+fn is_deadlock(error: &(dyn Error + Send + Sync + 'static)) -> bool {
+    error
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
+}
+
 /// What to do when no server answers, for every panic that says so.
 const START_A_SERVER: &str = "start a private server with `eval \"$(.ci/pg start)\"` (stop it \
     with `.ci/pg stop \"$DURABLY_PG_DIR\"`), or run the tests under `.ci/pg run cargo test ...`";
@@ -75,7 +86,20 @@ impl Drop for Schema {
             "SET lock_timeout = {DROP_LOCK_TIMEOUT_MS}; DROP SCHEMA IF EXISTS {} CASCADE",
             self.name
         );
-        if let Err(error) = simple_query(&self.server, &sql) {
+        // A journal's writer may still be finishing a transaction (tasks of the test's runtime
+        // outlive its locals): the drop, taking each table's lock in turn, can deadlock with
+        // it, and the server then aborts the drop, not the writer. Tried again; the writer
+        // ends with its runtime.
+        let mut dropped = simple_query(&self.server, &sql);
+        for _ in 1..DROP_TRIES_MAX {
+            match &dropped {
+                Err(error) if is_deadlock(error.as_ref()) => {
+                    dropped = simple_query(&self.server, &sql);
+                }
+                _ => break,
+            }
+        }
+        if let Err(error) = dropped {
             let message = format!("cannot drop the scratch schema {}: {error}", self.name);
             // A second panic while the test's own unwinds would abort and hide the first.
             if thread::panicking() {

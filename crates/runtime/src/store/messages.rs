@@ -1,6 +1,6 @@
 //! The `messages` table: what `send` inserts and `recv` steps consume.
 
-use durably_db::{Connection, OptionalExtension, Sql, params};
+use durably_db::{Connection, Dialect, OptionalExtension, Sql, params};
 use durably_journal::Result;
 use uuid::Uuid;
 
@@ -37,6 +37,32 @@ pub(crate) fn message_by_key(
             StoredMessage::from_row,
         )
         .optional()?)
+}
+
+/// Serializes, on PostgreSQL, the transactions that deliver to execution `execution_id` and
+/// the one that parks it on a receive, until the caller's transaction ends: a transaction-level
+/// advisory lock on (this schema's messages, the receiver). Without it, at `READ COMMITTED`, a
+/// park could look for a message before a send commits while the send's wake-up (an `UPDATE`
+/// of a `waiting` row) still saw the receiver `running`: the message would be stored and the
+/// receiver parked on its topic with nobody left to wake it. With it, whichever commits second
+/// sees the first: a send after a park wakes the parked row, a park after a send declines.
+/// Taken after any row lock the caller holds on the receiver, never before one: a send takes
+/// it only for a receiver that has not ended, and a park only under its own row's lock. Keys
+/// are 32-bit hashes in the two-key space, apart from the instances' 64-bit keys; two
+/// receivers sharing one only wait for each other. SQLite's single writer serializes them
+/// already.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn lock_receiver(conn: &Connection, execution_id: Uuid) -> Result<()> {
+    if conn.dialect() == Dialect::Postgres {
+        conn.prepare_cached(
+            "SELECT 1 FROM pg_advisory_xact_lock(
+                 hashtext('durably messages ' || current_schema()), hashtext(?1))",
+        )?
+        .query_row(params![execution_id.to_string()], |_| Ok(()))?;
+    }
+    Ok(())
 }
 
 /// The insert of a message. On PostgreSQL a repeated key inserts nothing and returns no row:

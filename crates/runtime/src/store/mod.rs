@@ -28,7 +28,8 @@ pub(crate) use deadlines::{deadline_at, due_deadlines, next_deadline, set_deadli
 pub(crate) use failures::{count_failed_run, reset_failures, set_last_failure};
 pub(crate) use forks::{copy_fork_rows, insert_fork_row};
 pub(crate) use messages::{
-    StoredMessage, consume_message, first_pending_message, insert_message, message_by_key,
+    StoredMessage, consume_message, first_pending_message, insert_message, lock_receiver,
+    message_by_key,
 };
 pub(crate) use patches::{PatchAnswer, executions_answering, patch_answer, record_patch_answer};
 pub(crate) use registrations::{

@@ -274,6 +274,17 @@ pub async fn approval(
     Ok(answer)
 }
 
+/// Receives one message on topic `t`, waiting up to an hour: a workflow that parks at once on a
+/// runtime with `park_after` zero.
+pub async fn receiver(
+    context: durably_runtime::WorkflowContext,
+    (): (),
+) -> Result<Option<String>, durably_runtime::WorkflowError> {
+    Ok(context
+        .recv("t", std::time::Duration::from_hours(1))
+        .await?)
+}
+
 /// A week, in minutes: an approval's usual timeout, long enough to park.
 pub const WEEK_MINUTES: u64 = 7 * 24 * 60;
 
