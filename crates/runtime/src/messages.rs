@@ -166,6 +166,7 @@ pub(crate) fn deliver(
     key: Option<&str>,
     now: DateTime<Utc>,
 ) -> durably_journal::Result<Sending> {
+    crate::parking::lock_receiver(conn, to)?;
     if let Some(refusal) = receiver_refusal(conn, to)? {
         return Ok(Sending::Refused(refusal));
     }

@@ -20,12 +20,16 @@
 //! transaction, everything it waits for: the timer's or deadline's step (carried by the
 //! release) and `due_at`/`wait_topic`. A receive's park re-checks in that transaction for a
 //! message and declines ([`durably_journal::Error::Aborted`], nothing written) if one has
-//! arrived since it last looked, so a send can never fall between the look and the park.
+//! arrived since it last looked, so a send can never fall between the look and the park. On
+//! PostgreSQL both lock the receiver's execution row `FOR UPDATE` first ([`lock_receiver`]):
+//! at `READ COMMITTED` a send committed after the park's re-check but begun before its
+//! status change would otherwise find the execution still running, wake nothing, and leave
+//! it parked on a message that is already there.
 
 use std::convert::Infallible;
 
 use chrono::{DateTime, Utc};
-use durably_db::Connection;
+use durably_db::{Connection, Dialect};
 use durably_journal::lifecycle::{Wake, record_execution_event, wake};
 use durably_journal::{Execution, Release};
 use serde_json::json;
@@ -123,6 +127,7 @@ fn park_hook(
     execution_id: Uuid,
     topic: Option<&str>,
 ) -> durably_journal::Result<()> {
+    lock_receiver(conn, execution_id)?;
     if durably_journal::lifecycle::pending_cancel(conn, execution_id)?.is_some() {
         return Err(durably_journal::Error::Aborted(
             "a cancel request is pending",
@@ -136,6 +141,21 @@ fn park_hook(
         ));
     }
     store::reset_failures(conn, execution_id)
+}
+
+/// On PostgreSQL, locks execution `id`'s row `FOR UPDATE` until the transaction ends: a park
+/// before its re-check for a message, a send before it stores one. Whichever comes second
+/// waits for the first to commit, then sees what it wrote (the message, or the `waiting`
+/// status its wake moves). SQLite's single writer orders them already.
+///
+/// # Errors
+/// A storage error.
+pub(crate) fn lock_receiver(conn: &Connection, id: Uuid) -> durably_journal::Result<()> {
+    if conn.dialect() == Dialect::Postgres {
+        conn.prepare_cached("SELECT 1 FROM executions WHERE execution_id = ?1 FOR UPDATE")?
+            .exists(durably_db::params![id.to_string()])?;
+    }
+    Ok(())
 }
 
 /// Tells the task that the execution is parked, then never returns: the task drops the
