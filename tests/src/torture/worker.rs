@@ -170,6 +170,14 @@ fn is_lost(error: &(dyn std::error::Error + 'static)) -> bool {
         {
             return true;
         }
+        // The scheduler's journal errors are transparent: their source is the journal
+        // error's own, so the journal error is looked at here.
+        if let Some(durably_scheduler::Error::Journal(error)) =
+            error.downcast_ref::<durably_scheduler::Error>()
+            && lost(error)
+        {
+            return true;
+        }
         if let Some(error) = error.downcast_ref::<durably_db::Error>()
             && session_lost(error)
         {
