@@ -34,11 +34,13 @@
 //!   forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
 //!   keys: the rules above hold the original's row to its key's effects.
 //! - **stale** (not a violation): on PostgreSQL, effects of a worker the driver stopped past its
-//!   lease or cut off, made after that moment, of a key another process also made an effect
-//!   of: the woken worker's run had lost its execution to a peer, and a lease keeps the
-//!   journal right, not an outside effect. A guarded one is excused only when its fencing
-//!   token is below its execution's final epoch (a later holder's), so an outside system that
-//!   checks tokens refuses it. Excused effects are left out of every rule above.
+//!   lease or cut off, made after that moment, of a step that worker never acknowledged: its
+//!   run had lost the execution to a peer, and a lease keeps the journal right, not an outside
+//!   effect. A guarded one is excused only when its fencing token is below its execution's
+//!   final epoch (a later holder's), so an outside system that checks tokens refuses it; a
+//!   pure or idempotent one only when another process made an effect of the same key (the
+//!   peer that ran the step for the journal). Excused effects are left out of every rule
+//!   above.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -239,8 +241,8 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
     };
     let rows = load_steps(&conn)?;
     let mut effects = load_effects(dir)?;
-    report.stale = drop_stale(dir, &conn, &mut effects)?;
     let acks = read_acks(dir)?;
+    report.stale = drop_stale(dir, &conn, &acks, &mut effects)?;
     let statuses = load_statuses(&conn)?;
     let composition = composition_checks::load(&conn, &effects)?;
     // A fork's copied rows share their keys with the original's, which made the effects.
@@ -370,8 +372,19 @@ pub const INTERRUPTED_FILE: &str = "interrupted";
 fn drop_stale(
     dir: &Path,
     conn: &Connection,
+    acks: &[Vec<String>],
     effects: &mut HashMap<String, Vec<EffectRecord>>,
 ) -> Result<u64, BoxError> {
+    // The steps each process acknowledged: (execution, seq, pid).
+    let acknowledged: std::collections::HashSet<(&str, &str, &str)> = acks
+        .iter()
+        .filter_map(|record| match record.as_slice() {
+            [kind, id, seq, _, _, pid, _] if kind == "A" => {
+                Some((id.as_str(), seq.as_str(), pid.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
     let mut interrupted: HashMap<u32, u64> = HashMap::new();
     match std::fs::read_to_string(dir.join(INTERRUPTED_FILE)) {
         Ok(text) => {
@@ -397,13 +410,20 @@ fn drop_stale(
             let after_interruption = interrupted
                 .get(&effect.pid)
                 .is_some_and(|&at| effect.at_ns > at);
-            let another = list.iter().any(|other| other.pid != effect.pid);
-            let fenced = !effect.is_guarded()
-                || matches!(
+            let unacknowledged = !acknowledged.contains(&(
+                effect.execution_id.as_str(),
+                effect.seq.as_str(),
+                effect.pid.to_string().as_str(),
+            ));
+            let excused = if effect.is_guarded() {
+                matches!(
                     (effect.token, epochs.get(&effect.execution_id)),
                     (Some(token), Some(&epoch)) if (token as i64) < epoch
-                );
-            after_interruption && another && fenced
+                )
+            } else {
+                list.iter().any(|other| other.pid != effect.pid)
+            };
+            after_interruption && unacknowledged && excused
         };
         let flags: Vec<bool> = list.iter().map(is_stale).collect();
         let mut flag = flags.iter();
