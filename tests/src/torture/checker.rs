@@ -39,8 +39,8 @@
 //!   effect. A guarded one is excused only when its fencing token is below its execution's
 //!   final epoch (a later holder's), so an outside system that checks tokens refuses it; a
 //!   pure or idempotent one only when another process made an effect of the same key (the
-//!   peer that ran the step for the journal). Excused effects are left out of every rule
-//!   above.
+//!   peer that ran the step for the journal). A completed step keeps at least one effect.
+//!   Excused effects are left out of every rule above.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
@@ -242,7 +242,12 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
     let rows = load_steps(&conn)?;
     let mut effects = load_effects(dir)?;
     let acks = read_acks(dir)?;
-    report.stale = drop_stale(dir, &conn, &acks, &mut effects)?;
+    let completed: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter(|(_, row)| row.state == "completed")
+        .map(|(key, _)| key.as_str())
+        .collect();
+    report.stale = drop_stale(dir, &conn, &acks, &completed, &mut effects)?;
     let statuses = load_statuses(&conn)?;
     let composition = composition_checks::load(&conn, &effects)?;
     // A fork's copied rows share their keys with the original's, which made the effects.
@@ -373,6 +378,7 @@ fn drop_stale(
     dir: &Path,
     conn: &Connection,
     acks: &[Vec<String>],
+    completed: &std::collections::HashSet<&str>,
     effects: &mut HashMap<String, Vec<EffectRecord>>,
 ) -> Result<u64, BoxError> {
     // The steps each process acknowledged: (execution, seq, pid).
@@ -405,7 +411,7 @@ fn drop_stale(
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
     let mut stale = 0;
-    for list in effects.values_mut() {
+    for (key, list) in effects.iter_mut() {
         let is_stale = |effect: &EffectRecord| {
             let after_interruption = interrupted
                 .get(&effect.pid)
@@ -426,6 +432,11 @@ fn drop_stale(
             after_interruption && unacknowledged && excused
         };
         let flags: Vec<bool> = list.iter().map(is_stale).collect();
+        // The last effects of a completed step are the ones its result came from, whoever
+        // made them (a worker killed after its result and before its acknowledgement).
+        if completed.contains(key.as_str()) && flags.iter().all(|&stale| stale) {
+            continue;
+        }
         let mut flag = flags.iter();
         list.retain(|_| !flag.next().copied().unwrap_or(false));
         stale += flags.iter().filter(|&&stale| stale).count() as u64;

@@ -17,6 +17,7 @@ pub const SCHEMA_FILE: &str = "postgres-schema";
 /// The environment variable that names the PostgreSQL database (as the PostgreSQL tests use).
 pub const POSTGRES_URL_VAR: &str = "DURABLY_POSTGRES_URL";
 /// The `application_name` prefix of the harness's own sessions (the checker's, the driver's).
+#[cfg(feature = "postgres")]
 const APPLICATION: &str = "torture";
 
 /// The backend of a run.
