@@ -39,7 +39,8 @@
 //!   effect. A guarded one is excused only when its fencing token is below its execution's
 //!   final epoch (a later holder's), so an outside system that checks tokens refuses it; a
 //!   pure or idempotent one only when another process made an effect of the same key (the
-//!   peer that ran the step for the journal). A completed step keeps at least one effect.
+//!   peer that ran the step for the journal) or the journal never completed the step (the lost
+//!   run halted at its write). A completed step keeps at least one effect.
 //!   Excused effects are left out of every rule above.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
@@ -428,6 +429,7 @@ fn drop_stale(
                 )
             } else {
                 list.iter().any(|other| other.pid != effect.pid)
+                    || !completed.contains(key.as_str())
             };
             after_interruption && unacknowledged && excused
         };
