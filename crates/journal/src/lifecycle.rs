@@ -568,6 +568,12 @@ pub fn newest_step_row(conn: &Connection, id: Uuid) -> Result<Option<i64>> {
 /// they are: an intent in the ambiguous window survives, for an operator to resolve if the
 /// execution is resumed. Returns the status it had, if it moved.
 ///
+/// On PostgreSQL the execution row is locked `FOR UPDATE` before its status is read: a claim
+/// or an open on another connection (which lock the same row) then either committed before
+/// the read, which sees its status, or waits for this transaction. Without the lock the status
+/// could move between the read and the compare-and-swap, which would then find nothing to
+/// move. SQLite's single writer makes the read and the update atomic already.
+///
 /// # Errors
 /// [`Error::PayloadTooLarge`] for a reason over [`CANCEL_REASON_BYTES_MAX`], a storage error.
 pub fn cancel_now(
@@ -576,6 +582,7 @@ pub fn cancel_now(
     now: DateTime<Utc>,
     reason: &str,
 ) -> Result<Option<Status>> {
+    crate::ownership::lock_execution_row(conn, &id.to_string())?;
     let status = crate::extension::execution_status(conn, id)?;
     match status {
         Some(status) if status.is_parked() || status == Status::Interrupted => {

@@ -426,14 +426,28 @@ fn unlocked_running(conn: &Connection) -> Result<Vec<Uuid>> {
     Ok(rows.collect::<durably_db::Result<Vec<Uuid>>>()?)
 }
 
+/// Marks the running executions that no lock holds `interrupted`. On PostgreSQL another
+/// session may finish, or open and lock, one of them between the look and the update: its row
+/// is locked first (the execution row, as everywhere), and the update re-checks, in a statement
+/// that sees what that session committed, that it is still running and unlocked. SQLite's
+/// single writer makes the look and the update atomic already.
 fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<Uuid>> {
-    let ids = unlocked_running(conn)?;
-    for id in &ids {
-        let id = id.to_string();
-        conn.prepare_cached(
-            "UPDATE executions SET status = 'interrupted', updated_at = ?2 WHERE execution_id = ?1",
-        )?
-        .execute(params![id, now])?;
+    let mut interrupted = Vec::new();
+    for uuid in unlocked_running(conn)? {
+        let id = uuid.to_string();
+        crate::ownership::lock_execution_row(conn, &id)?;
+        let changed = conn
+            .prepare_cached(
+                "UPDATE executions SET status = 'interrupted', updated_at = ?2
+                 WHERE execution_id = ?1 AND status = 'running'
+                   AND NOT EXISTS (SELECT 1 FROM locks
+                                   WHERE resource = ?1 AND instance_id IS NOT NULL)",
+            )?
+            .execute(params![id, now])?;
+        if changed == 0 {
+            continue;
+        }
+        interrupted.push(uuid);
         events::record(
             conn,
             now,
@@ -443,7 +457,7 @@ fn interrupt_unlocked(conn: &Connection, now: &str) -> Result<Vec<Uuid>> {
             &json!({}),
         )?;
     }
-    Ok(ids)
+    Ok(interrupted)
 }
 
 fn count_due(conn: &Connection, class: Retained, cutoff: &str) -> Result<u64> {

@@ -1,10 +1,15 @@
 //! The torture binary: many SIGKILL-and-restart cycles of worker processes against one journal,
 //! then a checker that compares the independent ledger with the journal.
 //!
-//! `torture --iterations N --seed S [--durability full|process-crash]`. Its last line is
-//! `torture: iterations=N kills=K executions=E effects=F retried=R duplicated=D lost=L
-//! unexpected=U stuck=S reopened=O leaked_locks=X integrity=ok seed=S`; it exits 1 when any
-//! invariant failed. It needs no failpoints: kills come from the driver, at moments drawn from the seed.
+//! `torture --iterations N --seed S [--durability full|process-crash] [--backend
+//! sqlite|postgres]`. Its last line is `torture: iterations=N kills=K executions=E effects=F
+//! retried=R duplicated=D lost=L unexpected=U stuck=S reopened=O leaked_locks=X integrity=ok
+//! seed=S` (on PostgreSQL `kills=K` is followed by `stops=T partitions=P fenced=F`, and
+//! `integrity` is `n/a`); it exits 1 when any invariant failed. It needs no failpoints: kills
+//! come from the driver, at moments drawn from the seed.
+//!
+//! `--backend postgres` (a build with the `postgres` feature) runs the journal in a fresh
+//! schema of the database `DURABLY_POSTGRES_URL` names, dropped after a passing run.
 //!
 //! `torture worker MODE …` is one process of a run (see `durably_tests::torture::worker`): the
 //! driver starts its processes by re-executing this binary, so building it builds them all.
@@ -14,6 +19,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use durably_tests::torture::driver::{self, Options};
+use durably_tests::torture::store::{self, Backend};
 use durably_tests::torture::worker;
 
 #[derive(Debug, Parser)]
@@ -62,6 +68,18 @@ struct Cli {
     /// finds.
     #[arg(long, requires = "dir")]
     check_only: bool,
+    /// Where the journal lives: `sqlite` (a file in the run directory) or `postgres` (a fresh
+    /// schema of the database `DURABLY_POSTGRES_URL` names).
+    #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "postgres"])]
+    backend: String,
+    /// On PostgreSQL, the percentage of iterations that SIGSTOP their victim past the lease
+    /// (and SIGCONT it later) instead of killing it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=100))]
+    stop_percent: u64,
+    /// On PostgreSQL, the percentage of iterations that end their victim's database sessions
+    /// from the server side instead of killing it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=100))]
+    partition_percent: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +130,12 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         (None, Some(temporary)) => temporary.path().to_owned(),
         (None, None) => unreachable!("a directory was chosen above"),
     };
+    let postgres = cli.backend == "postgres";
+    let backend = if postgres {
+        Backend::Postgres
+    } else {
+        Backend::Sqlite
+    };
     let options = Options {
         iterations: cli.iterations,
         seed: cli.seed,
@@ -123,10 +147,16 @@ fn run(cli: Cli) -> Result<bool, durably_tests::torture::BoxError> {
         cancellers: cli.cancellers,
         kill_delay_ms_max: cli.kill_delay_ms_max,
         dir,
+        backend,
+        stop_percent: if postgres { cli.stop_percent } else { 0 },
+        partition_percent: if postgres { cli.partition_percent } else { 0 },
     };
     let outcome = driver::run(&options)?;
     driver::print(&outcome, &options);
     let passed = outcome.passed();
+    if postgres && passed && !cli.keep {
+        store::drop_schema(&options.dir)?;
+    }
     if let Some(temporary) = temporary
         && (cli.keep || !passed)
     {

@@ -33,19 +33,28 @@
 //! - **child_dups**, **patch_flips**, **fork_reruns**: the rules of children, patches and
 //!   forks, see [`super::composition_checks`]. A fork's copied step rows keep the original's
 //!   keys: the rules above hold the original's row to its key's effects.
+//! - **stale** (not a violation): on PostgreSQL, effects of a worker the driver stopped past its
+//!   lease or cut off, made after that moment, of a step that worker never acknowledged: its
+//!   run had lost the execution to a peer, and a lease keeps the journal right, not an outside
+//!   effect. A guarded one is excused only when its fencing token is below its execution's
+//!   final epoch (a later holder's), so an outside system that checks tokens refuses it; a
+//!   pure or idempotent one only when another process made an effect of the same key (the
+//!   peer that ran the step for the journal) or the journal never completed the step (the lost
+//!   run halted at its write). A completed step keeps at least one effect.
+//!   Excused effects are left out of every rule above.
 //! - **leaked locks**: lock rows still held at the end.
 //! - **integrity**: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags};
+use durably_db::{Connection, Dialect};
 
 use super::BoxError;
 use super::composition_checks::{self, Composition};
 use super::ledger::{LEDGER_FILE, read, read_acks};
 use super::runtime_checks;
-use super::workload::DATABASE_FILE;
+use super::store;
 
 /// Violation messages kept for the report, at most.
 const VIOLATIONS_KEPT_MAX: usize = 50;
@@ -57,6 +66,8 @@ pub struct Report {
     pub executions: u64,
     /// Effects in the ledger.
     pub effects: u64,
+    /// Effects of stopped or cut-off workers' lost runs, excused (see the module's doc).
+    pub stale: u64,
     /// Re-runs the Retry policy allowed (same key, announced by the journal).
     pub retried: u64,
     /// Re-runs of pure and idempotent steps (allowed by their kind).
@@ -119,8 +130,8 @@ pub struct Report {
     pub sent: u64,
     /// Cancels acknowledged as done.
     pub cancelled: u64,
-    /// Whether the integrity checks passed.
-    pub integrity_ok: bool,
+    /// Whether the integrity checks passed; `None` where there are none (PostgreSQL).
+    pub integrity_ok: Option<bool>,
     /// The first violations, in words.
     pub violations: Vec<String>,
 }
@@ -142,7 +153,7 @@ impl Report {
             && self.child_dups == 0
             && self.patch_flips == 0
             && self.fork_reruns == 0
-            && self.integrity_ok
+            && self.integrity_ok != Some(false)
     }
 
     /// The summary line, exactly as the torture binary prints it last.
@@ -169,7 +180,11 @@ impl Report {
             self.child_dups,
             self.patch_flips,
             self.fork_reruns,
-            if self.integrity_ok { "ok" } else { "FAIL" },
+            match self.integrity_ok {
+                Some(true) => "ok",
+                Some(false) => "FAIL",
+                None => "n/a",
+            },
         )
     }
 
@@ -203,6 +218,7 @@ pub(super) struct EffectRecord {
     policy: String,
     pub(super) at_ns: u64,
     value: String,
+    pid: u32,
     /// The fencing token the closure was handed; `None` for a pure step or a fire.
     token: Option<u64>,
 }
@@ -219,18 +235,20 @@ impl EffectRecord {
 /// # Errors
 /// The journal, the ledger or a log cannot be read.
 pub fn check(dir: &Path) -> Result<Report, BoxError> {
-    let conn = Connection::open_with_flags(
-        dir.join(DATABASE_FILE),
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let conn = store::connect(dir)?;
     let mut report = Report {
         integrity_ok: integrity(&conn)?,
         ..Report::default()
     };
     let rows = load_steps(&conn)?;
-    let effects = load_effects(dir)?;
+    let mut effects = load_effects(dir)?;
     let acks = read_acks(dir)?;
+    let completed: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter(|(_, row)| row.state == "completed")
+        .map(|(key, _)| key.as_str())
+        .collect();
+    report.stale = drop_stale(dir, &conn, &acks, &completed, &mut effects)?;
     let statuses = load_statuses(&conn)?;
     let composition = composition_checks::load(&conn, &effects)?;
     // A fork's copied rows share their keys with the original's, which made the effects.
@@ -254,7 +272,11 @@ pub fn check(dir: &Path) -> Result<Report, BoxError> {
     Ok(report)
 }
 
-fn integrity(conn: &Connection) -> Result<bool, BoxError> {
+/// SQLite's integrity checks; `None` on PostgreSQL, whose server keeps its own.
+fn integrity(conn: &Connection) -> Result<Option<bool>, BoxError> {
+    if conn.dialect() == Dialect::Postgres {
+        return Ok(None);
+    }
     let mut statement = conn.prepare("PRAGMA integrity_check")?;
     let rows = statement
         .query_map([], |row| row.get::<_, String>(0))?
@@ -263,7 +285,7 @@ fn integrity(conn: &Connection) -> Result<bool, BoxError> {
         conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
             row.get(0)
         })?;
-    Ok(rows == ["ok"] && foreign == 0)
+    Ok(Some(rows == ["ok"] && foreign == 0))
 }
 
 /// Every step row with its key.
@@ -320,7 +342,7 @@ fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxErr
             key,
             effect,
             policy,
-            _pid,
+            pid,
             at,
             value,
             token,
@@ -338,6 +360,7 @@ fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxErr
             policy: policy.clone(),
             at_ns: at.parse()?,
             value: value.clone(),
+            pid: pid.parse()?,
             token: match token.as_str() {
                 "-" => None,
                 token => Some(token.parse()?),
@@ -345,6 +368,83 @@ fn load_effects(dir: &Path) -> Result<HashMap<String, Vec<EffectRecord>>, BoxErr
         });
     }
     Ok(effects)
+}
+
+/// The file of the run directory in which the driver notes each worker it stopped or cut off:
+/// `<pid> <CLOCK_MONOTONIC ns>` lines, written before the signal or the termination.
+pub const INTERRUPTED_FILE: &str = "interrupted";
+
+/// Takes the stale effects (see the module's doc) out of `effects`, and counts them.
+fn drop_stale(
+    dir: &Path,
+    conn: &Connection,
+    acks: &[Vec<String>],
+    completed: &std::collections::HashSet<&str>,
+    effects: &mut HashMap<String, Vec<EffectRecord>>,
+) -> Result<u64, BoxError> {
+    // The steps each process acknowledged: (execution, seq, pid).
+    let acknowledged: std::collections::HashSet<(&str, &str, &str)> = acks
+        .iter()
+        .filter_map(|record| match record.as_slice() {
+            [kind, id, seq, _, _, pid, _] if kind == "A" => {
+                Some((id.as_str(), seq.as_str(), pid.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut interrupted: HashMap<u32, u64> = HashMap::new();
+    match std::fs::read_to_string(dir.join(INTERRUPTED_FILE)) {
+        Ok(text) => {
+            for line in text.lines() {
+                let Some((pid, at)) = line.split_once(' ') else {
+                    return Err(format!("malformed interruption {line:?}").into());
+                };
+                let at: u64 = at.parse()?;
+                let first = interrupted.entry(pid.parse()?).or_insert(at);
+                *first = (*first).min(at);
+            }
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error.into()),
+    }
+    let mut statement = conn.prepare("SELECT resource, epoch FROM locks")?;
+    let epochs: HashMap<String, i64> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut stale = 0;
+    for (key, list) in effects.iter_mut() {
+        let is_stale = |effect: &EffectRecord| {
+            let after_interruption = interrupted
+                .get(&effect.pid)
+                .is_some_and(|&at| effect.at_ns > at);
+            let unacknowledged = !acknowledged.contains(&(
+                effect.execution_id.as_str(),
+                effect.seq.as_str(),
+                effect.pid.to_string().as_str(),
+            ));
+            let excused = if effect.is_guarded() {
+                matches!(
+                    (effect.token, epochs.get(&effect.execution_id)),
+                    (Some(token), Some(&epoch)) if (token as i64) < epoch
+                )
+            } else {
+                list.iter().any(|other| other.pid != effect.pid)
+                    || !completed.contains(key.as_str())
+            };
+            after_interruption && unacknowledged && excused
+        };
+        let flags: Vec<bool> = list.iter().map(is_stale).collect();
+        // The last effects of a completed step are the ones its result came from, whoever
+        // made them (a worker killed after its result and before its acknowledgement).
+        if completed.contains(key.as_str()) && flags.iter().all(|&stale| stale) {
+            continue;
+        }
+        let mut flag = flags.iter();
+        list.retain(|_| !flag.next().copied().unwrap_or(false));
+        stale += flags.iter().filter(|&&stale| stale).count() as u64;
+    }
+    effects.retain(|_, list| !list.is_empty());
+    Ok(stale)
 }
 
 fn check_executions(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
@@ -434,7 +534,7 @@ fn check_fires(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
         "SELECT job, slot, state, execution_status FROM fire_ledger
          WHERE state NOT IN ('completed', 'failed', 'skipped')
-            OR (state = 'completed' AND execution_status IS NOT 'completed')",
+            OR (state = 'completed' AND execution_status IS DISTINCT FROM 'completed')",
     )?;
     let rows = statement
         .query_map([], |row| {

@@ -24,8 +24,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use durably_db::{Connection, OptionalExtension, Sql};
 use durably_journal::IdempotencyKey;
-use rusqlite::{Connection, OptionalExtension};
 use uuid::Uuid;
 
 use super::BoxError;
@@ -77,7 +77,12 @@ fn marker_name() -> String {
 pub(super) fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool, BoxError> {
     Ok(conn
         .query_row(
-            "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2",
+            conn.pick(&Sql {
+                sqlite: "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2",
+                postgres: "SELECT 1 FROM information_schema.columns
+                           WHERE table_schema = current_schema()
+                             AND table_name = ?1 AND column_name = ?2",
+            }),
             [table, column],
             |_| Ok(()),
         )
@@ -112,7 +117,7 @@ pub(super) fn load(
         let mut copied =
             conn.prepare("SELECT seq FROM steps WHERE execution_id = ?1 AND seq < ?2")?;
         for fork in &composition.forks {
-            for seq in copied.query_map(rusqlite::params![fork.id, fork.from_seq], |row| {
+            for seq in copied.query_map(durably_db::params![fork.id, fork.from_seq], |row| {
                 row.get::<_, i64>(0)
             })? {
                 composition.copied.insert((fork.id.clone(), seq?));
@@ -278,7 +283,7 @@ fn check_children(
         }
     }
     let mut statement = conn.prepare(
-        "SELECT execution_id, seq, result ->> '$.child_id' FROM steps
+        "SELECT execution_id, seq, result ->> 'child_id' FROM steps
          WHERE name LIKE 'durably:child/%' AND state = 'completed'",
     )?;
     let starts = statement
@@ -441,7 +446,7 @@ fn check_forks(
     for fork in &composition.forks {
         let rows = statement
             .query_map(
-                rusqlite::params![fork.id, fork.original, fork.from_seq],
+                durably_db::params![fork.id, fork.original, fork.from_seq],
                 |row| {
                     let copy: (String, String, Option<String>) =
                         (row.get(1)?, row.get(2)?, row.get(3)?);

@@ -18,7 +18,7 @@ const FORKABLE: &str = "SELECT e.execution_id, e.input FROM executions e
      WHERE e.kind = ?1
        AND (e.status IN ('completed', 'cancelled')
             OR (e.status = 'failed'
-                AND json_extract(e.status_detail, '$.reason') IS NOT 'step_timeout'))
+                AND (e.status_detail ->> 'reason') IS DISTINCT FROM 'step_timeout'))
        AND NOT EXISTS (SELECT 1 FROM runtime_executions f WHERE f.forked_from = e.execution_id)
      ORDER BY e.id DESC LIMIT 16";
 

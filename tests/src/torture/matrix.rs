@@ -42,7 +42,8 @@ use durably_journal::{Durability, Error, GcOptions, Journal, JournalBuilder, Ope
 use uuid::Uuid;
 
 use super::plan::{ExecutionPlan, PlanInput, SeededRng, Shape};
-use super::workload::{DATABASE_FILE, Stop, Workload};
+use super::store;
+use super::workload::{Stop, Workload};
 use super::{BoxError, fires, matrix_runtime, runs, worker};
 
 /// The first index of each group of orphans.
@@ -72,11 +73,22 @@ pub fn open_journal(
     durability: Durability,
     sweep_on_open: bool,
 ) -> Result<Journal, BoxError> {
-    Ok(journal_builder(dir, durability, sweep_on_open).open()?)
+    Ok(journal_builder(dir, durability, sweep_on_open)?.open()?)
 }
 
-fn journal_builder(dir: &Path, durability: Durability, sweep_on_open: bool) -> JournalBuilder {
-    Journal::builder(dir.join(DATABASE_FILE))
+fn journal_builder(
+    dir: &Path,
+    durability: Durability,
+    sweep_on_open: bool,
+) -> Result<JournalBuilder, BoxError> {
+    let builder = Journal::builder(store::target(dir)?);
+    // On PostgreSQL the driver stops workers for longer than this lease, so that a peer takes
+    // their executions over while they still run (see `super::driver`).
+    let builder = match store::Backend::of(dir) {
+        store::Backend::Sqlite => builder,
+        store::Backend::Postgres => builder.lease_ms(store::LEASE_MS),
+    };
+    Ok(builder
         .durability(durability)
         .busy_timeout_ms(20_000)
         .sweep_on_open(sweep_on_open)
@@ -84,7 +96,7 @@ fn journal_builder(dir: &Path, durability: Durability, sweep_on_open: bool) -> J
             attempts_max: 3,
             backoff_initial: Duration::from_millis(1),
             backoff_max: Duration::from_millis(4),
-        })
+        }))
 }
 
 fn covering(seed: u64, index: u64) -> ExecutionPlan {
@@ -203,7 +215,7 @@ async fn collect_fodder(
     let epoch = chrono::DateTime::from_timestamp(FODDER_EPOCH_SECONDS, 0)
         .ok_or("the fodder's epoch is a time")?;
     let clock = Arc::new(durably_runtime::testing::TestClock::new(epoch));
-    let fodder = journal_builder(dir, durability, false)
+    let fodder = journal_builder(dir, durability, false)?
         .clock(clock)
         .open()?;
     for number in 0..FODDER_EXECUTIONS {

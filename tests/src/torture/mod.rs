@@ -32,6 +32,7 @@ pub mod runs;
 pub mod runtime_checks;
 pub mod runtime_roles;
 pub mod runtime_workflow;
+pub mod store;
 pub mod worker;
 pub mod workload;
 

@@ -37,8 +37,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use durably_db::{Connection, OptionalExtension, Sql, params};
 use durably_runtime::DEADLINE_REASON;
-use rusqlite::{Connection, OptionalExtension, params};
 
 use super::BoxError;
 use super::checker::{EffectRecord, Report};
@@ -94,7 +94,11 @@ pub(super) fn check(
 pub(super) fn table_exists(conn: &Connection, name: &str) -> Result<bool, BoxError> {
     Ok(conn
         .query_row(
-            "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            conn.pick(&Sql {
+                sqlite: "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                postgres: "SELECT 1 FROM information_schema.tables
+                           WHERE table_schema = current_schema() AND table_name = ?1",
+            }),
             [name],
             |_| Ok(()),
         )
@@ -112,8 +116,8 @@ fn first_limits(conn: &Connection) -> Result<HashMap<String, Option<i64>>, BoxEr
         limits.insert(queue, limit);
     }
     let mut statement = conn.prepare(
-        "SELECT json_extract(detail, '$.queue'),
-                json_extract(detail, '$.previous_concurrency_max')
+        "SELECT (detail ->> 'queue'),
+                CAST(detail ->> 'previous_concurrency_max' AS BIGINT)
          FROM events WHERE kind = 'queue_configured' ORDER BY id DESC",
     )?;
     for row in statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))? {
@@ -136,8 +140,8 @@ fn check_queue_limits(conn: &Connection, report: &mut Report) -> Result<(), BoxE
     let mut limits = first_limits(conn)?;
     let ends = RUN_ENDS.map(|kind| format!("'{kind}'")).join(", ");
     let mut statement = conn.prepare(&format!(
-        "SELECT id, execution_id, kind, json_extract(detail, '$.queue'),
-                json_extract(detail, '$.concurrency_max')
+        "SELECT id, execution_id, kind, (detail ->> 'queue'),
+                CAST(detail ->> 'concurrency_max' AS BIGINT)
          FROM events WHERE kind IN ('claimed', 'queue_configured', {ends}) ORDER BY id"
     ))?;
     let events = statement
@@ -304,8 +308,8 @@ struct End {
 
 fn ends(conn: &Connection) -> Result<Vec<End>, BoxError> {
     let mut statement = conn.prepare(
-        "SELECT e.execution_id, e.status, e.input, e.output, e.error ->> '$.message',
-                e.error ->> '$.cancelled', e.status_detail ->> '$.reason',
+        "SELECT e.execution_id, e.status, e.input, e.output, e.error ->> 'message',
+                e.error ->> 'cancelled', e.status_detail ->> 'reason',
                 e.cancel_requested_at IS NOT NULL,
                 (SELECT value FROM workflow_events w
                  WHERE w.execution_id = e.execution_id AND w.key = ?1),
@@ -534,7 +538,7 @@ fn check_after_cancel(
 /// updates its intent's row), unless it was resumed since.
 fn check_requests(conn: &Connection, report: &mut Report) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
-        "SELECT e.execution_id, e.detail ->> '$.last_step_id',
+        "SELECT e.execution_id, CAST(e.detail ->> 'last_step_id' AS BIGINT),
                 (SELECT max(s.id) FROM steps s WHERE s.execution_id = e.execution_id)
          FROM events e
          WHERE e.kind = 'cancel_requested'
@@ -720,7 +724,7 @@ fn check_timers(
     report: &mut Report,
 ) -> Result<(), BoxError> {
     let mut statement = conn.prepare(
-        "SELECT s.execution_id, s.seq, json_extract(s.result, '$.wake_at'),
+        "SELECT s.execution_id, s.seq, (s.result ->> 'wake_at'),
                 (SELECT coalesce(n.intent_at, n.result_at) FROM steps n
                  WHERE n.execution_id = s.execution_id AND n.seq = s.seq + 1),
                 CASE WHEN e.status IN ('completed', 'failed') THEN e.finalized_at END

@@ -239,9 +239,9 @@ pub async fn run_worker(
 fn next_number(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxError> {
     let highest: Option<i64> = workload.journal().read(|conn| {
         Ok(conn.query_row(
-            "SELECT max(json_extract(input, '$.index')) FROM executions
-             WHERE kind = ?1 AND json_extract(input, '$.shape') = 'runtime'
-               AND json_extract(input, '$.slot') = ?2 AND json_extract(input, '$.index') < ?3",
+            "SELECT max(CAST(input ->> 'index' AS BIGINT)) FROM executions
+             WHERE kind = ?1 AND (input ->> 'shape') = 'runtime'
+               AND CAST(input ->> 'slot' AS BIGINT) = ?2 AND CAST(input ->> 'index' AS BIGINT) < ?3",
             durably_db::params![RUNTIME_KIND, slot as i64, CHILD_INDEX_BASE as i64],
             |row| row.get(0),
         )?)
@@ -359,11 +359,11 @@ const UNFINISHED: &str = "status NOT IN ('completed', 'failed', 'cancelled')";
 /// What the operator resumes: stuck executions, and those a step timeout failed, unless a
 /// cancel was asked of them (it stands: the run failed before it saw the request).
 const RESUMABLE: &str = "status = 'stuck'
-    OR (status = 'failed' AND json_extract(status_detail, '$.reason') = 'step_timeout'
+    OR (status = 'failed' AND (status_detail ->> 'reason') = 'step_timeout'
         AND cancel_requested_at IS NULL)";
 /// What the final pass waits for: the unfinished executions and the resumable ones.
 const NOT_ENDED: &str = "status NOT IN ('completed', 'failed', 'cancelled')
-    OR (status = 'failed' AND json_extract(status_detail, '$.reason') = 'step_timeout'
+    OR (status = 'failed' AND (status_detail ->> 'reason') = 'step_timeout'
         AND cancel_requested_at IS NULL)";
 
 /// The runtime executions of the torture kind whose row satisfies `condition` (SQL over

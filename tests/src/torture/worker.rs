@@ -17,7 +17,14 @@
 //! - `runtime-orphans`: makes a runtime orphan for the matrix, then aborts.
 //!
 //! Built with the `failpoints` feature, it reads `FAILPOINTS` at start. It exits 0 when done,
-//! 3 on an engine error it never expects (printed on stderr), and aborts on a crashing failpoint.
+//! 3 on an engine error it never expects (printed on stderr), 4 when it lost its journal's
+//! ownership (`LockLost`, `InstanceLost`) or a PostgreSQL session under a request (the
+//! connection lost, or a commit's outcome unknown): expected only of a worker the driver
+//! stopped past its lease or whose sessions it ended. It aborts on a crashing failpoint.
+//!
+//! On PostgreSQL each process is an instance of its own (its own id, advisory key and
+//! sessions): it writes that id to [`instance_file`] once its journal is open, so the driver
+//! can find and end its sessions.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -28,7 +35,7 @@ use durably_journal::Durability;
 
 use super::plan::{EXECUTION_KIND, ExecutionPlan, PlanInput, Shape};
 use super::workload::{Stop, Workload};
-use super::{BoxError, fires, matrix, matrix_runtime, runtime_roles};
+use super::{BoxError, fires, matrix, matrix_runtime, runtime_roles, store};
 
 /// The name of the subcommand, as the driver and the matrix pass it.
 pub const SUBCOMMAND: &str = "worker";
@@ -38,6 +45,11 @@ const EXECUTIONS_PER_PROCESS_MAX: u64 = 100_000;
 const RECOVERY_EVERY: u64 = 8;
 /// The exit code of a worker that met an error it never expects.
 const EXIT_UNEXPECTED: u8 = 3;
+/// The exit code of a worker whose journal lost its ownership: a lock taken over, or its
+/// instance's liveness session ended.
+pub const EXIT_LOST: u8 = 4;
+/// The run directory's directory of instance files.
+const INSTANCES_DIR: &str = "instances";
 
 /// The worker's command line, after `torture worker`.
 #[derive(Debug, clap::Args)]
@@ -127,9 +139,68 @@ pub fn main(args: Args) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("torture worker: {error}");
-            ExitCode::from(EXIT_UNEXPECTED)
+            if is_lost(error.as_ref()) {
+                ExitCode::from(EXIT_LOST)
+            } else {
+                ExitCode::from(EXIT_UNEXPECTED)
+            }
         }
     }
+}
+
+/// Whether `error`, or an error it wraps, says the journal lost its ownership or a session.
+fn is_lost(error: &(dyn std::error::Error + 'static)) -> bool {
+    let lost = |error: &durably_journal::Error| match error {
+        durably_journal::Error::LockLost(_)
+        | durably_journal::Error::InstanceLost { .. }
+        | durably_journal::Error::CommitUnknown { .. } => true,
+        durably_journal::Error::Storage(error) => session_lost(error),
+        _ => false,
+    };
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(error) = error.downcast_ref::<durably_journal::Error>()
+            && lost(error)
+        {
+            return true;
+        }
+        if let Some(durably_runtime::Error::Journal(error)) =
+            error.downcast_ref::<durably_runtime::Error>()
+            && lost(error)
+        {
+            return true;
+        }
+        // The scheduler's journal errors are transparent: their source is the journal
+        // error's own, so the journal error is looked at here.
+        if let Some(durably_scheduler::Error::Journal(error)) =
+            error.downcast_ref::<durably_scheduler::Error>()
+            && lost(error)
+        {
+            return true;
+        }
+        if let Some(error) = error.downcast_ref::<durably_db::Error>()
+            && session_lost(error)
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+#[cfg(feature = "postgres")]
+fn session_lost(error: &durably_db::Error) -> bool {
+    matches!(error, durably_db::Error::Postgres(error) if error.is_connection_lost())
+}
+
+#[cfg(not(feature = "postgres"))]
+fn session_lost(_error: &durably_db::Error) -> bool {
+    false
+}
+
+/// The file in which the worker of process `pid` wrote its journal's instance id.
+pub fn instance_file(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(INSTANCES_DIR).join(pid.to_string())
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
@@ -169,10 +240,13 @@ async fn run(args: Args) -> Result<(), BoxError> {
 }
 
 fn workload(dir: &Path, durability: Durability) -> Result<Workload, BoxError> {
-    Ok(Workload::new(
-        matrix::open_journal(dir, durability, true)?,
-        dir,
-    )?)
+    let journal = matrix::open_journal(dir, durability, true)?;
+    if store::Backend::of(dir) == store::Backend::Postgres {
+        let file = instance_file(dir, std::process::id());
+        std::fs::create_dir_all(file.parent().ok_or("an instance file has a directory")?)?;
+        std::fs::write(file, journal.locker().instance_id().to_string())?;
+    }
+    Ok(Workload::new(journal, dir)?)
 }
 
 async fn run_slot(workload: &Workload, seed: u64, slot: u64, slots: u64) -> Result<(), BoxError> {
@@ -197,9 +271,9 @@ async fn run_slot(workload: &Workload, seed: u64, slot: u64, slots: u64) -> Resu
 fn next_index(workload: &Workload, slot: u64, slots: u64) -> Result<u64, BoxError> {
     let highest: Option<i64> = workload.journal().read(|conn| {
         Ok(conn.query_row(
-            "SELECT max(json_extract(input, '$.index')) FROM executions
-             WHERE kind = ?1 AND json_extract(input, '$.shape') != 'runtime'
-               AND json_extract(input, '$.slot') = ?2",
+            "SELECT max(CAST(input ->> 'index' AS BIGINT)) FROM executions
+             WHERE kind = ?1 AND (input ->> 'shape') <> 'runtime'
+               AND CAST(input ->> 'slot' AS BIGINT) = ?2",
             durably_db::params![EXECUTION_KIND, slot as i64],
             |row| row.get(0),
         )?)
