@@ -478,7 +478,9 @@ pub enum Error {
     /// PostgreSQL rolled the write's transaction back to break a deadlock or a serialization
     /// conflict with another session (SQLSTATE 40P01 or 40001): nothing of it committed. The
     /// request had run, so an execution handle halts as after a crash; opening it again
-    /// retries from what is recorded.
+    /// retries from what is recorded. Any other call may simply be made again
+    /// ([`Error::is_retryable`]): the server broke a deadlock or an ordering conflict between
+    /// sessions, and the same call later does not meet it again.
     #[error(
         "the write conflicted with another session and was rolled back, nothing committed: {reason}"
     )]
@@ -558,6 +560,7 @@ impl Error {
                 | Self::AckTimeout { .. }
                 | Self::Pool(_)
                 | Self::ChangedWhileReading { .. }
+                | Self::Conflict { .. }
         )
     }
 }

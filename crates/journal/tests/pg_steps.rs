@@ -250,6 +250,14 @@ async fn of_two_deadlocked_requests_one_is_a_conflict_and_commits_nothing() {
         .filter(|outcome| matches!(outcome, Err(durably_journal::Error::Conflict { .. })))
         .count();
     assert_eq!(conflicts, 1, "{outcomes:?}");
+    // Nothing of it committed, so the same call may simply be made again.
+    assert!(
+        outcomes
+            .iter()
+            .filter_map(|outcome| outcome.as_ref().err())
+            .all(durably_journal::Error::is_retryable),
+        "{outcomes:?}"
+    );
     assert_eq!(
         outcomes.iter().filter(|outcome| outcome.is_ok()).count(),
         1,
