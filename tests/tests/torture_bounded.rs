@@ -11,53 +11,23 @@
 //! its checker found no violation; its last line carries the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-use std::process::Command;
+use durably_tests::torture::bounded::{field, run_clean};
 
 const TORTURE: &str = env!("CARGO_BIN_EXE_torture");
 const ITERATIONS: u64 = 400;
 const SEED: u64 = 6;
 
 fn torture(durability: &str) {
-    let output = Command::new(TORTURE)
-        .args(["--iterations", &ITERATIONS.to_string()])
-        .args(["--seed", &SEED.to_string(), "--durability", durability])
-        .env_remove("FAILPOINTS")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    eprintln!("{last}");
-    assert!(
-        output.status.success(),
-        "torture failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        last.starts_with(&format!("torture: iterations={ITERATIONS} ")),
-        "{last}"
-    );
-    for clean in [
-        " duplicated=0 ",
-        " lost=0 ",
-        " unexpected=0 ",
-        " stuck=0 ",
-        " reopened=0 ",
-        " leaked_locks=0 ",
-        " over_limit=0 ",
-        " wrong_end=0 ",
-        " bad_messages=0 ",
-        " after_cancel=0 ",
-        " integrity=ok ",
-    ] {
-        assert!(last.contains(clean), "{last}");
-    }
-    let kills: u64 = last
-        .split(' ')
-        .find_map(|field| field.strip_prefix("kills="))
-        .and_then(|kills| kills.parse().ok())
-        .unwrap();
-    assert!(kills >= ITERATIONS, "{last}");
+    let args = [
+        "--iterations".to_owned(),
+        ITERATIONS.to_string(),
+        "--seed".to_owned(),
+        SEED.to_string(),
+        "--durability".to_owned(),
+        durability.to_owned(),
+    ];
+    let last = run_clean(TORTURE, &args, ITERATIONS, "ok");
+    assert!(field(&last, "kills") >= ITERATIONS, "{last}");
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! - [`worker`]: the binary's `worker` subcommand, every process the driver and the matrix
 //!   start.
 
+pub mod bounded;
 pub mod checker;
 pub mod composition_checks;
 pub mod driver;
