@@ -206,11 +206,10 @@ pub async fn copy_journal(
 /// transaction ends, so that no row slips in between the emptiness check and the commit.
 /// SQLite's writer transaction already excludes every other writer of the file; PostgreSQL
 /// takes `EXCLUSIVE` locks (readers still read).
-fn lock_destination(conn: &Connection) -> crate::Result<()> {
+fn lock_destination(conn: &Connection, present: &BTreeSet<String>) -> crate::Result<()> {
     if conn.dialect() != durably_db::Dialect::Postgres {
         return Ok(());
     }
-    let present = rows::table_names(conn)?;
     let names: Vec<&str> = TABLES
         .iter()
         .map(|table| table.name)
@@ -262,8 +261,9 @@ impl Plan {
     /// The copy, on the destination's write connection inside its transaction. The outer
     /// error is a storage error; the inner one a refusal.
     fn run(&self, conn: &Connection) -> crate::Result<Result<CopyReport, CopyError>> {
-        lock_destination(conn)?;
-        if let Err(refusal) = self.check_destination(conn)? {
+        let destination_tables = rows::table_names(conn)?;
+        lock_destination(conn, &destination_tables)?;
+        if let Err(refusal) = self.check_destination(conn, &destination_tables)? {
             return Ok(Err(refusal));
         }
         let mut copied = Vec::new();
@@ -309,9 +309,12 @@ impl Plan {
     }
 
     /// The same schema versions as the source, and no rows in any table a copy writes.
-    fn check_destination(&self, conn: &Connection) -> crate::Result<Result<(), CopyError>> {
-        let tables = rows::table_names(conn)?;
-        let versions = rows::versions(conn, &tables)?;
+    fn check_destination(
+        &self,
+        conn: &Connection,
+        tables: &BTreeSet<String>,
+    ) -> crate::Result<Result<(), CopyError>> {
+        let versions = rows::versions(conn, tables)?;
         for (owner, &source_version) in &self.source_versions {
             let destination_version = versions.get(owner).copied().unwrap_or(0);
             if destination_version != source_version {
